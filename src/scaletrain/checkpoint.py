@@ -1,0 +1,83 @@
+"""Checkpoints: written atomically, loadable with weights_only=True, carrying every RNG state."""
+
+from __future__ import annotations
+
+import os
+import random
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from scaletrain.errors import UserError
+
+FORMAT = 1
+
+
+def rng_state() -> dict[str, Any]:
+    """This process's RNG states in types that weights_only loading accepts (tensors, ints, tuples)."""
+    np_kind, np_keys, np_pos, np_gauss, np_cached = np.random.get_state()
+    state = {
+        "torch": torch.get_rng_state(),
+        "numpy": (np_kind, torch.from_numpy(np_keys.astype(np.int64)), int(np_pos), int(np_gauss), float(np_cached)),
+        "python": random.getstate(),
+    }
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    torch.set_rng_state(state["torch"])
+    kind, keys, pos, gauss, cached = state["numpy"]
+    np.random.set_state((kind, keys.numpy().astype(np.uint32), pos, gauss, cached))
+    version, internal, gauss_next = state["python"]
+    random.setstate((version, tuple(internal), gauss_next))
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def save_atomic(obj: Any, path: Path) -> None:
+    """torch.save to a temp file in the same folder, fsync, then rename: a crash never leaves half a file."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            torch.save(obj, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def load(path: Path, mmap: bool = False) -> dict[str, Any]:
+    """Load a checkpoint with weights_only=True (no arbitrary code runs from the file).
+
+    mmap=True maps tensors lazily: cheap when only the recorded config is needed.
+    """
+    try:
+        ckpt = torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
+    except FileNotFoundError:
+        raise UserError(f"no checkpoint at {path}: start without --resume, or point --out at a run "
+                        "that has one") from None
+    except Exception as e:  # unpickling errors come in many types
+        raise UserError(f"checkpoint {path} cannot be read ({type(e).__name__}): it is damaged or "
+                        "not a scaletrain checkpoint; start a new run with another --out") from None
+    if not isinstance(ckpt, dict) or ckpt.get("format") != FORMAT:
+        raise UserError(f"{path} is not a scaletrain checkpoint (format {FORMAT}): start a new run with another --out")
+    return ckpt
+
+
+def check_compatible(ckpt: dict[str, Any], model: str, dataset: str, path: Path) -> None:
+    """A checkpoint may only continue the same model on the same data."""
+    old = ckpt["config"]
+    if old["model"] != model:
+        raise UserError(f"checkpoint {path} was written for model '{old['model']}', not '{model}': "
+                        f"resume with --model {old['model']} or start a new run with another --out")
+    if old["dataset"] != dataset:
+        raise UserError(f"checkpoint {path} was written for dataset '{old['dataset']}', not '{dataset}': "
+                        f"resume with --dataset {old['dataset']} or start a new run with another --out")

@@ -1,0 +1,123 @@
+"""Command line: `scaletrain train | models | make-imagefolder`; bad input becomes one line and exit code 2."""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import inspect
+import sys
+import textwrap
+from dataclasses import fields
+from pathlib import Path
+
+import scaletrain
+from scaletrain.config import TrainConfig, build_config, load_toml
+from scaletrain.errors import UserError
+
+_TYPES = {"int": int, "float": float, "str": str}
+
+
+def field_help() -> dict[str, str]:
+    """The docstring written under each TrainConfig field, used as its --help text."""
+    tree = ast.parse(textwrap.dedent(inspect.getsource(TrainConfig)))
+    body = tree.body[0].body
+    helps = {}
+    for node, nxt in zip(body, body[1:]):
+        if isinstance(node, ast.AnnAssign) and isinstance(nxt, ast.Expr) and isinstance(nxt.value, ast.Constant):
+            helps[node.target.id] = nxt.value.value.replace("%", "%%")
+    return helps
+
+
+def add_train_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config", help="TOML file of settings (keys as below, - or _); flags override it")
+    helps = field_help()
+    for f in fields(TrainConfig):
+        flag = "--" + f.name.replace("_", "-")
+        kind = str(f.type).split("|")[0].strip()
+        # SUPPRESS: only flags actually given override the config file
+        if kind == "bool":
+            p.add_argument(flag, action=argparse.BooleanOptionalAction, default=argparse.SUPPRESS,
+                           help=helps.get(f.name))
+        else:
+            p.add_argument(flag, type=_TYPES[kind], default=argparse.SUPPRESS, metavar=f.name.upper(),
+                           help=f"{helps.get(f.name, '')} (default: {f.default})")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="scaletrain", description=scaletrain.__doc__)
+    parser.add_argument("--version", action="version", version=f"scaletrain {scaletrain.__version__}")
+    sub = parser.add_subparsers(dest="command", required=True)
+    add_train_args(sub.add_parser("train", help="train a model with data parallelism (DDP)"))
+    models = sub.add_parser("models", help="list the models with parameters and forward FLOPs")
+    models.add_argument("--image-size", type=int, default=32)
+    models.add_argument("--in-channels", type=int, default=3)
+    models.add_argument("--num-classes", type=int, default=10)
+    mk = sub.add_parser("make-imagefolder", help="write a JPEG image folder (train/ val/) from real data")
+    mk.add_argument("--source", default="digits", help="where the images come from (default: digits)")
+    mk.add_argument("--out", required=True, help="folder to create (must not exist or be empty)")
+    mk.add_argument("--image-size", type=int, default=64)
+    mk.add_argument("--copies", type=int, default=1, help="shifted copies of each training image")
+    mk.add_argument("--seed", type=int, default=0)
+    mk.add_argument("--quality", type=int, default=90, help="JPEG quality")
+    return parser
+
+
+def train_config(args: argparse.Namespace) -> TrainConfig:
+    """Defaults < the run's saved config (on --resume) < --config file < flags."""
+    overrides = {k: v for k, v in vars(args).items() if k not in ("command", "config")}
+    file_values = load_toml(args.config) if args.config else {}
+    if overrides.get("resume"):
+        out = overrides.get("out") or file_values.get("out")
+        if not out:
+            raise UserError("--resume needs --out DIR: the run directory to continue")
+        saved = Path(out) / "config.toml"
+        base = load_toml(saved) if saved.is_file() else {}
+        file_values = {**base, **file_values}
+    cfg = build_config(file_values, overrides)
+    if cfg.out is None:
+        from scaletrain.rundir import default_out
+        cfg.out = default_out(cfg.model, cfg.dataset)
+    return cfg
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        if args.command == "train":
+            from scaletrain.launch import train
+            return train(train_config(args))
+        if args.command == "models":
+            from scaletrain.models import model_rows
+            from scaletrain.summary_view import print_models
+            if min(args.image_size, args.in_channels, args.num_classes) < 1:
+                raise UserError("--image-size, --in-channels and --num-classes must be at least 1")
+            print_models(model_rows(image_size=args.image_size, in_channels=args.in_channels,
+                                    num_classes=args.num_classes), args.image_size)
+            return 0
+        if args.command == "make-imagefolder":
+            return _make_imagefolder(args)
+    except UserError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    return 1
+
+
+def _make_imagefolder(args: argparse.Namespace) -> int:
+    from rich.progress import Progress
+
+    from scaletrain.data import write_imagefolder
+
+    if args.copies < 1 or args.image_size < 8 or not 1 <= args.quality <= 100:
+        raise UserError("--copies must be >= 1, --image-size >= 8 and --quality in 1..100")
+    with Progress(transient=True) as bar:
+        task = bar.add_task("writing JPEGs", total=None)
+        result = write_imagefolder(source=args.source, out=args.out, image_size=args.image_size,
+                                   copies=args.copies, seed=args.seed, quality=args.quality,
+                                   progress=lambda done, total: bar.update(task, completed=done, total=total))
+    print(f"wrote {result['train']} training and {result['val']} validation images of {result['classes']} "
+          f"classes to {result['path']}\ntrain on it with:  scaletrain train --dataset imagefolder:{result['path']}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,198 @@
+"""The training configuration: one typed dataclass, read from TOML and CLI overrides, validated once."""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import tomllib
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+import tomli_w
+
+from scaletrain.errors import UserError
+
+OPTIMIZERS = ("sgd", "nesterov", "adagrad", "adamw")
+PRECISIONS = ("fp32", "bf16", "fp16")
+SCHEDULES = ("cosine", "step", "constant")
+BAD_IMAGE_POLICIES = ("error", "skip")
+DEVICES = ("auto", "cpu", "cuda")
+
+
+@dataclass(kw_only=True)
+class TrainConfig:
+    """Everything a training run needs; saved resolved as `config.toml` in the run directory."""
+
+    model: str = "resnet20"
+    """Registry name (see `scaletrain models`) or `package.module:factory`."""
+    dataset: str = "digits"
+    """`digits`, `synthetic` or `imagefolder:PATH`."""
+    image_size: int | None = None
+    """Square input size; None takes the dataset's default (32 for digits/synthetic, 224 for folders)."""
+    stem: str = "auto"
+    """ResNet-18/34/50 stem: `imagenet`, `cifar` or `auto` (cifar when image_size <= 64)."""
+    width: float = 1.0
+    """Channel/hidden-width multiplier of the model."""
+    augment: bool = True
+    """Training-time augmentation (random shifts for digits, random resized crop + flip for folders)."""
+    synthetic_samples: int = 4096
+    """Training samples of the `synthetic` dataset (validation gets a quarter)."""
+    synthetic_classes: int = 10
+    """Classes of the `synthetic` dataset."""
+    bad_images: str = "error"
+    """`error` stops at the first unreadable image (naming it); `skip` drops it and counts it."""
+
+    nproc: int = 1
+    """Local worker processes (one per GPU, or CPU ranks), started by torch's elastic agent."""
+    epochs: int = 10
+    """Training epochs (in total, across resumes)."""
+    batch_size: int = 64
+    """Per-process batch size; the global batch is batch_size x world size."""
+    optimizer: str = "sgd"
+    """`sgd`, `nesterov`, `adagrad` or `adamw`."""
+    lr: float = 0.1
+    """Base learning rate (before the linear scaling rule)."""
+    momentum: float = 0.9
+    """Momentum for sgd/nesterov (beta1 for adamw)."""
+    weight_decay: float = 5e-4
+    """L2 weight decay (decoupled for adamw)."""
+    scale_lr: bool = False
+    """Linear scaling rule (Goyal et al. 2017): lr x global_batch / ref_batch."""
+    ref_batch: int = 256
+    """Reference batch of the linear scaling rule."""
+    warmup_epochs: float = 0.0
+    """Gradual warm-up: the LR ramps linearly per step from the base lr to the scaled lr."""
+    schedule: str = "cosine"
+    """After warm-up: `cosine` decay to 0, `step` (x0.1 at 50% and 75% of training) or `constant`."""
+    precision: str = "fp32"
+    """`fp32`, `bf16` (autocast) or `fp16` (autocast + GradScaler; CUDA only)."""
+    sync_bn: bool = False
+    """Convert BatchNorm to SyncBatchNorm (CUDA only in PyTorch)."""
+    workers: int = 0
+    """Data-loader processes per rank (0 = load in the training process)."""
+    seed: int = 0
+    """Seed of initialisation, data order and augmentation."""
+    eval_every: int = 1
+    """Evaluate on the validation split every N epochs (and always after the last)."""
+    stop_after: int | None = None
+    """Stop this invocation after N epochs, leaving a resumable run (for time-limited jobs)."""
+
+    out: str | None = None
+    """Run directory; default runs/<model>-<dataset>-<timestamp>."""
+    resume: bool = False
+    """Continue the run in `out` from its last checkpoint."""
+    device: str = "auto"
+    """`auto` (CUDA when present), `cpu` or `cuda`."""
+    threads: int | None = None
+    """Torch intra-op threads per CPU rank; default: cores / local ranks."""
+    master_addr: str = "127.0.0.1"
+    """Rendezvous address of a local `--nproc` launch."""
+    master_port: int | None = None
+    """Rendezvous port of a local `--nproc` launch; default: a free one."""
+    progress: bool = True
+    """Show the progress bar on rank 0."""
+
+    def __post_init__(self) -> None:
+        _check_choice("optimizer", self.optimizer, OPTIMIZERS)
+        _check_choice("precision", self.precision, PRECISIONS)
+        _check_choice("schedule", self.schedule, SCHEDULES)
+        _check_choice("bad_images", self.bad_images, BAD_IMAGE_POLICIES)
+        _check_choice("device", self.device, DEVICES)
+        for name in ("nproc", "epochs", "batch_size", "ref_batch", "eval_every", "synthetic_samples",
+                     "synthetic_classes"):
+            if getattr(self, name) < 1:
+                raise UserError(f"--{_flag(name)} must be at least 1 (got {getattr(self, name)})")
+        if self.workers < 0:
+            raise UserError(f"--workers must be 0 or more (got {self.workers})")
+        if self.lr <= 0:
+            raise UserError(f"--lr must be positive (got {self.lr})")
+        if self.warmup_epochs < 0 or self.warmup_epochs > self.epochs:
+            raise UserError(f"--warmup-epochs must be between 0 and --epochs ({self.epochs}), got {self.warmup_epochs}")
+        if self.image_size is not None and self.image_size < 1:
+            raise UserError(f"--image-size must be at least 1 (got {self.image_size})")
+        if self.width <= 0:
+            raise UserError(f"--width must be positive (got {self.width})")
+        if self.stop_after is not None and self.stop_after < 1:
+            raise UserError(f"--stop-after must be at least 1 epoch (got {self.stop_after})")
+        if self.threads is not None and self.threads < 1:
+            raise UserError(f"--threads must be at least 1 (got {self.threads})")
+        if self.master_port is not None and not 1 <= self.master_port <= 65535:
+            raise UserError(f"--master-port must be in 1..65535 (got {self.master_port})")
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def _flag(name: str) -> str:
+    return name.replace("_", "-")
+
+
+def _check_choice(name: str, value: str, choices: tuple[str, ...]) -> None:
+    if value not in choices:
+        raise UserError(f"--{_flag(name)} must be one of {', '.join(choices)} (got {value!r})")
+
+
+def field_names() -> list[str]:
+    return [f.name for f in fields(TrainConfig)]
+
+
+def load_toml(path: str | Path) -> dict[str, Any]:
+    """Read a TOML config into {field: value}, naming any unknown or misspelt key."""
+    path = Path(path)
+    if not path.is_file():
+        raise UserError(f"config file {path} does not exist: check the --config path")
+    try:
+        raw = tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as e:
+        raise UserError(f"config file {path} is not valid TOML ({e}): fix that line") from None
+    raw = raw.get("train", raw) if set(raw) == {"train"} else raw
+    known = field_names()
+    values: dict[str, Any] = {}
+    for key, value in raw.items():
+        name = key.replace("-", "_")
+        if name not in known:
+            close = difflib.get_close_matches(name, known, n=1)
+            hint = f"did you mean '{close[0]}'?" if close else f"known keys: {', '.join(known)}"
+            raise UserError(f"unknown key '{key}' in {path}: {hint}")
+        values[name] = value
+    return values
+
+
+def build_config(file_values: dict[str, Any], overrides: dict[str, Any]) -> TrainConfig:
+    """Defaults < TOML file < command-line overrides; types are checked against the defaults."""
+    merged = {**file_values, **overrides}
+    for f in fields(TrainConfig):
+        if f.name in merged:
+            merged[f.name] = _coerce(f.name, merged[f.name], str(f.type))
+    return TrainConfig(**merged)
+
+
+_TYPES = {"int": int, "float": float, "str": str, "bool": bool}
+
+
+def _coerce(name: str, value: Any, annotation: str) -> Any:
+    """Check a value against its field's annotation ("int", "str | None", ...); ints widen to float."""
+    parts = [p.strip() for p in annotation.split("|")]
+    if value is None and "None" in parts:
+        return value
+    want = _TYPES[parts[0]]
+    if want is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if not isinstance(value, want) or (want is not bool and isinstance(value, bool)):
+        raise UserError(f"'{name}' must be a {want.__name__}, got {value!r}: fix it in the config file")
+    return value
+
+
+def save_toml(config: TrainConfig, path: Path) -> None:
+    """Write the resolved config (None values omitted, as TOML has no null)."""
+    data = {k: v for k, v in config.to_dict().items() if v is not None}
+    path.write_text("# resolved scaletrain configuration; rerun with --config this-file\n" + tomli_w.dumps(data))
+
+
+def config_from_dict(data: dict[str, Any]) -> TrainConfig:
+    known = set(field_names())
+    return TrainConfig(**{k: v for k, v in data.items() if k in known})
+
+
+__all__ = ["TrainConfig", "load_toml", "build_config", "save_toml", "config_from_dict", "field_names"]

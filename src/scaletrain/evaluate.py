@@ -1,0 +1,64 @@
+"""Validation sharded across ranks with counts summed, so the result equals a single-process evaluation."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch.utils.data import Sampler
+
+from scaletrain.dist import all_reduce_sum
+
+
+class ShardSampler(Sampler[int]):
+    """Rank r takes items r, r+W, r+2W, ...: every item exactly once over all ranks, no padding.
+
+    (DistributedSampler pads with repeated items so all ranks get equal counts, which would
+    count some validation images twice.)
+    """
+
+    def __init__(self, length: int, rank: int, world_size: int) -> None:
+        self.indices = range(rank, length, world_size)
+
+    def __iter__(self):
+        return iter(self.indices)
+
+    def __len__(self) -> int:
+        return len(self.indices)
+
+
+@dataclass(frozen=True)
+class EvalResult:
+    top1: float
+    top5: float
+    loss: float
+    samples: int
+
+
+@torch.no_grad()
+def evaluate(model: torch.nn.Module, loader, device: torch.device, autocast_dtype: torch.dtype | None,
+             num_classes: int) -> EvalResult:
+    """Top-1/top-5 accuracy and mean loss over the whole validation split (all ranks together)."""
+    was_training = model.training
+    model.eval()
+    k = min(5, num_classes)
+    # [correct top-1, correct top-k, samples, summed loss]: float64 keeps the loss sum exact enough
+    totals = torch.zeros(4, dtype=torch.float64, device=device)
+    for x, y, _bad in loader:
+        if len(y) == 0:
+            continue
+        x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+        with torch.autocast(device.type, dtype=autocast_dtype, enabled=autocast_dtype is not None):
+            logits = model(x)
+        topk = logits.float().topk(k, dim=1).indices
+        hits = topk.eq(y[:, None])
+        totals[0] += hits[:, 0].sum()
+        totals[1] += hits.any(dim=1).sum()
+        totals[2] += len(y)
+        totals[3] += torch.nn.functional.cross_entropy(logits.float(), y, reduction="sum")
+    all_reduce_sum(totals)
+    model.train(was_training)
+    correct1, correctk, n, loss = totals.tolist()  # note: a CPU-GPU sync point, once per evaluation
+    if n == 0:
+        raise RuntimeError("the validation split is empty")
+    return EvalResult(top1=correct1 / n, top5=correctk / n, loss=loss / n, samples=int(n))

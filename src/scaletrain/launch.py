@@ -1,0 +1,141 @@
+"""`scaletrain train`: check the request, prepare the run directory, start workers via torch's elastic agent."""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import sys
+import tempfile
+import uuid
+from pathlib import Path
+
+from scaletrain import checkpoint
+from scaletrain.config import TrainConfig, save_toml
+from scaletrain.data import build_datasets
+from scaletrain.dist import RankInfo, check_device_request, launched_externally, slurm_rendezvous
+from scaletrain.errors import UserError
+from scaletrain.models import build_model
+from scaletrain.rundir import RunDir, check_out_dir, create, keep_epochs_before, read_jsonl, write_json_atomic
+
+
+def preflight(cfg: TrainConfig) -> RunDir:
+    """Every check that can be made before a worker starts; writes nothing."""
+    run = check_out_dir(cfg.out, cfg.resume)
+    check_device_request(cfg.device, cfg.nproc, cfg.precision)
+    data = build_datasets(cfg.dataset, image_size=cfg.image_size, seed=cfg.seed,
+                          synthetic_samples=cfg.synthetic_samples, synthetic_classes=cfg.synthetic_classes,
+                          augment=False)
+    build_model(cfg.model, num_classes=data.num_classes, in_channels=data.in_channels,
+                image_size=data.image_size, stem=cfg.stem, width=cfg.width)
+    if cfg.resume:
+        ckpt = checkpoint.load(run.checkpoint, mmap=True)
+        checkpoint.check_compatible(ckpt, cfg.model, cfg.dataset, run.checkpoint)
+    return run
+
+
+def free_port(addr: str) -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((addr, 0))
+        return s.getsockname()[1]
+
+
+def check_port(addr: str, port: int) -> None:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind((addr, port))
+        except OSError:
+            raise UserError(f"master port {port} on {addr} is already in use (another job?): pass a free "
+                            "--master-port, or leave it out to pick one automatically") from None
+
+
+def train(cfg: TrainConfig) -> int:
+    """Run a training job; returns the process exit code."""
+    if launched_externally():
+        return _join_external_launch(cfg)
+    run = preflight(cfg)
+    create(run)
+    if not cfg.resume:  # a failed earlier attempt without a checkpoint: start its records afresh
+        for path in [run.epochs, *run.root.glob("metrics-rank*.jsonl")]:
+            keep_epochs_before(path, 0)
+    save_toml(cfg, run.config)
+    port = cfg.master_port
+    if port is None:
+        port = free_port(cfg.master_addr)
+    else:
+        check_port(cfg.master_addr, port)
+    return _launch_local(cfg, run, port)
+
+
+def _launch_local(cfg: TrainConfig, run: RunDir, port: int) -> int:
+    """nproc workers through the elastic agent behind torchrun (the engine's launcher, not a process pool)."""
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.launcher.api import LaunchConfig, elastic_launch
+
+    from scaletrain.train import worker_main
+
+    # the agent logs every worker exit at WARNING/ERROR; failures are reported below in one line instead
+    logging.getLogger("torch.distributed.elastic").setLevel(logging.CRITICAL)
+    launch_cfg = LaunchConfig(
+        min_nodes=1, max_nodes=1, nproc_per_node=cfg.nproc, run_id=f"scaletrain-{uuid.uuid4().hex[:8]}",
+        rdzv_backend="c10d", rdzv_endpoint=f"{cfg.master_addr}:{port}", max_restarts=0,
+        monitor_interval=0.1, start_method="spawn",
+    )
+    with tempfile.TemporaryDirectory(prefix="scaletrain-err-") as err_dir:
+        try:
+            elastic_launch(launch_cfg, worker_main)(cfg.to_dict(), err_dir)
+        except ChildFailedError as e:
+            message = _worker_error(err_dir) or _describe_failure(e)
+            _write_failed_summary(run, cfg, message)
+            print(f"error: {message}", file=sys.stderr)
+            return 2 if _worker_error(err_dir) else 1
+        except KeyboardInterrupt:
+            _write_failed_summary(run, cfg, "interrupted")
+            print(f"interrupted: continue with  scaletrain train --resume --out {run.root}", file=sys.stderr)
+            return 130
+    _print_summary(run)
+    return 0
+
+
+def _join_external_launch(cfg: TrainConfig) -> int:
+    """Under torchrun or srun, this process is one worker: join the job instead of launching one."""
+    from scaletrain.train import run as run_worker
+
+    os.environ.update(slurm_rendezvous(dict(os.environ)) if "RANK" not in os.environ else {})
+    rank = RankInfo.from_env()
+    run = preflight(cfg)
+    if rank.is_main:
+        create(run)
+        save_toml(cfg, run.config)
+    else:
+        run.root.mkdir(parents=True, exist_ok=True)
+    run_worker(cfg, rank)
+    if rank.is_main:
+        _print_summary(run)
+    return 0
+
+
+def _worker_error(err_dir: str) -> str | None:
+    files = sorted(Path(err_dir).glob("rank*.txt"))
+    return files[0].read_text().strip() if files else None
+
+
+def _describe_failure(e) -> str:
+    rank, failure = e.get_first_failure()
+    detail = failure.message if isinstance(failure.message, str) else failure.message.get("message", "")
+    last = detail.strip().splitlines()[-1] if detail and detail.strip() else f"exit code {failure.exitcode}"
+    return f"worker rank {rank} failed: {last}"
+
+
+def _write_failed_summary(run: RunDir, cfg: TrainConfig, message: str) -> None:
+    epochs = read_jsonl(run.epochs)
+    write_json_atomic(run.summary, {"status": "failed", "error": message, "model": cfg.model,
+                                    "dataset": cfg.dataset, "world_size": cfg.nproc,
+                                    "epochs": len(epochs), "epochs_planned": cfg.epochs,
+                                    "resumable": run.checkpoint.exists()})
+
+
+def _print_summary(run: RunDir) -> None:
+    from scaletrain.summary_view import print_summary
+
+    print_summary(run)

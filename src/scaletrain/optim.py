@@ -1,0 +1,56 @@
+"""Optimizers and the learning-rate schedule: linear scaling rule, gradual warm-up, then decay."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from scaletrain.config import TrainConfig
+
+
+def peak_lr(cfg: TrainConfig, world_size: int) -> float:
+    """The LR after warm-up: lr, or lr x global batch / ref batch under the linear scaling rule."""
+    if not cfg.scale_lr:
+        return cfg.lr
+    return cfg.lr * cfg.batch_size * world_size / cfg.ref_batch
+
+
+def build_optimizer(cfg: TrainConfig, model: torch.nn.Module, world_size: int) -> torch.optim.Optimizer:
+    """The optimizer, created at the peak LR (the schedule multiplies it down)."""
+    lr = peak_lr(cfg, world_size)
+    # Weight decay on BN/bias parameters hurts large-batch training (Goyal et al. 2017, Jia et al. 2018).
+    decay = [p for p in model.parameters() if p.requires_grad and p.ndim > 1]
+    no_decay = [p for p in model.parameters() if p.requires_grad and p.ndim <= 1]
+    groups = [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    if cfg.optimizer in ("sgd", "nesterov"):
+        return torch.optim.SGD(groups, lr=lr, momentum=cfg.momentum, nesterov=cfg.optimizer == "nesterov")
+    if cfg.optimizer == "adagrad":
+        return torch.optim.Adagrad(groups, lr=lr)
+    return torch.optim.AdamW(groups, lr=lr, betas=(cfg.momentum, 0.999))
+
+
+class LRSchedule:
+    """Per-step multiplier of the peak LR; picklable so LambdaLR state round-trips through checkpoints."""
+
+    def __init__(self, cfg: TrainConfig, steps_per_epoch: int, world_size: int) -> None:
+        self.total = max(1, cfg.epochs * steps_per_epoch)
+        self.warmup = int(round(cfg.warmup_epochs * steps_per_epoch))
+        # Warm-up starts at the unscaled base LR and reaches the scaled one (Goyal et al. 2017, sec. 2.2).
+        self.start = min(1.0, cfg.lr / peak_lr(cfg, world_size))
+        self.kind = cfg.schedule
+
+    def __call__(self, step: int) -> float:
+        if step < self.warmup:
+            return self.start + (1.0 - self.start) * step / self.warmup
+        if self.kind == "constant":
+            return 1.0
+        progress = (step - self.warmup) / max(1, self.total - self.warmup)
+        if self.kind == "cosine":
+            return 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress)))
+        return 0.1 ** ((progress >= 0.5) + (progress >= 0.75))
+
+
+def build_scheduler(cfg: TrainConfig, optimizer: torch.optim.Optimizer, steps_per_epoch: int,
+                    world_size: int) -> torch.optim.lr_scheduler.LambdaLR:
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, LRSchedule(cfg, steps_per_epoch, world_size))

@@ -1,0 +1,54 @@
+"""Rendering for people: the end-of-run summary and the model listing (tables; no computation)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from scaletrain.rundir import RunDir
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{100 * x:.2f}%"
+
+
+def summary_table(s: dict[str, Any]) -> Table:
+    t = Table(title=f"{s['model']} on {s['dataset']}: {s['status']}", show_header=False)
+    times = s.get("epoch_times_s") or []
+    rows = [
+        ("ranks x batch", f"{s['world_size']} x {s['global_batch'] // s['world_size']} = {s['global_batch']} "
+                          f"({s['device']}, {s['backend']}, {s['precision']})"),
+        ("epochs", f"{s['epochs']}/{s['epochs_planned']}"),
+        ("top-1 / best / top-5", f"{_pct(s['top1'])} / {_pct(s['best_top1'])} / {_pct(s['top5'])}"),
+        ("epoch time (mean)", f"{sum(times) / len(times):.2f} s" if times else "-"),
+        ("throughput (steady)", f"{s['samples_per_s']:,.0f} samples/s" if s.get("samples_per_s") else
+         "not measured (too few steps)"),
+        ("effective lr", f"{s['effective_lr']:.4g}"),
+        ("wall time", f"{s['wall_time_s']:.1f} s"),
+    ]
+    if s.get("bad_images_skipped"):
+        rows.append(("unreadable images skipped", str(s["bad_images_skipped"])))
+    for k, v in rows:
+        t.add_row(k, v)
+    return t
+
+
+def print_summary(run: RunDir, console: Console | None = None) -> None:
+    console = console or Console()
+    s = json.loads(run.summary.read_text())
+    console.print(summary_table(s))
+    console.print(f"run directory: {run.root}  (summary.json, metrics-rank*.jsonl, checkpoint.pt)")
+
+
+def print_models(rows: list[dict[str, Any]], image_size: int, console: Console | None = None) -> None:
+    t = Table(title=f"models at {image_size}x{image_size}")
+    for col in ("model", "description", "parameters", "forward GFLOPs"):
+        t.add_column(col, justify="right" if col in ("parameters", "forward GFLOPs") else "left")
+    for r in rows:
+        flops = f"{r['flops'] / 1e9:.3f}" if r.get("flops") is not None else (r.get("note") or "-")
+        t.add_row(r["name"], r["description"], f"{r['params']:,}", flops)
+    (console or Console()).print(t)
+    (console or Console()).print("any other model: --model package.module:factory")

@@ -1,0 +1,278 @@
+"""The training worker: one process per device (or CPU rank), reading like the algorithm it runs."""
+
+from __future__ import annotations
+
+import math
+import random
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.data import DataLoader, DistributedSampler
+
+import scaletrain
+from scaletrain import checkpoint
+from scaletrain.config import TrainConfig, config_from_dict
+from scaletrain.data import build_datasets, collate
+from scaletrain.dist import (RankInfo, barrier, choose_device, cpu_threads_per_rank, gather_objects,
+                             init_process_group, shutdown)
+from scaletrain.errors import UserError
+from scaletrain.evaluate import ShardSampler, evaluate
+from scaletrain.metrics import StepLog, steady_samples_per_s
+from scaletrain.models import build_model
+from scaletrain.optim import build_optimizer, build_scheduler, peak_lr
+from scaletrain.progress import EpochBar, SilentBar
+from scaletrain.rundir import RunDir, keep_epochs_before, read_jsonl, write_json_atomic
+
+AUTOCAST = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def worker_main(cfg_dict: dict[str, Any], error_dir: str) -> None:
+    """Entry point the elastic agent starts in each worker; a UserError becomes one line for the parent."""
+    rank = RankInfo.from_env()
+    try:
+        run(config_from_dict(cfg_dict), rank)
+    except UserError as e:
+        Path(error_dir, f"rank{rank.rank}.txt").write_text(str(e))
+        sys.exit(2)
+
+
+def run(cfg: TrainConfig, rank: RankInfo) -> dict[str, Any] | None:
+    """Set up device and process group, train, tear down. Returns the summary on rank 0."""
+    device = choose_device(cfg.device, rank)
+    if device.type == "cpu":
+        torch.set_num_threads(cpu_threads_per_rank(rank.local_world_size, cfg.threads))
+    backend = init_process_group(device, rank)
+    try:
+        return Trainer(cfg, rank, device, backend).fit()
+    finally:
+        shutdown()
+
+
+@dataclass
+class History:
+    """Per-epoch results that must survive a resume (they live in the checkpoint)."""
+
+    epoch_times_s: list[float] = field(default_factory=list)
+    top1: float | None = None
+    top5: float | None = None
+    best_top1: float | None = None
+    bad_images_skipped: int = 0
+
+
+class Trainer:
+    def __init__(self, cfg: TrainConfig, rank: RankInfo, device: torch.device, backend: str) -> None:
+        self.cfg, self.rank, self.device, self.backend = cfg, rank, device, backend
+        self.run_dir = RunDir(Path(cfg.out))
+        self.autocast = AUTOCAST[cfg.precision]
+        _seed_everything(cfg.seed)  # same seed on every rank: identical initial weights
+
+        self.data = build_datasets(cfg.dataset, image_size=cfg.image_size, seed=cfg.seed,
+                                   synthetic_samples=cfg.synthetic_samples,
+                                   synthetic_classes=cfg.synthetic_classes, augment=cfg.augment)
+        model = build_model(cfg.model, num_classes=self.data.num_classes, in_channels=self.data.in_channels,
+                            image_size=self.data.image_size, stem=cfg.stem, width=cfg.width)
+        if cfg.sync_bn:
+            if device.type != "cuda":
+                raise UserError("--sync-bn needs CUDA (PyTorch's SyncBatchNorm has no CPU kernel): drop --sync-bn")
+            model = torch.nn.SyncBatchNorm.convert_sync_batchnorm(model)
+        self.model = model.to(device)
+        world = rank.world_size
+        self.ddp = DDP(self.model, device_ids=[device.index] if device.type == "cuda" else None) \
+            if world > 1 else self.model
+
+        self.sampler = DistributedSampler(self.data.train, num_replicas=world, rank=rank.rank,
+                                          shuffle=True, seed=cfg.seed)
+        self.loader_rng = torch.Generator()
+        # drop_last: every step has the full global batch, as the linear scaling rule assumes
+        self.train_loader = DataLoader(self.data.train, batch_size=cfg.batch_size, sampler=self.sampler,
+                                       num_workers=cfg.workers, collate_fn=collate, drop_last=True,
+                                       pin_memory=device.type == "cuda", generator=self.loader_rng)
+        self.val_loader = DataLoader(self.data.val, batch_size=max(cfg.batch_size, 256),
+                                     sampler=ShardSampler(len(self.data.val), rank.rank, world),
+                                     num_workers=cfg.workers, collate_fn=collate,
+                                     pin_memory=device.type == "cuda")
+        self.steps_per_epoch = len(self.train_loader)
+        if self.steps_per_epoch == 0:
+            raise UserError(f"--batch-size {cfg.batch_size} x {world} ranks is more than the "
+                            f"{len(self.data.train)} training samples: lower --batch-size")
+
+        self.optimizer = build_optimizer(cfg, self.model, world)
+        self.scheduler = build_scheduler(cfg, self.optimizer, self.steps_per_epoch, world)
+        self.scaler = torch.amp.GradScaler(device.type) if cfg.precision == "fp16" else None
+        self.criterion = torch.nn.CrossEntropyLoss()
+        self.history = History()
+        self.start_epoch = 0
+        self.global_step = 0
+        self.bad_paths: set[str] = set()
+        if cfg.resume:
+            self._restore()
+        else:
+            torch.manual_seed(cfg.seed + 1 + rank.rank)  # per-rank augmentation streams
+        self.log = StepLog(self.run_dir.metrics(rank.rank))
+
+    # ---------------------------------------------------------------- training
+    def fit(self) -> dict[str, Any] | None:
+        cfg, main = self.cfg, self.rank.is_main
+        bar = EpochBar() if main and cfg.progress else SilentBar()
+        t_run = time.perf_counter()
+        last = cfg.epochs if cfg.stop_after is None else min(cfg.epochs, self.start_epoch + cfg.stop_after)
+        try:
+            for epoch in range(self.start_epoch, last):
+                epoch_time = self.train_epoch(epoch, bar)
+                result = None
+                if (epoch + 1) % cfg.eval_every == 0 or epoch + 1 == cfg.epochs:
+                    _sync_buffers(self.model)  # evaluate (and save) rank 0's BN statistics on every rank
+                    result = evaluate(self.model, self.val_loader, self.device, self.autocast,
+                                      self.data.num_classes)
+                self._end_epoch(epoch, epoch_time, result)
+        finally:
+            bar.close()
+            self.log.close()
+        status = "completed" if last == cfg.epochs else "stopped"
+        return self._write_summary(status, time.perf_counter() - t_run) if main else None
+
+    def train_epoch(self, epoch: int, bar) -> float:
+        """One pass over this rank's shard; returns the epoch's training wall time."""
+        cfg, world = self.cfg, self.rank.world_size
+        self.sampler.set_epoch(epoch)  # a new shuffle each epoch, the same on every rank
+        # loader workers draw their seeds from this generator: fixed per (seed, epoch, rank) for resumes
+        self.loader_rng.manual_seed(cfg.seed * 1_000_003 + epoch * 1009 + self.rank.rank)
+        self.ddp.train()
+        bar.start_epoch(epoch, cfg.epochs, self.steps_per_epoch)
+        t_start = t_prev = time.perf_counter()
+        for i, (x, y, bad) in enumerate(self.train_loader):
+            if bad:
+                self._bad_images(bad)
+            x = x.to(self.device, non_blocking=True)
+            y = y.to(self.device, non_blocking=True)
+            with torch.autocast(self.device.type, dtype=self.autocast, enabled=self.autocast is not None):
+                loss = self.criterion(self.ddp(x), y)
+            self.optimizer.zero_grad(set_to_none=True)
+            if self.scaler is not None:
+                self.scaler.scale(loss).backward()  # DDP all-reduces gradient buckets during backward
+                self.scaler.step(self.optimizer)
+                self.scaler.update()
+            else:
+                loss.backward()  # DDP all-reduces gradient buckets during backward
+                self.optimizer.step()
+            lr = self.optimizer.param_groups[0]["lr"]
+            self.scheduler.step()
+            loss_value = loss.item()  # note: a CPU-GPU sync point, once per step (step timing needs it)
+            now = time.perf_counter()
+            step_time, t_prev = now - t_prev, now
+            if not math.isfinite(loss_value) and self.scaler is None:
+                raise UserError(f"training diverged: loss is {loss_value} at epoch {epoch + 1} step {i + 1} "
+                                f"(lr {lr:.4g}): lower --lr or add --warmup-epochs")
+            self.log.write({"step": self.global_step, "epoch": epoch, "step_in_epoch": i, "loss": loss_value,
+                            "lr": lr, "samples": len(y), "step_time_s": step_time})
+            bar.step(loss_value, len(y) * world / step_time if step_time > 0 else None)
+            self.global_step += 1
+        bar.end_epoch()
+        self.log.flush()
+        return time.perf_counter() - t_start
+
+    def _bad_images(self, bad: list[str]) -> None:
+        if self.cfg.bad_images == "error":
+            raise UserError(f"unreadable image {bad[0]}: replace or delete it, or pass --bad-images skip")
+        self.history.bad_images_skipped += len(bad)
+        self.bad_paths.update(b.split(": ")[0] for b in bad)
+
+    # ------------------------------------------------------- epoch bookkeeping
+    def _end_epoch(self, epoch: int, epoch_time: float, result) -> None:
+        h = self.history
+        h.epoch_times_s.append(epoch_time)
+        if result is not None:
+            h.top1, h.top5 = result.top1, result.top5
+            h.best_top1 = max(h.best_top1 or 0.0, result.top1)
+        rngs = gather_objects(checkpoint.rng_state())  # every rank's RNG, so a resume replays all of them
+        skipped = gather_objects(h.bad_images_skipped)
+        if self.rank.is_main:
+            self._save_checkpoint(epoch + 1, rngs)
+            record = {"epoch": epoch, "epoch_time_s": epoch_time, "lr": self.optimizer.param_groups[0]["lr"],
+                      "bad_images_skipped": sum(skipped)}
+            if result is not None:
+                record |= {"top1": result.top1, "top5": result.top5, "val_loss": result.loss}
+            with open(self.run_dir.epochs, "a") as f:
+                f.write(_json_line(record))
+            _print_epoch(record, self.cfg.epochs)
+        barrier()  # nobody races ahead while rank 0 writes the checkpoint
+
+    def _save_checkpoint(self, epochs_done: int, rngs: list) -> None:
+        checkpoint.save_atomic({
+            "format": checkpoint.FORMAT, "epoch": epochs_done, "global_step": self.global_step,
+            "model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+            "scaler": self.scaler.state_dict() if self.scaler is not None else None,
+            "rng": rngs, "world_size": self.rank.world_size, "config": self.cfg.to_dict(),
+            "history": vars(self.history).copy(),
+        }, self.run_dir.checkpoint)
+
+    def _restore(self) -> None:
+        ckpt = checkpoint.load(self.run_dir.checkpoint)
+        checkpoint.check_compatible(ckpt, self.cfg.model, self.cfg.dataset, self.run_dir.checkpoint)
+        try:
+            self.model.load_state_dict(ckpt["model"])
+        except RuntimeError:
+            raise UserError(f"checkpoint {self.run_dir.checkpoint} does not fit this model (its shapes differ: "
+                            "another --width/--image-size/--stem?): resume with the original settings") from None
+        self.optimizer.load_state_dict(ckpt["optimizer"])
+        self.scheduler.load_state_dict(ckpt["scheduler"])
+        if self.scaler is not None and ckpt["scaler"] is not None:
+            self.scaler.load_state_dict(ckpt["scaler"])
+        self.start_epoch, self.global_step = ckpt["epoch"], ckpt["global_step"]
+        self.history = History(**ckpt["history"])
+        if ckpt["world_size"] == self.rank.world_size:
+            checkpoint.set_rng_state(ckpt["rng"][self.rank.rank])
+        else:  # a different world size cannot replay the same data order anyway
+            torch.manual_seed(self.cfg.seed + 1 + self.rank.rank + 7919 * self.start_epoch)
+        if self.rank.is_main:
+            keep_epochs_before(self.run_dir.epochs, self.start_epoch)
+        keep_epochs_before(self.run_dir.metrics(self.rank.rank), self.start_epoch)
+
+    def _write_summary(self, status: str, wall_time: float) -> dict[str, Any]:
+        cfg, world, h = self.cfg, self.rank.world_size, self.history
+        records = read_jsonl(self.run_dir.metrics(0))
+        summary = {
+            "status": status, "model": cfg.model, "dataset": cfg.dataset, "world_size": world,
+            "global_batch": cfg.batch_size * world, "epochs": len(h.epoch_times_s), "epochs_planned": cfg.epochs,
+            "top1": h.top1, "top5": h.top5, "best_top1": h.best_top1, "epoch_times_s": h.epoch_times_s,
+            "samples_per_s": steady_samples_per_s(records, world, self.steps_per_epoch),
+            "effective_lr": peak_lr(cfg, world), "precision": cfg.precision,
+            "device": self.device.type if self.device.type == "cpu" else torch.cuda.get_device_name(self.device),
+            "backend": self.backend, "steps": self.global_step, "train_samples": len(self.data.train),
+            "val_samples": len(self.data.val), "bad_images_skipped": h.bad_images_skipped,
+            "wall_time_s": wall_time, "scaletrain_version": scaletrain.__version__,
+            "torch_version": torch.__version__, "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        }
+        write_json_atomic(self.run_dir.summary, summary)
+        return summary
+
+
+def _seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def _sync_buffers(model: torch.nn.Module) -> None:
+    """Broadcast rank 0's buffers (BN running statistics), which DDP only syncs at the next forward."""
+    if dist.is_initialized() and dist.get_world_size() > 1:
+        for buf in model.buffers():
+            dist.broadcast(buf, src=0)
+
+
+def _json_line(record: dict[str, Any]) -> str:
+    import json
+    return json.dumps(record) + "\n"
+
+
+def _print_epoch(record: dict[str, Any], epochs: int) -> None:
+    acc = f"  top1 {record['top1']:.4f}  top5 {record['top5']:.4f}" if "top1" in record else ""
+    print(f"epoch {record['epoch'] + 1}/{epochs}  {record['epoch_time_s']:.1f} s{acc}", flush=True)
