@@ -72,6 +72,7 @@ def train_config(args: argparse.Namespace) -> TrainConfig:
             raise UserError("--resume needs --out DIR: the run directory to continue")
         saved = Path(out) / "config.toml"
         base = load_toml(saved) if saved.is_file() else {}
+        base.pop("stop_after", None)  # a per-invocation limit, not part of the run's identity
         file_values = {**base, **file_values}
     cfg = build_config(file_values, overrides)
     if cfg.out is None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 import random
 import sys
@@ -136,7 +138,11 @@ class Trainer:
             bar.close()
             self.log.close()
         status = "completed" if last == cfg.epochs else "stopped"
-        return self._write_summary(status, time.perf_counter() - t_run) if main else None
+        digests = gather_objects(param_digest(self.model))
+        self.bad_paths = set().union(*gather_objects(self.bad_paths))
+        if not main:
+            return None
+        return self._write_summary(status, time.perf_counter() - t_run, digests)
 
     def train_epoch(self, epoch: int, bar) -> float:
         """One pass over this rank's shard; returns the epoch's training wall time."""
@@ -147,6 +153,7 @@ class Trainer:
         self.ddp.train()
         bar.start_epoch(epoch, cfg.epochs, self.steps_per_epoch)
         t_start = t_prev = time.perf_counter()
+        loss_sum = 0.0
         for i, (x, y, bad) in enumerate(self.train_loader):
             if bad:
                 self._bad_images(bad)
@@ -174,8 +181,10 @@ class Trainer:
                             "lr": lr, "samples": len(y), "step_time_s": step_time})
             bar.step(loss_value, len(y) * world / step_time if step_time > 0 else None)
             self.global_step += 1
+            loss_sum += loss_value
         bar.end_epoch()
         self.log.flush()
+        self.epoch_loss = loss_sum / self.steps_per_epoch
         return time.perf_counter() - t_start
 
     def _bad_images(self, bad: list[str]) -> None:
@@ -195,8 +204,8 @@ class Trainer:
         skipped = gather_objects(h.bad_images_skipped)
         if self.rank.is_main:
             self._save_checkpoint(epoch + 1, rngs)
-            record = {"epoch": epoch, "epoch_time_s": epoch_time, "lr": self.optimizer.param_groups[0]["lr"],
-                      "bad_images_skipped": sum(skipped)}
+            record = {"epoch": epoch, "epoch_time_s": epoch_time, "train_loss": self.epoch_loss,
+                      "lr": self.optimizer.param_groups[0]["lr"], "bad_images_skipped": sum(skipped)}
             if result is not None:
                 record |= {"top1": result.top1, "top5": result.top5, "val_loss": result.loss}
             with open(self.run_dir.epochs, "a") as f:
@@ -236,7 +245,7 @@ class Trainer:
             keep_epochs_before(self.run_dir.epochs, self.start_epoch)
         keep_epochs_before(self.run_dir.metrics(self.rank.rank), self.start_epoch)
 
-    def _write_summary(self, status: str, wall_time: float) -> dict[str, Any]:
+    def _write_summary(self, status: str, wall_time: float, digests: list[str]) -> dict[str, Any]:
         cfg, world, h = self.cfg, self.rank.world_size, self.history
         records = read_jsonl(self.run_dir.metrics(0))
         summary = {
@@ -248,6 +257,8 @@ class Trainer:
             "device": self.device.type if self.device.type == "cpu" else torch.cuda.get_device_name(self.device),
             "backend": self.backend, "steps": self.global_step, "train_samples": len(self.data.train),
             "val_samples": len(self.data.val), "bad_images_skipped": h.bad_images_skipped,
+            "bad_images": sorted(self.bad_paths)[:20],
+            "param_digests": digests, "replicas_identical": len(set(digests)) == 1,
             "wall_time_s": wall_time, "scaletrain_version": scaletrain.__version__,
             "torch_version": torch.__version__, "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         }
@@ -269,8 +280,15 @@ def _sync_buffers(model: torch.nn.Module) -> None:
 
 
 def _json_line(record: dict[str, Any]) -> str:
-    import json
     return json.dumps(record) + "\n"
+
+
+def param_digest(model: torch.nn.Module) -> str:
+    """SHA-256 of every parameter's bytes: equal on all ranks iff the replicas are bit-identical."""
+    h = hashlib.sha256()
+    for p in model.parameters():
+        h.update(p.detach().cpu().contiguous().numpy().tobytes())  # note: a device-to-host copy, once per run
+    return h.hexdigest()
 
 
 def _print_epoch(record: dict[str, Any], epochs: int) -> None:

@@ -1,0 +1,239 @@
+"""Tests for the training configuration: validation, TOML loading, precedence, type checks, round trip."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from scaletrain.config import (OPTIMIZERS, PRECISIONS, SCHEDULES, TrainConfig, build_config, field_names,
+                               load_toml, save_toml)
+from scaletrain.errors import UserError
+
+
+def write(tmp_path, text: str, name: str = "c.toml"):
+    p = tmp_path / name
+    p.write_text(text)
+    return p
+
+
+# ------------------------------------------------------------------ validation
+
+def test_defaults_are_valid_and_documented_values():
+    cfg = TrainConfig()
+    assert cfg.model == "resnet20" and cfg.dataset == "digits"
+    assert cfg.optimizer in OPTIMIZERS and cfg.precision in PRECISIONS and cfg.schedule in SCHEDULES
+    assert build_config({}, {}) == cfg
+    assert set(cfg.to_dict()) == set(field_names())
+
+
+@pytest.mark.parametrize("field, value, flag", [
+    ("batch_size", 0, "--batch-size"),
+    ("batch_size", -3, "--batch-size"),
+    ("epochs", 0, "--epochs"),
+    ("nproc", 0, "--nproc"),
+    ("ref_batch", 0, "--ref-batch"),
+    ("eval_every", 0, "--eval-every"),
+    ("synthetic_samples", 0, "--synthetic-samples"),
+    ("synthetic_classes", 0, "--synthetic-classes"),
+    ("optimizer", "adam", "--optimizer"),
+    ("precision", "fp8", "--precision"),
+    ("schedule", "linear", "--schedule"),
+    ("bad_images", "ignore", "--bad-images"),
+    ("device", "gpu", "--device"),
+    ("workers", -1, "--workers"),
+    ("lr", 0.0, "--lr"),
+    ("lr", -0.1, "--lr"),
+    ("warmup_epochs", 11.0, "--warmup-epochs"),
+    ("warmup_epochs", -0.5, "--warmup-epochs"),
+    ("image_size", 0, "--image-size"),
+    ("width", 0.0, "--width"),
+    ("stop_after", 0, "--stop-after"),
+    ("threads", 0, "--threads"),
+    ("master_port", 0, "--master-port"),
+    ("master_port", 65536, "--master-port"),
+])
+def test_each_invalid_value_is_a_user_error_naming_the_flag(field, value, flag):
+    with pytest.raises(UserError) as e:
+        TrainConfig(**{field: value})
+    msg = str(e.value)
+    assert msg.startswith(flag + " ")
+    assert repr(value) in msg or str(value) in msg
+
+
+def test_choice_errors_list_the_valid_choices():
+    with pytest.raises(UserError, match="sgd, nesterov, adagrad, adamw"):
+        TrainConfig(optimizer="adam")
+
+
+def test_warmup_limit_is_relative_to_epochs():
+    with pytest.raises(UserError, match=r"--epochs \(3\)"):
+        TrainConfig(epochs=3, warmup_epochs=3.5)
+
+
+@pytest.mark.parametrize("kw", [
+    dict(batch_size=1), dict(epochs=1), dict(nproc=1), dict(workers=0), dict(warmup_epochs=10.0),
+    dict(epochs=2, warmup_epochs=2.0), dict(warmup_epochs=0.0), dict(master_port=1), dict(master_port=65535),
+    dict(image_size=1), dict(stop_after=1), dict(threads=1), dict(optimizer="adamw", precision="bf16",
+                                                                    schedule="step", bad_images="skip",
+                                                                    device="cpu"),
+])
+def test_boundary_values_are_accepted(kw):
+    cfg = TrainConfig(**kw)
+    for k, v in kw.items():
+        assert getattr(cfg, k) == v
+
+
+# ------------------------------------------------------------------ load_toml
+
+def test_load_missing_file_names_it(tmp_path):
+    missing = tmp_path / "nope.toml"
+    with pytest.raises(UserError) as e:
+        load_toml(missing)
+    assert str(missing) in str(e.value) and "--config" in str(e.value)
+
+
+def test_load_directory_is_not_a_config(tmp_path):
+    with pytest.raises(UserError, match="does not exist"):
+        load_toml(tmp_path)
+
+
+def test_load_invalid_toml_names_the_file(tmp_path):
+    p = write(tmp_path, "epochs = = 3\n", name="broken.toml")
+    with pytest.raises(UserError) as e:
+        load_toml(p)
+    assert "broken.toml" in str(e.value) and "not valid TOML" in str(e.value)
+
+
+def test_load_reads_values_with_their_toml_types(tmp_path):
+    p = write(tmp_path, 'epochs = 3\nlr = 0.5\nmodel = "mlp"\naugment = false\n')
+    assert load_toml(p) == {"epochs": 3, "lr": 0.5, "model": "mlp", "augment": False}
+
+
+def test_misspelt_key_suggests_the_right_one(tmp_path):
+    p = write(tmp_path, "batchsize = 32\n")
+    with pytest.raises(UserError) as e:
+        load_toml(p)
+    assert "unknown key 'batchsize'" in str(e.value)
+    assert "did you mean 'batch_size'?" in str(e.value)
+    assert str(p) in str(e.value)
+
+
+def test_misspelt_hyphenated_key_suggests_the_underscore_name(tmp_path):
+    p = write(tmp_path, "warmup-epoch = 1\n")
+    with pytest.raises(UserError, match="unknown key 'warmup-epoch'.*did you mean 'warmup_epochs'"):
+        load_toml(p)
+
+
+def test_unknown_key_without_close_match_lists_known_keys(tmp_path):
+    # difflib finds nothing close to 'lerning_rate' among the field names ('lr' is too short)
+    p = write(tmp_path, "lerning_rate = 0.1\n")
+    with pytest.raises(UserError) as e:
+        load_toml(p)
+    msg = str(e.value)
+    assert "unknown key 'lerning_rate'" in msg and "did you mean" not in msg
+    assert "known keys:" in msg
+    listed = msg.split("known keys:")[1].split(", ")
+    assert [k.strip() for k in listed] == field_names()
+
+
+def test_hyphenated_keys_are_accepted(tmp_path):
+    p = write(tmp_path, 'batch-size = 32\nwarmup-epochs = 1.5\nbad-images = "skip"\n')
+    assert load_toml(p) == {"batch_size": 32, "warmup_epochs": 1.5, "bad_images": "skip"}
+
+
+def test_train_table_is_accepted(tmp_path):
+    p = write(tmp_path, '[train]\nepochs = 4\nmodel = "lenet5"\n')
+    assert load_toml(p) == {"epochs": 4, "model": "lenet5"}
+
+
+def test_train_table_beside_top_level_keys_is_an_unknown_key(tmp_path):
+    p = write(tmp_path, 'epochs = 4\n[train]\nlr = 0.2\n')
+    with pytest.raises(UserError, match="unknown key 'train'"):
+        load_toml(p)
+
+
+@pytest.mark.xfail(strict=True, reason="bug: load_toml unwraps a lone top-level 'train' key without checking it "
+                   "is a table, so `train = 5` crashes with AttributeError instead of a UserError")
+def test_lone_train_key_that_is_not_a_table_is_a_user_error(tmp_path):
+    p = write(tmp_path, "train = 5\n")
+    with pytest.raises(UserError):
+        load_toml(p)
+
+
+# ------------------------------------------------------------------ build_config
+
+def test_overrides_beat_file_values_which_beat_defaults():
+    cfg = build_config({"epochs": 3, "lr": 0.5, "model": "mlp"}, {"lr": 0.2, "batch_size": 16})
+    assert (cfg.epochs, cfg.lr, cfg.model, cfg.batch_size) == (3, 0.2, "mlp", 16)
+    assert cfg.momentum == TrainConfig().momentum
+
+
+def test_int_is_widened_to_float_for_float_fields():
+    cfg = build_config({"lr": 1, "warmup_epochs": 2}, {"width": 2})
+    assert cfg.lr == 1.0 and type(cfg.lr) is float
+    assert type(cfg.warmup_epochs) is float and type(cfg.width) is float
+
+
+@pytest.mark.parametrize("key, value", [
+    ("epochs", "ten"),
+    ("epochs", True),       # bool is an int subclass, but not an int here
+    ("epochs", 2.5),
+    ("epochs", None),       # not an optional field
+    ("lr", True),
+    ("lr", "0.1"),
+    ("augment", 1),
+    ("model", 3),
+    ("image_size", "32"),
+    ("stop_after", False),
+])
+def test_wrong_types_are_rejected_naming_the_key(key, value):
+    with pytest.raises(UserError) as e:
+        build_config({key: value}, {})
+    assert f"'{key}'" in str(e.value) and repr(value) in str(e.value)
+
+
+def test_wrong_type_in_overrides_is_rejected_too():
+    with pytest.raises(UserError, match="'batch_size' must be"):
+        build_config({}, {"batch_size": "64"})
+
+
+@pytest.mark.parametrize("key", ["image_size", "stop_after", "out", "threads", "master_port"])
+def test_none_is_allowed_for_optional_fields(key):
+    cfg = build_config({key: None}, {})
+    assert getattr(cfg, key) is None
+
+
+def test_override_with_none_resets_an_optional_file_value():
+    cfg = build_config({"image_size": 28}, {"image_size": None})
+    assert cfg.image_size is None
+
+
+def test_build_config_runs_validation():
+    with pytest.raises(UserError, match="--epochs"):
+        build_config({"epochs": 0}, {})
+
+
+# ------------------------------------------------------------------ save_toml
+
+def test_save_toml_round_trips_to_an_equal_config(tmp_path):
+    cfg = TrainConfig(model="mlp", dataset="imagefolder:/data/x", width=0.5, augment=False, epochs=7,
+                      batch_size=32, optimizer="adamw", lr=0.003, warmup_epochs=1.5, schedule="step",
+                      precision="bf16", stop_after=2, out="runs/a", resume=True, threads=3, master_port=29500)
+    p = tmp_path / "config.toml"
+    save_toml(cfg, p)
+    back = build_config(load_toml(p), {})
+    assert back == cfg
+    assert p.read_text().startswith("#")
+
+
+def test_save_toml_omits_none_fields_and_round_trips(tmp_path):
+    cfg = TrainConfig(epochs=2)
+    assert cfg.image_size is None and cfg.out is None
+    p = tmp_path / "config.toml"
+    save_toml(cfg, p)
+    values = load_toml(p)
+    none_fields = {f.name for f in dataclasses.fields(TrainConfig) if getattr(cfg, f.name) is None}
+    assert none_fields and not none_fields & set(values)
+    assert set(values) == set(field_names()) - none_fields
+    assert build_config(values, {}) == cfg
