@@ -18,6 +18,9 @@ PRECISIONS = ("fp32", "bf16", "fp16")
 SCHEDULES = ("cosine", "step", "constant")
 BAD_IMAGE_POLICIES = ("error", "skip")
 DEVICES = ("auto", "cpu", "cuda")
+# names other tools use for our keys: only for suggestions, never accepted silently
+ALIASES = {"learning_rate": "lr", "num_workers": "workers", "wd": "weight_decay", "batch": "batch_size",
+           "world_size": "nproc", "nproc_per_node": "nproc", "output_dir": "out", "amp": "precision"}
 
 
 @dataclass(kw_only=True)
@@ -152,8 +155,9 @@ def load_toml(path: str | Path) -> dict[str, Any]:
     for key, value in raw.items():
         name = key.replace("-", "_")
         if name not in known:
-            close = difflib.get_close_matches(name, known, n=1)
-            hint = f"did you mean '{close[0]}'?" if close else f"known keys: {', '.join(known)}"
+            close = difflib.get_close_matches(name, known + list(ALIASES), n=1)
+            hint = (f"did you mean '{ALIASES.get(close[0], close[0])}'?" if close
+                    else f"known keys: {', '.join(known)}")
             raise UserError(f"unknown key '{key}' in {path}: {hint}")
         values[name] = value
     return values
