@@ -143,6 +143,14 @@ def test_resume_takes_the_saved_config_as_base_and_flags_override_it(tmp_path):
     assert cfg.epochs == 9
 
 
+def test_resume_does_not_inherit_the_saved_stop_after(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    save_toml(TrainConfig(epochs=6, stop_after=2, out=str(run)), run / "config.toml")
+    assert cfg_of("--resume", "--out", str(run)).stop_after is None
+    assert cfg_of("--resume", "--out", str(run), "--stop-after", "3").stop_after == 3
+
+
 def test_resume_config_file_sits_between_saved_config_and_flags(tmp_path):
     run = tmp_path / "run"
     run.mkdir()

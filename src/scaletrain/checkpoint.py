@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import os
 import random
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +10,7 @@ import numpy as np
 import torch
 
 from scaletrain.errors import UserError
+from scaletrain.rundir import replace_atomic
 
 FORMAT = 1
 
@@ -41,17 +40,7 @@ def set_rng_state(state: dict[str, Any]) -> None:
 
 def save_atomic(obj: Any, path: Path) -> None:
     """torch.save to a temp file in the same folder, fsync, then rename: a crash never leaves half a file."""
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            torch.save(obj, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    replace_atomic(Path(path), lambda f: torch.save(obj, f))
 
 
 def load(path: Path, mmap: bool = False) -> dict[str, Any]:

@@ -108,13 +108,13 @@ class TrainConfig:
                 raise UserError(f"--{_flag(name)} must be at least 1 (got {getattr(self, name)})")
         if self.workers < 0:
             raise UserError(f"--workers must be 0 or more (got {self.workers})")
-        if self.lr <= 0:
+        if not self.lr > 0:  # also refuses NaN
             raise UserError(f"--lr must be positive (got {self.lr})")
-        if self.warmup_epochs < 0 or self.warmup_epochs > self.epochs:
+        if not 0 <= self.warmup_epochs <= self.epochs:
             raise UserError(f"--warmup-epochs must be between 0 and --epochs ({self.epochs}), got {self.warmup_epochs}")
         if self.image_size is not None and self.image_size < 1:
             raise UserError(f"--image-size must be at least 1 (got {self.image_size})")
-        if self.width <= 0:
+        if not self.width > 0:
             raise UserError(f"--width must be positive (got {self.width})")
         if self.stop_after is not None and self.stop_after < 1:
             raise UserError(f"--stop-after must be at least 1 epoch (got {self.stop_after})")
@@ -149,7 +149,10 @@ def load_toml(path: str | Path) -> dict[str, Any]:
         raw = tomllib.loads(path.read_text())
     except tomllib.TOMLDecodeError as e:
         raise UserError(f"config file {path} is not valid TOML ({e}): fix that line") from None
-    raw = raw.get("train", raw) if set(raw) == {"train"} else raw
+    if set(raw) == {"train"}:  # the settings may sit in a [train] table
+        if not isinstance(raw["train"], dict):
+            raise UserError(f"'train' in {path} must be a [train] table of settings: write them as key = value")
+        raw = raw["train"]
     known = field_names()
     values: dict[str, Any] = {}
     for key, value in raw.items():

@@ -63,13 +63,13 @@ def slurm_rendezvous(env: dict[str, str]) -> dict[str, str]:
 
 def first_slurm_host(nodelist: str) -> str:
     """First host of a SLURM hostlist such as 'gpu[003-005,010],cpu01' -> 'gpu003'."""
-    m = re.match(r"([^,\[]+)(?:\[([^\]]+)\])?", nodelist.strip())
+    m = re.match(r"([^,\[]+)(?:\[([^\]]+)\]([^,]*))?", nodelist.strip())
     if not m:
         raise UserError(f"cannot read SLURM node list {nodelist!r}: set MASTER_ADDR explicitly")
-    prefix, ranges = m.group(1), m.group(2)
+    prefix, ranges, suffix = m.group(1), m.group(2), m.group(3) or ""
     if not ranges:
         return prefix
-    return prefix + ranges.split(",")[0].split("-")[0]
+    return prefix + ranges.split(",")[0].split("-")[0] + suffix
 
 
 def choose_device(requested: str, rank: RankInfo) -> torch.device:

@@ -61,7 +61,8 @@ def check_out_dir(out: str, resume: bool) -> RunDir:
 def _finished(run: RunDir) -> bool:
     """A summary that is not a failure marks a run that must not be overwritten."""
     try:
-        return json.loads(run.summary.read_text()).get("status") != "failed"
+        data = json.loads(run.summary.read_text())
+        return not isinstance(data, dict) or data.get("status") != "failed"
     except FileNotFoundError:
         return False
     except (OSError, ValueError):
@@ -77,11 +78,29 @@ def create(run: RunDir) -> None:
 
 def write_json_atomic(path: Path, obj: Any) -> None:
     """JSON to a temp file and rename, so readers never see half a file."""
+    replace_atomic(path, lambda f: f.write(json.dumps(obj, indent=2) + "\n"), mode="w")
+
+
+def replace_atomic(path: Path, write, mode: str = "wb") -> None:
+    """Write through `write(file)` into a temp file beside `path`, fsync, rename; no temp survives a failure."""
+    path = Path(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    with os.fdopen(fd, "w") as f:
-        json.dump(obj, f, indent=2)
-        f.write("\n")
-    os.replace(tmp, path)
+    try:
+        os.fchmod(fd, 0o666 & ~_umask())  # mkstemp makes 0600; run files follow the umask like the rest
+        with os.fdopen(fd, mode) as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
@@ -94,8 +113,12 @@ def keep_epochs_before(path: Path, epoch: int) -> None:
     """On resume, drop records of epochs the checkpoint does not cover: they are about to be redone."""
     if not path.exists():
         return
-    kept = [line for line in path.read_text().splitlines() if line.strip() and json.loads(line)["epoch"] < epoch]
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    with os.fdopen(fd, "w") as f:
-        f.write("".join(line + "\n" for line in kept))
-    os.replace(tmp, path)
+    kept = []
+    for line in path.read_text().splitlines():
+        try:
+            if json.loads(line)["epoch"] < epoch:
+                kept.append(line)
+        except (ValueError, KeyError, TypeError):
+            # a line cut short by a killed process: only the uncovered epoch can end that way
+            continue
+    replace_atomic(path, lambda f: f.write("".join(line + "\n" for line in kept)), mode="w")
