@@ -69,13 +69,17 @@ def train(cfg: TrainConfig) -> int:
 
 def _launch_local(cfg: TrainConfig, run: RunDir, port: int) -> int:
     """nproc workers through the elastic agent behind torchrun (the engine's launcher, not a process pool)."""
+    from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
     from scaletrain.train import worker_main
 
-    # the agent logs every worker exit at WARNING/ERROR; failures are reported below in one line instead
-    logging.getLogger("torch.distributed.elastic").setLevel(logging.CRITICAL)
+    # the agent logs every worker exit and signal at WARNING/ERROR; we report them below in one line.
+    # Its loggers set their own levels when created, so each one is quietened, not just the parent.
+    for name in list(logging.root.manager.loggerDict):
+        if name.startswith("torch.distributed.elastic"):
+            logging.getLogger(name).setLevel(logging.CRITICAL)
     launch_cfg = LaunchConfig(
         min_nodes=1, max_nodes=1, nproc_per_node=cfg.nproc, run_id=f"scaletrain-{uuid.uuid4().hex[:8]}",
         rdzv_backend="c10d", rdzv_endpoint=f"{cfg.master_addr}:{port}", max_restarts=0,
@@ -89,7 +93,7 @@ def _launch_local(cfg: TrainConfig, run: RunDir, port: int) -> int:
             _write_failed_summary(run, cfg, message)
             print(f"error: {message}", file=sys.stderr)
             return 2 if _worker_error(err_dir) else 1
-        except KeyboardInterrupt:
+        except (KeyboardInterrupt, SignalException):
             _write_failed_summary(run, cfg, "interrupted")
             print(f"interrupted: continue with  scaletrain train --resume --out {run.root}", file=sys.stderr)
             return 130
