@@ -7,6 +7,7 @@ import os
 import socket
 import sys
 import tempfile
+import traceback
 import uuid
 from pathlib import Path
 
@@ -105,18 +106,32 @@ def _join_external_launch(cfg: TrainConfig) -> int:
     """Under torchrun or srun, this process is one worker: join the job instead of launching one."""
     from scaletrain.train import run as run_worker
 
-    os.environ.update(slurm_rendezvous(dict(os.environ)) if "RANK" not in os.environ else {})
-    rank = RankInfo.from_env()
-    run = preflight(cfg)
-    if rank.is_main:
-        create(run)
-        save_toml(cfg, run.config)
-    else:
-        run.root.mkdir(parents=True, exist_ok=True)
-    run_worker(cfg, rank)
-    if rank.is_main:
-        _print_summary(run)
-    return 0
+    code = 0
+    try:
+        os.environ.update(slurm_rendezvous(dict(os.environ)) if "RANK" not in os.environ else {})
+        rank = RankInfo.from_env()
+        run = preflight(cfg)
+        if rank.is_main:
+            create(run)
+            save_toml(cfg, run.config)
+        else:
+            run.root.mkdir(parents=True, exist_ok=True)
+        run_worker(cfg, rank)
+        if rank.is_main:
+            _print_summary(run)
+    except UserError as e:
+        print(f"error: {e}", file=sys.stderr)
+        code = 2
+    except BaseException:  # a bug: keep its traceback, which os._exit below would otherwise swallow
+        traceback.print_exc()
+        code = 1
+    finally:
+        # Leave without C++ static destructors, as multiprocessing workers do: after set_num_threads and
+        # a gloo process group, PyTorch 2.13 sometimes aborts in them ("terminate called without an
+        # active exception", seen in about 1 of 8 torchrun launches here), failing a finished job.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
 
 
 def _worker_error(err_dir: str) -> str | None:

@@ -140,9 +140,9 @@ class Trainer:
         status = "completed" if last == cfg.epochs else "stopped"
         digests = gather_objects(param_digest(self.model))
         self.bad_paths = set().union(*gather_objects(self.bad_paths))
-        if not main:
-            return None
-        return self._write_summary(status, time.perf_counter() - t_run, digests)
+        summary = self._write_summary(status, time.perf_counter() - t_run, digests) if main else None
+        barrier()  # all ranks leave together: a rank tearing down gloo while a peer still uses it can abort
+        return summary
 
     def train_epoch(self, epoch: int, bar) -> float:
         """One pass over this rank's shard; returns the epoch's training wall time."""
