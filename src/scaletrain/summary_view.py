@@ -15,6 +15,13 @@ def _pct(x: float | None) -> str:
     return "-" if x is None else f"{100 * x:.2f}%"
 
 
+def epoch_line(record: dict[str, Any], epochs: int) -> str:
+    """One line per epoch for the log: time, training loss, validation accuracy when measured."""
+    acc = f"  top1 {record['top1']:.4f}  top5 {record['top5']:.4f}" if "top1" in record else ""
+    return (f"epoch {record['epoch'] + 1}/{epochs}  {record['epoch_time_s']:.1f} s"
+            f"  loss {record['train_loss']:.4f}{acc}")
+
+
 def summary_table(s: dict[str, Any]) -> Table:
     t = Table(title=f"{s['model']} on {s['dataset']}: {s['status']}", show_header=False)
     times = s.get("epoch_times_s") or []

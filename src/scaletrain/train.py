@@ -31,6 +31,7 @@ from scaletrain.models import build_model
 from scaletrain.optim import build_optimizer, build_scheduler, peak_lr
 from scaletrain.progress import EpochBar, SilentBar
 from scaletrain.rundir import RunDir, keep_epochs_before, read_jsonl, write_json_atomic
+from scaletrain.summary_view import epoch_line
 
 AUTOCAST = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -210,7 +211,7 @@ class Trainer:
                 record |= {"top1": result.top1, "top5": result.top5, "val_loss": result.loss}
             with open(self.run_dir.epochs, "a") as f:
                 f.write(_json_line(record))
-            _print_epoch(record, self.cfg.epochs)
+            print(epoch_line(record, self.cfg.epochs), flush=True)
         barrier()  # nobody races ahead while rank 0 writes the checkpoint
 
     def _save_checkpoint(self, epochs_done: int, rngs: list) -> None:
@@ -287,10 +288,6 @@ def param_digest(model: torch.nn.Module) -> str:
     """SHA-256 of every parameter's bytes: equal on all ranks iff the replicas are bit-identical."""
     h = hashlib.sha256()
     for p in model.parameters():
-        h.update(p.detach().cpu().contiguous().numpy().tobytes())  # note: a device-to-host copy, once per run
+        # raw bytes of any dtype (bf16 has no numpy type); note: a device-to-host copy, once per run
+        h.update(p.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
     return h.hexdigest()
-
-
-def _print_epoch(record: dict[str, Any], epochs: int) -> None:
-    acc = f"  top1 {record['top1']:.4f}  top5 {record['top5']:.4f}" if "top1" in record else ""
-    print(f"epoch {record['epoch'] + 1}/{epochs}  {record['epoch_time_s']:.1f} s{acc}", flush=True)
