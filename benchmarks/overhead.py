@@ -1,0 +1,205 @@
+"""scaletrain's training throughput against a minimal hand-written DDP loop (`plain_ddp.py`), side by side.
+
+Both train the same model on the same data with the same per-rank batch, ranks, threads, optimizer, LR
+schedule and precision (fp32), launched by the same elastic agent; both report steady-state samples/s as
+`scaletrain.metrics` defines it (warm-up steps of each epoch excluded; no evaluation or checkpoint inside
+the timed steps). Runs interleave (plain, scaletrain, scaletrain, plain, plain, ...) so that drift of a
+shared, noisy machine hits both sides alike; the headline is median(scaletrain) / median(plain), with a 3%
+target. Each repeat also checks that both sides computed the same thing (the loss of each epoch's last
+step; bit-identical on CPU). A measurement, not a test: exits 0 whatever the ratio (1 only if a run fails).
+
+    .venv/bin/python benchmarks/overhead.py                 # `make bench`: resnet20 on synthetic, 2 ranks
+    .venv/bin/python benchmarks/overhead.py --repeats 5 --json bench.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import fields
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from scaletrain.config import TrainConfig
+
+HERE = Path(__file__).resolve().parent
+TARGET = 0.97  # scaletrain within 3% of the plain loop
+NOISY_SPREAD = 0.15  # (max - min) / median of one side's runs; ~7% on an idle 2-core machine
+_DEFAULTS = {f.name: f.default for f in fields(TrainConfig)}
+
+console = Console(highlight=False)
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--model", default="resnet20", help="(default: %(default)s)")
+    ap.add_argument("--dataset", default="synthetic", help="(default: %(default)s)")
+    ap.add_argument("--epochs", type=int, default=2, help="(default: %(default)s)")
+    ap.add_argument("--batch-size", type=int, default=_DEFAULTS["batch_size"], help="per rank (default: %(default)s)")
+    ap.add_argument("--synthetic-samples", type=int, default=3072,
+                    help="training samples of the synthetic dataset (default: %(default)s)")
+    ap.add_argument("--repeats", type=int, default=5, help="runs of each side, interleaved (default: %(default)s)")
+    ap.add_argument("--nproc", type=int, default=2, help="ranks (default: %(default)s)")
+    ap.add_argument("--workers", type=int, default=_DEFAULTS["workers"], help="data-loader processes per rank")
+    ap.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
+                    help="auto: CUDA when there is a GPU per rank, else CPU")
+    ap.add_argument("--json", metavar="PATH", help="write the results to this JSON file")
+    args = ap.parse_args(argv)
+    if min(args.epochs, args.batch_size, args.repeats, args.nproc, args.synthetic_samples) < 1 or args.workers < 0:
+        ap.error("--epochs, --batch-size, --repeats, --nproc and --synthetic-samples must be at least 1")
+    return args
+
+
+def cpu_busy(seconds: float = 1.0) -> float | None:
+    """Fraction of all CPUs' time spent busy over the next `seconds` (Linux /proc/stat; None elsewhere)."""
+    def sample() -> tuple[int, int]:
+        with open("/proc/stat") as f:
+            ticks = [int(v) for v in f.readline().split()[1:]]
+        return sum(ticks), ticks[3] + ticks[4]  # all, idle + iowait
+    try:
+        total0, idle0 = sample()
+        time.sleep(seconds)
+        total1, idle1 = sample()
+    except (OSError, ValueError, IndexError):
+        return None
+    return 1 - (idle1 - idle0) / max(1, total1 - total0)
+
+
+def resolve_device(requested: str, nproc: int) -> str:
+    if requested != "auto":
+        return requested
+    import torch
+    return "cuda" if torch.cuda.is_available() and torch.cuda.device_count() >= nproc else "cpu"
+
+
+def shared_settings(args: argparse.Namespace, device: str) -> dict:
+    """What both sides get, pinned explicitly so that a change of scaletrain's defaults cannot skew them."""
+    return {"model": args.model, "dataset": args.dataset, "epochs": args.epochs, "batch_size": args.batch_size,
+            "synthetic_samples": args.synthetic_samples, "workers": args.workers, "device": device,
+            "lr": _DEFAULTS["lr"], "momentum": _DEFAULTS["momentum"],
+            "weight_decay": _DEFAULTS["weight_decay"], "seed": _DEFAULTS["seed"]}
+
+
+def _flags(s: dict) -> list[str]:
+    return [a for k, v in s.items() for a in (f"--{k.replace('_', '-')}", str(v))]
+
+
+def _run(cmd: list[str], what: str) -> None:
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-25:])
+        console.print(f"[red]{what} failed (exit {proc.returncode}):[/red] {' '.join(cmd)}\n{tail}")
+        sys.exit(1)
+
+
+def run_plain(s: dict, nproc: int, tmp: Path) -> dict:
+    out = tmp / "plain.json"
+    _run([sys.executable, str(HERE / "plain_ddp.py"), "--nproc", str(nproc), *_flags(s), "--json", str(out)],
+         "the plain DDP loop")
+    r = json.loads(out.read_text())
+    return {"samples_per_s": r["samples_per_s"], "epoch_last_losses": r["epoch_last_losses"]}
+
+
+def run_scaletrain(s: dict, nproc: int, tmp: Path) -> dict:
+    out = tmp / "scaletrain-run"
+    _run([sys.executable, "-m", "scaletrain", "train", "--nproc", str(nproc), *_flags(s),
+          "--optimizer", "sgd", "--precision", "fp32", "--schedule", "cosine", "--warmup-epochs", "0",
+          "--no-scale-lr", "--no-sync-bn", "--no-augment", "--no-progress",
+          "--eval-every", str(s["epochs"]), "--out", str(out)], "scaletrain train")
+    summary = json.loads((out / "summary.json").read_text())
+    steps = [json.loads(line) for line in (out / "metrics-rank0.jsonl").read_text().splitlines() if line]
+    last = {}
+    for r in steps:  # the loss of each epoch's last step, to check both sides computed the same thing
+        last[r["epoch"]] = r["loss"]
+    return {"samples_per_s": summary["samples_per_s"], "epoch_last_losses": [last[e] for e in sorted(last)]}
+
+
+def _spread(results: list[dict]) -> float:
+    rates = [r["samples_per_s"] for r in results]
+    return (max(rates) - min(rates)) / statistics.median(rates)
+
+
+def loss_check(plain: dict, st: dict) -> str:
+    a, b = plain["epoch_last_losses"], st["epoch_last_losses"]
+    if len(a) != len(b):
+        return "[red]epochs differ[/red]"
+    diff = max((abs(x - y) for x, y in zip(a, b)), default=0.0)
+    return "identical" if diff == 0 else f"max diff {diff:.2g}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    t0 = time.perf_counter()
+    device = resolve_device(args.device, args.nproc)
+    s = shared_settings(args, device)
+    console.print(f"[bold]overhead benchmark[/bold]: {args.model} on {args.dataset}, {args.nproc} ranks x batch "
+                  f"{args.batch_size} ({device}, fp32), {args.epochs} epochs; {args.repeats} interleaved repeats")
+    busy = cpu_busy()
+    if busy is not None and busy > 0.25:
+        console.print(f"[yellow]note: the CPUs were {100 * busy:.0f}% busy just before starting: other processes "
+                      "compete with the runs, so the figures will be noisy[/yellow]")
+    plain, st = [], []
+    total = 2 * args.repeats
+    sides = [("plain", run_plain, plain), ("scaletrain", run_scaletrain, st)]
+    for r in range(args.repeats):
+        # plain, scaletrain, scaletrain, plain, ...: neither side is always the one that runs second
+        for name, fn, results in (sides if r % 2 == 0 else sides[::-1]):
+            tmp = Path(tempfile.mkdtemp(prefix=f"bench-{name}-"))
+            t = time.perf_counter()
+            try:
+                res = fn(s, args.nproc, tmp)
+            finally:
+                shutil.rmtree(tmp, ignore_errors=True)
+            res["wall_s"] = time.perf_counter() - t
+            results.append(res)
+            rate = res["samples_per_s"]
+            console.print(f"  [{len(plain) + len(st)}/{total}] {name:<10} "
+                          f"{'-' if rate is None else f'{rate:,.1f}'} samples/s  ({res['wall_s']:.1f} s)")
+    if any(r["samples_per_s"] is None for r in plain + st):
+        console.print("[red]no steady-state steps to measure: raise --synthetic-samples or lower --batch-size[/red]")
+        return 1
+
+    table = Table(title="steady-state training throughput (samples/s, all ranks)")
+    for col in ("repeat", "plain DDP", "scaletrain", "scaletrain / plain", "losses"):
+        table.add_column(col, justify="right")
+    for i, (p, q) in enumerate(zip(plain, st)):
+        table.add_row(str(i + 1), f"{p['samples_per_s']:,.1f}", f"{q['samples_per_s']:,.1f}",
+                      f"{q['samples_per_s'] / p['samples_per_s']:.3f}", loss_check(p, q))
+    med_plain = statistics.median(p["samples_per_s"] for p in plain)
+    med_st = statistics.median(q["samples_per_s"] for q in st)
+    ratio = med_st / med_plain
+    pair_ratio = statistics.median(q["samples_per_s"] / p["samples_per_s"] for p, q in zip(plain, st))
+    table.add_section()
+    table.add_row("median", f"{med_plain:,.1f}", f"{med_st:,.1f}", f"[bold]{ratio:.3f}[/bold]", "")
+    console.print(table)
+    met = ratio >= TARGET
+    verdict = "[green]target met[/green]" if met else "[red]target NOT met[/red]"
+    console.print(f"scaletrain / plain = {ratio:.3f} ({100 * (ratio - 1):+.1f}%): {verdict} "
+                  f"(scaletrain within {100 * (1 - TARGET):.0f}% of the plain loop)")
+    wall = time.perf_counter() - t0
+    spread = max(_spread(plain), _spread(st))
+    noisy = " [yellow](over 15%: the machine was busy, the figures are unreliable; rerun)[/yellow]" \
+        if spread > NOISY_SPREAD else ""
+    console.print(f"median of the per-repeat ratios {pair_ratio:.3f}; run-to-run spread {100 * spread:.0f}%{noisy}")
+    console.print(f"benchmark wall time {wall:.0f} s")
+    if args.json:
+        Path(args.json).write_text(json.dumps({
+            "settings": {**s, "nproc": args.nproc, "repeats": args.repeats, "precision": "fp32"},
+            "plain": plain, "scaletrain": st, "median_plain": med_plain, "median_scaletrain": med_st,
+            "ratio": ratio, "median_pair_ratio": pair_ratio, "target_ratio": TARGET, "target_met": met,
+            "cpu_busy_at_start": busy, "wall_time_s": wall,
+        }, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
