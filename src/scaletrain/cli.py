@@ -116,7 +116,8 @@ def _make_imagefolder(args: argparse.Namespace) -> int:
                                    copies=args.copies, seed=args.seed, quality=args.quality,
                                    progress=lambda done, total: bar.update(task, completed=done, total=total))
     print(f"wrote {result['train']} training and {result['val']} validation images of {result['classes']} "
-          f"classes to {result['path']}\ntrain on it with:  scaletrain train --dataset imagefolder:{result['path']}")
+          f"classes to {result['path']}\ntrain on it with:  scaletrain train --dataset imagefolder:{result['path']} "
+          f"--image-size {args.image_size}")
     return 0
 
 
