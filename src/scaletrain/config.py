@@ -18,6 +18,8 @@ PRECISIONS = ("fp32", "bf16", "fp16")
 SCHEDULES = ("cosine", "step", "constant")
 BAD_IMAGE_POLICIES = ("error", "skip")
 DEVICES = ("auto", "cpu", "cuda")
+SWITCHES = ("on", "off")
+TENSORBOARD = ("auto", "on", "off")
 # names other tools use for our keys: only for suggestions, never accepted silently
 ALIASES = {"learning_rate": "lr", "num_workers": "workers", "wd": "weight_decay", "batch": "batch_size",
            "world_size": "nproc", "nproc_per_node": "nproc", "output_dir": "out", "amp": "precision"}
@@ -95,6 +97,24 @@ class TrainConfig:
     """Rendezvous port of a local `--nproc` launch; default: a free one."""
     progress: bool = True
     """Show the progress bar on rank 0."""
+    bucket_cap_mb: float = 25.0
+    """DDP gradient bucket size in MiB (smaller buckets start communicating earlier in backward)."""
+
+    profile: str = "on"
+    """Step profiler: `on` times every step's phases on every rank (see docs/metrics.md); `off` only step time."""
+    torch_profile: str | None = None
+    """`START:END`: wrap global steps START..END-1 in torch.profiler; traces in torch-profile/rank{r}.json."""
+    tensorboard: str = "auto"
+    """TensorBoard scalars in tensorboard/rank{r}/: `auto` (when tensorboard is installed), `on` or `off`."""
+    diag_input: float = 0.15
+    """Diagnosis threshold: input-bound when data wait is at least this share of step time."""
+    diag_comm: float = 0.15
+    """Diagnosis threshold: communication-bound when exposed communication is at least this share."""
+    diag_straggler: float = 0.10
+    """Diagnosis threshold: straggler when one rank is slowest in most steps by at least this share."""
+    inject: str | None = None
+    """Slow things down on purpose, to see a diagnosis: `data=S` (seconds per sample), `comm=S` (per
+    gradient bucket), `slow-rank=R:S` (rank R sleeps S seconds per step); comma separated."""
 
     def __post_init__(self) -> None:
         _check_choice("optimizer", self.optimizer, OPTIMIZERS)
@@ -102,6 +122,17 @@ class TrainConfig:
         _check_choice("schedule", self.schedule, SCHEDULES)
         _check_choice("bad_images", self.bad_images, BAD_IMAGE_POLICIES)
         _check_choice("device", self.device, DEVICES)
+        _check_choice("profile", self.profile, SWITCHES)
+        _check_choice("tensorboard", self.tensorboard, TENSORBOARD)
+        if self.torch_profile is not None:
+            torch_profile_window(self.torch_profile)
+        if self.inject is not None:
+            parse_inject(self.inject)
+        for name in ("diag_input", "diag_comm", "diag_straggler"):
+            if not 0 < getattr(self, name) < 1:
+                raise UserError(f"--{_flag(name)} must be a fraction between 0 and 1 (got {getattr(self, name)})")
+        if not self.bucket_cap_mb > 0:
+            raise UserError(f"--bucket-cap-mb must be positive (got {self.bucket_cap_mb})")
         for name in ("nproc", "epochs", "batch_size", "ref_batch", "eval_every", "synthetic_samples",
                      "synthetic_classes"):
             if getattr(self, name) < 1:
@@ -125,6 +156,52 @@ class TrainConfig:
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+
+def torch_profile_window(spec: str) -> tuple[int, int]:
+    """`START:END` -> (start, end): the global steps wrapped in torch.profiler, END exclusive."""
+    try:
+        start, end = (int(x) for x in spec.split(":"))
+    except ValueError:
+        raise UserError(f"--torch-profile must be START:END, two step numbers (got {spec!r}): e.g. 10:15") from None
+    if not 0 <= start < end:
+        raise UserError(f"--torch-profile {spec}: need 0 <= START < END, e.g. 10:15")
+    return start, end
+
+
+@dataclass(frozen=True)
+class Injection:
+    """Deliberate slow-downs (see --inject): seconds per sample, per bucket, and one rank's per-step sleep."""
+
+    data_s: float = 0.0
+    comm_s: float = 0.0
+    slow_rank: int | None = None
+    slow_rank_s: float = 0.0
+
+
+def parse_inject(spec: str | None) -> Injection:
+    """`data=0.002,comm=0.05,slow-rank=1:0.03` -> Injection; one clear line for anything else."""
+    if not spec:
+        return Injection()
+    values: dict[str, Any] = {}
+    example = "e.g. --inject data=0.002,comm=0.05,slow-rank=1:0.03"
+    for item in spec.split(","):
+        key, _, value = item.strip().partition("=")
+        try:
+            if key == "data":
+                values["data_s"] = float(value)
+            elif key == "comm":
+                values["comm_s"] = float(value)
+            elif key == "slow-rank":
+                rank, _, seconds = value.partition(":")
+                values["slow_rank"], values["slow_rank_s"] = int(rank), float(seconds)
+            else:
+                raise UserError(f"--inject: unknown item {item!r} (known: data, comm, slow-rank): {example}")
+        except ValueError:
+            raise UserError(f"--inject: cannot read {item!r}: {example}") from None
+    if any(v < 0 for k, v in values.items() if k != "slow_rank") or values.get("slow_rank", 0) < 0:
+        raise UserError(f"--inject: values must not be negative ({spec!r})")
+    return Injection(**values)
 
 
 def _flag(name: str) -> str:
@@ -202,4 +279,4 @@ def config_from_dict(data: dict[str, Any]) -> TrainConfig:
     return TrainConfig(**{k: v for k, v in data.items() if k in known})
 
 
-__all__ = ["TrainConfig", "load_toml", "build_config", "save_toml", "config_from_dict", "field_names"]
+__all__ = ["TrainConfig", "Injection", "parse_inject", "torch_profile_window", "load_toml", "build_config", "save_toml", "config_from_dict", "field_names"]

@@ -36,6 +36,9 @@ def summary_table(s: dict[str, Any]) -> Table:
         ("effective lr", f"{s['effective_lr']:.4g}"),
         ("wall time", f"{s['wall_time_s']:.1f} s"),
     ]
+    if s.get("peak_memory_bytes"):
+        kind = "GPU memory allocated" if s.get("memory_kind") == "cuda" else "resident set size"
+        rows.append(("peak memory (max rank)", f"{s['peak_memory_bytes'] / 2**20:,.0f} MiB ({kind})"))
     if s.get("bad_images_skipped"):
         rows.append(("unreadable images skipped", str(s["bad_images_skipped"])))
     for k, v in rows:
@@ -43,10 +46,30 @@ def summary_table(s: dict[str, Any]) -> Table:
     return t
 
 
+def phases_line(s: dict[str, Any]) -> str | None:
+    """`a step (41.2 ms): data_wait 3.1 ms (8%) | ...` from summary.json's phases_mean_s."""
+    phases, step = s.get("phases_mean_s"), s.get("step_time_mean_s")
+    if not phases or not step:
+        return None
+    parts = " | ".join(f"{k} {v * 1000:.1f} ms ({v / step:.0%})" for k, v in phases.items() if v / step >= 0.005)
+    overlap = s.get("overlap_ratio")
+    hidden = f"; communication hidden behind backward: {overlap:.0%}" if overlap is not None else ""
+    return f"a step ({step * 1000:.1f} ms, mean over ranks): {parts}{hidden}"
+
+
+def diagnosis_lines(s: dict[str, Any]) -> list[str]:
+    return [f"{f['kind']}: {f['message']}\n    -> {f['lever']}" for f in s.get("diagnosis") or []]
+
+
 def print_summary(run: RunDir, console: Console | None = None) -> None:
     console = console or Console()
     s = json.loads(run.summary.read_text())
     console.print(summary_table(s))
+    line = phases_line(s)
+    if line:
+        console.print(line, highlight=False)
+    for text in diagnosis_lines(s):
+        console.print(f"diagnosis: {text}", highlight=False)
     console.print(f"run directory: {run.root}  (summary.json, metrics-rank*.jsonl, checkpoint.pt)")
 
 

@@ -20,17 +20,20 @@ from torch.utils.data import DataLoader, DistributedSampler
 
 import scaletrain
 from scaletrain import checkpoint
-from scaletrain.config import TrainConfig, config_from_dict
-from scaletrain.data import build_datasets, collate
+from scaletrain.config import TrainConfig, config_from_dict, parse_inject, torch_profile_window
+from scaletrain.data import DelayedDataset, build_datasets, collate
 from scaletrain.dist import (RankInfo, barrier, choose_device, cpu_threads_per_rank, gather_objects,
                              init_process_group, shutdown)
 from scaletrain.errors import UserError
 from scaletrain.evaluate import ShardSampler, evaluate
-from scaletrain.metrics import StepLog, steady_samples_per_s
+from scaletrain.export import tensorboard
+from scaletrain.export.tensorboard import ScalarSink
+from scaletrain.metrics import steady_samples_per_s
 from scaletrain.models import build_model
 from scaletrain.optim import build_optimizer, build_scheduler, peak_lr
+from scaletrain.profiler import StepProfiler
 from scaletrain.progress import EpochBar, SilentBar
-from scaletrain.rundir import RunDir, keep_epochs_before, read_jsonl, write_json_atomic
+from scaletrain.rundir import RunDir, keep_epochs_before, read_jsonl
 from scaletrain.summary_view import epoch_line
 
 AUTOCAST = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -87,8 +90,12 @@ class Trainer:
             model = torch.nn.SyncBatchNorm.convert_sync_batchnorm(model)
         self.model = model.to(device)
         world = rank.world_size
-        self.ddp = DDP(self.model, device_ids=[device.index] if device.type == "cuda" else None) \
-            if world > 1 else self.model
+        self.ddp = DDP(self.model, device_ids=[device.index] if device.type == "cuda" else None,
+                       bucket_cap_mb=cfg.bucket_cap_mb) if world > 1 else self.model
+        inject = parse_inject(cfg.inject)
+        self.slow_s = inject.slow_rank_s if inject.slow_rank == rank.rank else 0.0
+        if inject.data_s:
+            self.data.train = DelayedDataset(self.data.train, inject.data_s)
 
         self.sampler = DistributedSampler(self.data.train, num_replicas=world, rank=rank.rank,
                                           shuffle=True, seed=cfg.seed)
@@ -118,7 +125,12 @@ class Trainer:
             self._restore()
         else:
             torch.manual_seed(cfg.seed + 1 + rank.rank)  # per-rank augmentation streams
-        self.log = StepLog(self.run_dir.metrics(rank.rank))
+        self.tensorboard = ScalarSink(self.run_dir.root, rank.rank) if tensorboard.wanted(cfg.tensorboard) else None
+        # collective (aligns the ranks' clocks): every rank builds it here
+        self.prof = StepProfiler(cfg.out, self.ddp if world > 1 else None, enabled=cfg.profile == "on",
+                                 device=device, first_step=self.global_step, inject_comm_s=inject.comm_s,
+                                 torch_profile=torch_profile_window(cfg.torch_profile) if cfg.torch_profile else None,
+                                 sinks=[self.tensorboard] if self.tensorboard else [])
 
     # ---------------------------------------------------------------- training
     def fit(self) -> dict[str, Any] | None:
@@ -137,56 +149,67 @@ class Trainer:
                 self._end_epoch(epoch, epoch_time, result)
         finally:
             bar.close()
-            self.log.close()
+            self.prof.close()
+            if self.tensorboard is not None:
+                self.tensorboard.close()
         status = "completed" if last == cfg.epochs else "stopped"
         digests = gather_objects(param_digest(self.model))
         self.bad_paths = set().union(*gather_objects(self.bad_paths))
-        summary = self._write_summary(status, time.perf_counter() - t_run, digests) if main else None
+        base = self._summary(status, time.perf_counter() - t_run, digests) if main else None
+        # collective: rank 0 adds phases, stragglers and diagnosis from every rank's file, writes summary.json
+        summary = self.prof.finish(base, config={**cfg.to_dict(), "device": self.device.type})
         barrier()  # all ranks leave together: a rank tearing down gloo while a peer still uses it can abort
         return summary
 
     def train_epoch(self, epoch: int, bar) -> float:
         """One pass over this rank's shard; returns the epoch's training wall time."""
-        cfg, world = self.cfg, self.rank.world_size
+        cfg, prof = self.cfg, self.prof
         self.sampler.set_epoch(epoch)  # a new shuffle each epoch, the same on every rank
         # loader workers draw their seeds from this generator: fixed per (seed, epoch, rank) for resumes
         self.loader_rng.manual_seed(cfg.seed * 1_000_003 + epoch * 1009 + self.rank.rank)
         self.ddp.train()
         bar.start_epoch(epoch, cfg.epochs, self.steps_per_epoch)
-        t_start = t_prev = time.perf_counter()
-        loss_sum = 0.0
-        for i, (x, y, bad) in enumerate(self.train_loader):
+        t_start = time.perf_counter()
+        self.loss_sum = 0.0
+        for i, (x, y, bad) in enumerate(prof.data(self.train_loader)):  # time blocked here: data_wait
             if bad:
                 self._bad_images(bad)
-            x = x.to(self.device, non_blocking=True)
-            y = y.to(self.device, non_blocking=True)
-            with torch.autocast(self.device.type, dtype=self.autocast, enabled=self.autocast is not None):
-                loss = self.criterion(self.ddp(x), y)
-            self.optimizer.zero_grad(set_to_none=True)
-            if self.scaler is not None:
-                self.scaler.scale(loss).backward()  # DDP all-reduces gradient buckets during backward
-                self.scaler.step(self.optimizer)
-                self.scaler.update()
-            else:
-                loss.backward()  # DDP all-reduces gradient buckets during backward
-                self.optimizer.step()
+            with prof.phase("h2d"):
+                x = x.to(self.device, non_blocking=True)
+                y = y.to(self.device, non_blocking=True)
+            with prof.phase("forward"):
+                if self.slow_s:
+                    time.sleep(self.slow_s)  # --inject slow-rank: this rank computes slower than its peers
+                with torch.autocast(self.device.type, dtype=self.autocast, enabled=self.autocast is not None):
+                    loss = self.criterion(self.ddp(x), y)
+            with prof.phase("backward"):  # DDP all-reduces gradient buckets while backward runs
+                (self.scaler.scale(loss) if self.scaler is not None else loss).backward()
+            with prof.phase("optimizer"):
+                if self.scaler is not None:
+                    self.scaler.step(self.optimizer)
+                    self.scaler.update()
+                else:
+                    self.optimizer.step()
+                self.optimizer.zero_grad(set_to_none=True)
             lr = self.optimizer.param_groups[0]["lr"]
             self.scheduler.step()
-            loss_value = loss.item()  # note: a CPU-GPU sync point, once per step (step timing needs it)
-            now = time.perf_counter()
-            step_time, t_prev = now - t_prev, now
-            if not math.isfinite(loss_value) and self.scaler is None:
-                raise UserError(f"training diverged: loss is {loss_value} at epoch {epoch + 1} step {i + 1} "
-                                f"(lr {lr:.4g}): lower --lr or add --warmup-epochs")
-            self.log.write({"step": self.global_step, "epoch": epoch, "step_in_epoch": i, "loss": loss_value,
-                            "lr": lr, "samples": len(y), "step_time_s": step_time})
-            bar.step(loss_value, len(y) * world / step_time if step_time > 0 else None)
-            self.global_step += 1
-            loss_sum += loss_value
+            # records come back resolved: at once on CPU, one step late on CUDA (no GPU sync per step)
+            for record in prof.step_end(loss=loss.detach(), samples=len(y), epoch=epoch, step_in_epoch=i, lr=lr):
+                self._after_step(record, bar)
+        for record in prof.flush():  # on CUDA: the last step's record (waits for the GPU, once per epoch)
+            self._after_step(record, bar)
         bar.end_epoch()
-        self.log.flush()
-        self.epoch_loss = loss_sum / self.steps_per_epoch
+        self.epoch_loss = self.loss_sum / self.steps_per_epoch
         return time.perf_counter() - t_start
+
+    def _after_step(self, record: dict[str, Any], bar) -> None:
+        loss, step_time = record["loss"], record["step_time_s"]
+        if not math.isfinite(loss) and self.scaler is None:
+            raise UserError(f"training diverged: loss is {loss} at epoch {record['epoch'] + 1} step "
+                            f"{record['step_in_epoch'] + 1} (lr {record['lr']:.4g}): lower --lr or add --warmup-epochs")
+        bar.step(loss, record["samples"] * self.rank.world_size / step_time if step_time > 0 else None)
+        self.global_step = record["step"] + 1
+        self.loss_sum += loss
 
     def _bad_images(self, bad: list[str]) -> None:
         if self.cfg.bad_images == "error":
@@ -211,6 +234,8 @@ class Trainer:
                 record |= {"top1": result.top1, "top5": result.top5, "val_loss": result.loss}
             with open(self.run_dir.epochs, "a") as f:
                 f.write(_json_line(record))
+            if self.tensorboard is not None:
+                self.tensorboard.epoch(record)
             print(epoch_line(record, self.cfg.epochs), flush=True)
         barrier()  # nobody races ahead while rank 0 writes the checkpoint
 
@@ -246,7 +271,7 @@ class Trainer:
             keep_epochs_before(self.run_dir.epochs, self.start_epoch)
         keep_epochs_before(self.run_dir.metrics(self.rank.rank), self.start_epoch)
 
-    def _write_summary(self, status: str, wall_time: float, digests: list[str]) -> dict[str, Any]:
+    def _summary(self, status: str, wall_time: float, digests: list[str]) -> dict[str, Any]:
         cfg, world, h = self.cfg, self.rank.world_size, self.history
         records = read_jsonl(self.run_dir.metrics(0))
         summary = {
@@ -263,7 +288,6 @@ class Trainer:
             "wall_time_s": wall_time, "scaletrain_version": scaletrain.__version__,
             "torch_version": torch.__version__, "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         }
-        write_json_atomic(self.run_dir.summary, summary)
         return summary
 
 

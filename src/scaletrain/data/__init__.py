@@ -1,7 +1,8 @@
 """Datasets (digits, synthetic, image folders), their transforms, and the bad-sample-tolerant collate."""
 
 from scaletrain.data.collate import BadSample, collate
+from scaletrain.data.delay import DelayedDataset
 from scaletrain.data.make_imagefolder import write_imagefolder
 from scaletrain.data.registry import DataBundle, build_datasets, dataset_names
 
-__all__ = ["BadSample", "DataBundle", "build_datasets", "collate", "dataset_names", "write_imagefolder"]
+__all__ = ["BadSample", "DataBundle", "DelayedDataset", "build_datasets", "collate", "dataset_names", "write_imagefolder"]

@@ -1,0 +1,70 @@
+"""Analyses of recorded runs: pure functions from per-rank step records to tables of numbers.
+
+`analyze_run` gives exactly the profiler's keys of summary.json (see docs/metrics.md).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from scaletrain.analysis.diagnosis import DEFAULT_THRESHOLDS, diagnose, thresholds_from
+from scaletrain.analysis.steps import run_means, steady
+from scaletrain.analysis.stragglers import slowest_by_step, straggler_stats
+from scaletrain.errors import UserError
+from scaletrain.rundir import RunDir
+
+Records = list[dict[str, Any]]
+
+
+def load_records(run_dir: str | Path, world_size: int | None = None) -> dict[int, Records]:
+    """{rank: step records} from metrics-rank{r}.jsonl (all ranks present, or ranks 0..world_size-1)."""
+    run = RunDir(Path(run_dir))
+    if world_size is None:
+        ranks = sorted(int(p.stem.removeprefix("metrics-rank")) for p in run.root.glob("metrics-rank*.jsonl"))
+    else:
+        ranks = list(range(world_size))
+    records: dict[int, Records] = {}
+    for rank in ranks:
+        path = run.metrics(rank)
+        if not path.is_file():
+            continue  # e.g. a rank on another node without a shared file system
+        lines = []
+        with open(path) as f:
+            for number, line in enumerate(f, 1):
+                if not line.strip():
+                    continue
+                try:
+                    lines.append(json.loads(line))
+                except json.JSONDecodeError:
+                    raise UserError(f"{path} line {number} is not valid JSON: the file is damaged "
+                                    "(a run killed mid-write leaves a partial last line; delete that line)") from None
+        records[rank] = lines
+    return records
+
+
+def analyze_run(records_by_rank: dict[int, Records], config: dict[str, Any],
+                thresholds: dict[str, float] | None = None,
+                memory: list[tuple[int, int, str]] | None = None) -> dict[str, Any]:
+    """Phases, overlap, stragglers, memory and diagnosis of a run from its records."""
+    limits = thresholds_from(config, thresholds)
+    steady_by_rank = {r: steady(recs) for r, recs in records_by_rank.items()}
+    means = run_means(steady_by_rank)
+    stragglers = straggler_stats(steady_by_rank, means["step_time_mean_s"], limits["diag_straggler"])
+    counts = stragglers["slowest_counts"]
+    compared = stragglers["steps_compared"]
+    for rank_stats in means["ranks"]:
+        rank_stats["slowest_share"] = counts.get(str(rank_stats["rank"]), 0) / compared if compared else None
+    result = {**means, "stragglers": stragglers, "thresholds": limits}
+    if memory:
+        by_rank = {rank: (peak, kind) for rank, peak, kind in memory}
+        for rank_stats in means["ranks"]:
+            rank_stats["peak_memory_bytes"] = by_rank.get(rank_stats["rank"], (None, None))[0]
+        result["peak_memory_bytes"] = max(peak for _, peak, _ in memory)
+        result["memory_kind"] = memory[0][2]
+    result["diagnosis"] = diagnose(means, stragglers, config, limits)
+    return result
+
+
+__all__ = ["load_records", "analyze_run", "steady", "slowest_by_step", "DEFAULT_THRESHOLDS"]

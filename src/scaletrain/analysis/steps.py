@@ -1,0 +1,69 @@
+"""Per-rank and per-run statistics over recorded steps (pure functions over metrics records)."""
+
+from __future__ import annotations
+
+from statistics import mean
+from typing import Any
+
+import numpy as np
+
+from scaletrain.metrics import warmup_steps
+from scaletrain.profiler.timeline import PHASES
+
+Records = list[dict[str, Any]]
+
+
+def steady(records: Records) -> Records:
+    """Steps outside each epoch's warm-up (the first min(5, steps_per_epoch // 4) steps of every epoch)."""
+    if not records:
+        return []
+    if "step_in_epoch" in records[0]:
+        skip = warmup_steps(max(r["step_in_epoch"] for r in records) + 1)
+        return [r for r in records if r["step_in_epoch"] >= skip]
+    return records[warmup_steps(len(records)):]  # a loop without epochs: warm-up at the start only
+
+
+def has_phases(records: Records) -> bool:
+    return bool(records) and "phases_s" in records[0]
+
+
+def rank_stats(rank: int, records: Records) -> dict[str, Any]:
+    """One rank's mean phases and step-time distribution over its steady steps."""
+    times = np.array([r["step_time_s"] for r in records], dtype=float)
+    stats: dict[str, Any] = {"rank": rank, "steps": len(records)}
+    if has_phases(records):
+        stats["phases_mean_s"] = {k: mean(r["phases_s"][k] for r in records) for k in PHASES}
+    else:
+        stats["phases_mean_s"] = None
+    stats |= {
+        "step_time_mean_s": float(times.mean()),
+        "step_time_p50_s": float(np.percentile(times, 50)),
+        "step_time_p90_s": float(np.percentile(times, 90)),
+        "step_time_max_s": float(times.max()),
+    }
+    return stats
+
+
+def run_means(steady_by_rank: dict[int, Records]) -> dict[str, Any]:
+    """Means over ranks of the per-rank means; overlap ratio over all communication of all ranks."""
+    per_rank = [rank_stats(r, recs) for r, recs in sorted(steady_by_rank.items()) if recs]
+    if not per_rank:
+        return {"phases_mean_s": None, "step_time_mean_s": None, "overlap_ratio": None, "comm_total_mean_s": None,
+                "comm_hidden_mean_s": None, "bytes_sent_per_step": None, "ranks": []}
+    result: dict[str, Any] = {"step_time_mean_s": mean(s["step_time_mean_s"] for s in per_rank)}
+    all_steps = [r for recs in steady_by_rank.values() for r in recs]
+    if all(s["phases_mean_s"] is not None for s in per_rank):
+        result["phases_mean_s"] = {k: mean(s["phases_mean_s"][k] for s in per_rank) for k in PHASES}
+        total = sum(r["comm_total_s"] for r in all_steps)
+        hidden = sum(r["comm_hidden_s"] for r in all_steps)
+        result |= {
+            "overlap_ratio": hidden / total if total > 0 else None,  # no communication: nothing to overlap
+            "comm_total_mean_s": total / len(all_steps),
+            "comm_hidden_mean_s": hidden / len(all_steps),
+            "bytes_sent_per_step": mean(r["bytes_sent"] for r in all_steps),
+        }
+    else:
+        result |= {"phases_mean_s": None, "overlap_ratio": None, "comm_total_mean_s": None,
+                   "comm_hidden_mean_s": None, "bytes_sent_per_step": None}
+    result["ranks"] = per_rank
+    return result

@@ -1,0 +1,52 @@
+"""TensorBoard scalars per rank (tensorboard/rank{r}/), fed the profiler's resolved step records."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from typing import Any
+
+from scaletrain.errors import UserError
+
+
+def available() -> bool:
+    return importlib.util.find_spec("tensorboard") is not None
+
+
+def wanted(setting: str) -> bool:
+    """`auto`: when tensorboard is installed; `on`: required (a clear error when missing); `off`."""
+    if setting == "on" and not available():
+        raise UserError("--tensorboard on: the tensorboard package is not installed: "
+                        "pip install tensorboard, or pass --tensorboard off")
+    return setting == "on" or (setting == "auto" and available())
+
+
+class ScalarSink:
+    """Writes each step record's loss, step time, throughput and phases; epochs via `epoch()`."""
+
+    def __init__(self, run_dir: Path, rank: int) -> None:
+        from torch.utils.tensorboard import SummaryWriter
+
+        self.writer = SummaryWriter(log_dir=str(Path(run_dir) / "tensorboard" / f"rank{rank}"))
+
+    def __call__(self, record: dict[str, Any]) -> None:
+        step, add = record["step"], self.writer.add_scalar
+        if record.get("loss") is not None:
+            add("train/loss", record["loss"], step)
+        add("step/time_s", record["step_time_s"], step)
+        if record.get("samples_per_s"):
+            add("step/samples_per_s", record["samples_per_s"], step)
+        for phase, seconds in (record.get("phases_s") or {}).items():
+            add(f"phases_s/{phase}", seconds, step)
+        if record.get("overlap_ratio") is not None:
+            add("comm/overlap_ratio", record["overlap_ratio"], step)
+        if "bytes_sent" in record:
+            add("comm/bytes_sent", record["bytes_sent"], step)
+
+    def epoch(self, record: dict[str, Any]) -> None:
+        for key in ("epoch_time_s", "train_loss", "top1", "top5", "val_loss"):
+            if record.get(key) is not None:
+                self.writer.add_scalar(f"epoch/{key}", record[key], record["epoch"])
+
+    def close(self) -> None:
+        self.writer.close()

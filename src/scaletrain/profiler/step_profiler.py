@@ -1,0 +1,243 @@
+"""StepProfiler: the per-step phase timeline of one rank, for scaletrain's trainer and for any DDP loop.
+
+    prof = StepProfiler(out="runs/mine", model=ddp_model)      # on every rank, after init_process_group
+    for x, y in prof.data(loader):                             # time blocked on the loader = data_wait
+        with prof.phase("h2d"):       x, y = x.to(dev), y.to(dev)
+        with prof.phase("forward"):   loss = loss_fn(ddp_model(x), y)
+        with prof.phase("backward"):  loss.backward()          # split into compute + exposed comm
+        with prof.phase("optimizer"): opt.step(); opt.zero_grad()
+        prof.step_end(loss=loss, samples=len(y))
+    prof.finish()                                              # summary.json with diagnosis, trace.json
+
+Anything outside a phase counts as `other`, so the phases add up to the step time exactly.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections import deque
+from pathlib import Path
+from typing import Any, Callable, Iterable, Iterator
+
+import torch
+import torch.distributed as dist
+
+from scaletrain.metrics import StepLog
+from scaletrain.profiler import commhook
+from scaletrain.profiler.clock import clock_for
+from scaletrain.profiler.resources import peak_memory
+from scaletrain.profiler.timeline import PHASES, step_phases
+from scaletrain.profiler.torch_window import TorchProfileWindow
+from scaletrain.rundir import RunDir
+
+_NULL = contextlib.nullcontext()
+_ROUND = 7  # seconds to 100 ns: far below anything a step can resolve
+
+
+class StepProfiler:
+    """Times every step's phases on this rank and writes them to metrics-rank{r}.jsonl in `out`."""
+
+    def __init__(self, out: str | Path, model: torch.nn.Module | None = None, *, enabled: bool = True,
+                 device: torch.device | None = None, first_step: int = 0, comm_hook: Callable | None = None,
+                 comm_state: Any = None, inject_comm_s: float = 0.0, torch_profile: tuple[int, int] | None = None,
+                 sinks: Iterable[Callable[[dict], None]] = ()) -> None:
+        self.run_dir = RunDir(Path(out))
+        self.run_dir.root.mkdir(parents=True, exist_ok=True)
+        self.enabled = enabled
+        self.rank = dist.get_rank() if dist.is_initialized() else 0
+        self.world_size = dist.get_world_size() if dist.is_initialized() else 1
+        self.device = device or _device_of(model)
+        self.step = first_step
+        self.log = StepLog(self.run_dir.metrics(self.rank))
+        self.sinks = list(sinks)
+        self.clock = clock_for(self.device)
+        self.recorder = commhook.CommRecorder(self.clock, self.world_size, delay_s=inject_comm_s)
+        if enabled and model is not None and self.world_size > 1:
+            commhook.attach(model, self.recorder, comm_hook, comm_state)
+        self.window = TorchProfileWindow(*torch_profile, self.run_dir.root, self.rank, self.device) \
+            if torch_profile else None
+        self._clock_offset = _clock_offset(self.world_size)
+        self._pending: deque[dict] = deque()
+        self._spans: list[tuple[str, Any, Any]] = []
+        self._start: Any = None
+        self._last: Any = None
+        self._host_start = 0.0
+        self._closed = False
+
+    # ------------------------------------------------------------ the loop
+    def data(self, iterable: Iterable) -> Iterator:
+        """Iterate a loader; the time blocked in it is each step's data_wait."""
+        self._begin_step()
+        if not self.enabled:
+            yield from iterable
+            return
+        iterator = iter(iterable)
+        while True:
+            self._mark("other")
+            try:
+                batch = next(iterator)
+            except StopIteration:
+                return
+            self._mark("data_wait")
+            yield batch
+
+    def phase(self, name: str) -> contextlib.AbstractContextManager:
+        """`with prof.phase("forward"): ...` — one of h2d, forward, backward, optimizer (or data_wait, other)."""
+        if not self.enabled:
+            return _NULL
+        return self._phase(name)
+
+    @contextlib.contextmanager
+    def _phase(self, name: str) -> Iterator[None]:
+        self._mark("other")
+        if self.window is not None and self.window.active:
+            with torch.profiler.record_function(f"scaletrain.{name}"):
+                yield
+        else:
+            yield
+        self._mark(name)
+
+    def step_end(self, loss: torch.Tensor | float | None = None, samples: int = 0, **fields: Any) -> list[dict]:
+        """Close the step; returns the records resolved now (on CUDA, the previous step's, one late)."""
+        if not self.enabled:
+            loss_value = _to_float(loss)  # note: on CUDA a sync point, once per step (profile off)
+            now = time.perf_counter()
+            step_time, self._host_start = now - self._host_start, now
+            record = {"step": self.step, **fields, "loss": loss_value, "samples": samples, "step_time_s": step_time}
+            self._advance()
+            return self._emit([record])
+        self._mark("other")
+        raw = {"step": self.step, "fields": fields, "loss": loss, "samples": samples, "spans": self._spans,
+               "start": self._start, "end": self._last, "host_start": self._host_start,
+               "buckets": self.recorder.take()}
+        self._pending.append(raw)
+        self._spans, self._start, self._host_start = [], self._last, time.perf_counter()
+        self._advance()
+        resolved = []
+        while len(self._pending) > self.clock.lag:
+            resolved.append(self._resolve(self._pending.popleft()))
+        return self._emit(resolved)
+
+    def flush(self) -> list[dict]:
+        """Resolve every pending step (waits for the GPU) and flush the metrics file; e.g. at epoch end."""
+        resolved = self._emit([self._resolve(raw) for raw in self._pending])
+        self._pending.clear()
+        self.log.flush()
+        return resolved
+
+    # ------------------------------------------------------------ the end
+    def finish(self, summary: dict[str, Any] | None = None, config: dict[str, Any] | None = None,
+               thresholds: dict[str, float] | None = None) -> dict[str, Any] | None:
+        """Collective: close files, gather peak memory; rank 0 analyses all ranks' files and writes
+        summary.json (merged into `summary`) and trace.json. Returns the summary on rank 0."""
+        from scaletrain.analysis import analyze_run, load_records
+        from scaletrain.export.trace import write_trace
+
+        self.close()
+        memory = _gather((self.rank, *peak_memory(self.device)))
+        if dist.is_initialized():
+            dist.barrier()  # every rank's metrics file is complete before rank 0 reads them
+        if self.rank != 0:
+            return None
+        records = load_records(self.run_dir.root, self.world_size)
+        analysis = analyze_run(records, config or {}, thresholds, memory=memory)
+        result = {**(summary or {}), "profile": "on" if self.enabled else "off", **analysis}
+        if self.enabled:
+            write_trace(records, self.run_dir.root / "trace.json")
+        from scaletrain.rundir import write_json_atomic
+        write_json_atomic(self.run_dir.summary, result)
+        return result
+
+    def close(self) -> None:
+        """Resolve what is pending, save a torch.profiler window cut short, close the file (idempotent)."""
+        if self._closed:
+            return
+        self.flush()
+        self._closed = True
+        if self.window is not None:
+            self.window.close()
+        self.log.close()
+
+    # ------------------------------------------------------------ internals
+    def _begin_step(self) -> None:
+        self._host_start = time.perf_counter()
+        if self.enabled:
+            self._start = self._last = self.clock.mark()
+            self._spans = []
+            self.recorder.take()  # nothing from between epochs belongs to the first step
+        if self.window is not None:
+            self.window.step_begins(self.step)
+
+    def _advance(self) -> None:
+        if self.window is not None:
+            self.window.step_ended(self.step)
+        self.step += 1
+        if self.window is not None:
+            self.window.step_begins(self.step)
+
+    def _mark(self, name: str) -> None:
+        now = self.clock.mark()
+        self._spans.append((name, self._last, now))
+        self._last = now
+
+    def _resolve(self, raw: dict) -> dict:
+        clock, origin = self.clock, raw["start"]
+        clock.wait(raw["end"])
+        spans = [(name, clock.seconds(origin, a), clock.seconds(origin, b)) for name, a, b in raw["spans"]]
+        buckets = []
+        for b in raw["buckets"]:
+            if b.done is not None:
+                buckets.append((clock.seconds(origin, b.ready), clock.seconds(origin, b.done)))
+        step_time = clock.seconds(origin, raw["end"])
+        timing = step_phases(spans, buckets)
+        samples = raw["samples"]
+        return {
+            "step": raw["step"], **raw["fields"], "loss": _to_float(raw["loss"]), "samples": samples,
+            "step_time_s": round(step_time, _ROUND),
+            "samples_per_s": round(samples * self.world_size / step_time, 3) if step_time > 0 else None,
+            "t_start_s": round(time.time() - time.perf_counter() + raw["host_start"] + self._clock_offset, 6),
+            "phases_s": {k: round(timing["phases_s"][k], _ROUND) for k in PHASES},
+            "comm_total_s": round(timing["comm_total_s"], _ROUND),
+            "comm_hidden_s": round(timing["comm_hidden_s"], _ROUND),
+            "overlap_ratio": None if timing["overlap_ratio"] is None else round(timing["overlap_ratio"], 4),
+            "bytes_sent": sum(commhook.wire_bytes(b.nbytes, self.world_size) for b in raw["buckets"]),
+            "comm_intervals_s": [[round(a, _ROUND), round(b, _ROUND)] for a, b in buckets],
+        }
+
+    def _emit(self, records: list[dict]) -> list[dict]:
+        for record in records:
+            self.log.write(record)
+            for sink in self.sinks:
+                sink(record)
+        return records
+
+
+def _to_float(loss: torch.Tensor | float | None) -> float | None:
+    if loss is None:
+        return None
+    return loss.item() if isinstance(loss, torch.Tensor) else float(loss)
+
+
+def _device_of(model: torch.nn.Module | None) -> torch.device:
+    if model is not None:
+        for p in model.parameters():
+            return p.device
+    return torch.device("cpu")
+
+
+def _gather(obj: Any) -> list[Any]:
+    if not dist.is_initialized() or dist.get_world_size() == 1:
+        return [obj]
+    out: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(out, obj)
+    return out
+
+
+def _clock_offset(world_size: int) -> float:
+    """Seconds to add to this host's clock to get rank 0's (ranks on other nodes may disagree)."""
+    if world_size == 1 or not dist.is_initialized():
+        return 0.0
+    dist.barrier()  # everyone reads its clock at (nearly) the same moment
+    times = _gather(time.time())
+    return times[0] - times[dist.get_rank()]

@@ -1,0 +1,76 @@
+"""A step's phases from its recorded intervals (pure functions; see docs/metrics.md for the definitions).
+
+One step on one rank, as recorded (times in seconds from the step's start):
+
+    |data_wait|h2d|forward |backward compute      |comm_exposed|optimizer|other|
+                           |   [bucket 1 comm]    |            |
+                           |            [bucket 2 comm      ]  |
+                                                  ^ last bucket ready = backward compute done
+
+The spans tile the step, so the phases add up to the step time exactly. The `backward` span as
+recorded lasts until `loss.backward()` returns, which DDP delays until every bucket is reduced; it is
+split at the moment the last bucket became ready: before it is backward compute, after it is exposed
+communication. Communication that overlaps forward, backward compute or optimizer is hidden.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable, Sequence
+
+PHASES = ("data_wait", "h2d", "forward", "backward", "comm_exposed", "optimizer", "other")
+COMPUTE = ("forward", "backward", "optimizer")
+
+Interval = tuple[float, float]
+
+
+def union(intervals: Iterable[Interval]) -> list[Interval]:
+    """Merge overlapping intervals into disjoint, sorted ones (empty ones dropped)."""
+    merged: list[list[float]] = []
+    for lo, hi in sorted((a, b) for a, b in intervals if b > a):
+        if merged and lo <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], hi)
+        else:
+            merged.append([lo, hi])
+    return [(lo, hi) for lo, hi in merged]
+
+
+def length(intervals: Iterable[Interval]) -> float:
+    """Total time covered by a set of possibly overlapping intervals."""
+    return sum(hi - lo for lo, hi in union(intervals))
+
+
+def overlap(a: Iterable[Interval], b: Iterable[Interval]) -> float:
+    """Time covered by both a and b."""
+    ua, ub = union(a), union(b)
+    total = 0.0
+    for lo, hi in ua:
+        for blo, bhi in ub:
+            total += max(0.0, min(hi, bhi) - max(lo, blo))
+    return total
+
+
+def step_phases(spans: Sequence[tuple[str, float, float]], buckets: Sequence[tuple[float, float]]) -> dict:
+    """Phases, total/hidden communication and overlap ratio of one step.
+
+    spans: (name, begin, end) tiling the step; name is a phase of PHASES except comm_exposed
+    (`backward` spans include the wait for the reductions). buckets: (ready, done) of each gradient
+    bucket's reduction, ready being when the hook was called.
+    """
+    phases = dict.fromkeys(PHASES, 0.0)
+    compute: list[Interval] = []
+    for name, begin, end in spans:
+        if name == "backward":
+            ready = [r for r, _ in buckets if begin <= r <= end]
+            split = max(ready) if ready else end
+            phases["backward"] += split - begin
+            phases["comm_exposed"] += end - split
+            compute.append((begin, split))
+        else:
+            phases[name] += end - begin
+            if name in COMPUTE:
+                compute.append((begin, end))
+    comm = [(r, d) for r, d in buckets]
+    total = length(comm)
+    hidden = overlap(comm, compute)
+    return {"phases_s": phases, "comm_total_s": total, "comm_hidden_s": hidden,
+            "overlap_ratio": hidden / total if total > 0 else None}
