@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import math
@@ -95,7 +96,7 @@ class Trainer:
         inject = parse_inject(cfg.inject)
         self.slow_s = inject.slow_rank_s if inject.slow_rank == rank.rank else 0.0
         if inject.data_s:
-            self.data.train = DelayedDataset(self.data.train, inject.data_s)
+            self.data = dataclasses.replace(self.data, train=DelayedDataset(self.data.train, inject.data_s))
 
         self.sampler = DistributedSampler(self.data.train, num_replicas=world, rank=rank.rank,
                                           shuffle=True, seed=cfg.seed)

@@ -1,0 +1,80 @@
+"""The profiler through the real CLI on 2 ranks: phases tile steps, and injected slow-downs are diagnosed.
+
+Each case slows one thing on purpose (--inject) and checks the profiler sees it where it was put.
+"""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from conftest import assert_ok, scaletrain, summary
+from scaletrain.analysis import load_records
+
+BASE = ("train", "--model", "lenet5", "--dataset", "digits", "--nproc", "2", "--epochs", "1",
+        "--batch-size", "32", "--no-progress")
+
+
+def _train(out: Path, *args: str) -> dict:
+    proc = scaletrain(*BASE, "--out", str(out), *args)
+    assert_ok(proc)
+    return summary(out)
+
+
+def _kinds(s: dict) -> list[str]:
+    return [f["kind"] for f in s["diagnosis"]]
+
+
+def test_phases_tile_every_step_on_every_rank_and_exports_are_written(tmp_path):
+    out = tmp_path / "run"
+    s = _train(out, "--tensorboard", "on", "--torch-profile", "3:5", "--inject", "slow-rank=1:0.03")
+    records = load_records(out)
+    assert sorted(records) == [0, 1]
+    for rank_records in records.values():
+        assert len(rank_records) == 22
+        for r in rank_records:
+            assert abs(sum(r["phases_s"].values()) - r["step_time_s"]) <= 0.01 * r["step_time_s"]
+            assert {"comm_total_s", "overlap_ratio", "bytes_sent", "samples_per_s"} <= set(r)
+    # an artificially slowed rank is named as the straggler
+    assert "straggler" in _kinds(s)
+    finding = next(f for f in s["diagnosis"] if f["kind"] == "straggler")
+    assert finding["rank"] == 1 and "rank 1" in finding["message"]
+    assert s["stragglers"]["repeated"][0]["rank"] == 1
+    assert s["stragglers"]["repeated"][0]["lag_mean_s"] == pytest.approx(0.03, rel=0.5)
+    # exports: merged trace, per-rank torch.profiler traces and TensorBoard event files
+    trace = json.loads((out / "trace.json").read_text())
+    assert {e["pid"] for e in trace["traceEvents"]} == {0, 1}
+    for rank in (0, 1):
+        assert json.loads((out / "torch-profile" / f"rank{rank}.json").read_text())["traceEvents"]
+        assert list((out / "tensorboard" / f"rank{rank}").glob("events.out.tfevents.*"))
+    assert s["peak_memory_bytes"] > 0 and len(s["ranks"]) == 2
+
+
+def test_slow_input_is_input_bound_and_more_workers_lower_the_wait(tmp_path):
+    per_sample = 0.002
+    s0 = _train(tmp_path / "w0", "--workers", "0", "--inject", f"data={per_sample}")
+    s2 = _train(tmp_path / "w2", "--workers", "2", "--inject", f"data={per_sample}")
+    injected = 32 * per_sample  # each rank loads 32 samples per step
+    assert injected * 0.9 <= s0["phases_mean_s"]["data_wait"] <= injected * 1.6
+    assert _kinds(s0)[0] == "input-bound"
+    assert "with 0 loader workers per rank" in s0["diagnosis"][0]["message"]
+    assert "--workers 2" in s0["diagnosis"][0]["lever"]
+    assert s2["phases_mean_s"]["data_wait"] < 0.75 * s0["phases_mean_s"]["data_wait"]
+
+
+def test_slow_communication_is_exposed_and_a_small_delay_hides_behind_backward(tmp_path):
+    slow = _train(tmp_path / "slow", "--bucket-cap-mb", "0.05", "--inject", "comm=0.05")
+    fast = _train(tmp_path / "fast", "--bucket-cap-mb", "0.05", "--inject", "comm=0.001")
+    assert slow["phases_mean_s"]["comm_exposed"] >= 0.04
+    assert _kinds(slow)[0] == "communication-bound"
+    assert slow["comm_total_mean_s"] >= 0.05
+    assert fast["overlap_ratio"] > slow["overlap_ratio"] + 0.1
+
+
+def test_profile_off_writes_step_times_only(tmp_path):
+    out = tmp_path / "off"
+    s = _train(out, "--profile", "off")
+    records = load_records(out)
+    assert all("phases_s" not in r and r["step_time_s"] > 0 for rs in records.values() for r in rs)
+    assert s["profile"] == "off" and s["phases_mean_s"] is None and s["diagnosis"] == []
+    assert not (out / "trace.json").exists()
