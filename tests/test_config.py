@@ -255,3 +255,33 @@ def test_save_toml_omits_none_fields_and_round_trips(tmp_path):
 def test_nan_is_refused(name):
     with pytest.raises(UserError, match=name):
         TrainConfig(**{name: float("nan")})
+
+
+# --- profiler settings -------------------------------------------------------------------------
+from scaletrain.config import Injection, parse_inject, torch_profile_window  # noqa: E402
+
+
+def test_inject_parses_every_item():
+    assert parse_inject("data=0.002,comm=0.05,slow-rank=1:0.03") == Injection(0.002, 0.05, 1, 0.03)
+    assert parse_inject(None) == Injection()
+
+
+@pytest.mark.parametrize("spec, message", [("disk=1", "unknown item 'disk=1'"), ("data=fast", "cannot read"),
+                                           ("slow-rank=1", "cannot read"), ("comm=-1", "must not be negative")])
+def test_bad_inject_is_one_clear_line(spec, message):
+    with pytest.raises(UserError, match=message):
+        TrainConfig(inject=spec)
+
+
+def test_torch_profile_window_parsing():
+    assert torch_profile_window("10:15") == (10, 15)
+    for bad in ("10", "5:5", "a:b", "-1:3"):
+        with pytest.raises(UserError, match="--torch-profile"):
+            TrainConfig(torch_profile=bad)
+
+
+@pytest.mark.parametrize("field, value", [("profile", "maybe"), ("tensorboard", "yes"), ("diag_input", 1.5),
+                                          ("diag_comm", 0.0), ("bucket_cap_mb", 0.0)])
+def test_profiler_settings_are_validated(field, value):
+    with pytest.raises(UserError, match=field.replace("_", "-")):
+        TrainConfig(**{field: value})
