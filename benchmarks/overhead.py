@@ -1,12 +1,14 @@
-"""scaletrain's training throughput against a minimal hand-written DDP loop (`plain_ddp.py`), side by side.
+"""scaletrain's training throughput against a minimal hand-written DDP loop (`plain_ddp.py`), and the step
+profiler's cost (`--profile on` against `--profile off`), side by side in one run.
 
 Both train the same model on the same data with the same per-rank batch, ranks, threads, optimizer, LR
 schedule and precision (fp32), launched by the same elastic agent; both report steady-state samples/s as
 `scaletrain.metrics` defines it (warm-up steps of each epoch excluded; no evaluation or checkpoint inside
-the timed steps). Runs interleave (plain, scaletrain, scaletrain, plain, plain, ...) so that drift of a
-shared, noisy machine hits both sides alike; the headline is median(scaletrain) / median(plain), with a 3%
-target. Each repeat also checks that both sides computed the same thing (the loss of each epoch's last
-step; bit-identical on CPU). A measurement, not a test: exits 0 whatever the ratio (1 only if a run fails).
+the timed steps; TensorBoard off). Runs interleave in a rotating order (plain, on, off; on, off, plain; ...)
+so that drift of a shared, noisy machine hits every side alike. Headlines: median(scaletrain, profile on) /
+median(plain), target >= 0.97, and median(profile on) / median(profile off), target >= 0.98 (the profiler
+costs under 2%). Each repeat also checks that the sides computed the same thing (the loss of each epoch's
+last step; bit-identical on CPU). A measurement, not a test: exits 0 whatever the ratios (1 if a run fails).
 
     .venv/bin/python benchmarks/overhead.py                 # `make bench`: resnet20 on synthetic, 2 ranks
     .venv/bin/python benchmarks/overhead.py --repeats 5 --json bench.json
@@ -32,6 +34,7 @@ from scaletrain.config import TrainConfig
 
 HERE = Path(__file__).resolve().parent
 TARGET = 0.97  # scaletrain within 3% of the plain loop
+PROFILER_TARGET = 0.98  # the step profiler costs under 2%
 NOISY_SPREAD = 0.15  # (max - min) / median of one side's runs; ~7% on an idle 2-core machine
 _DEFAULTS = {f.name: f.default for f in fields(TrainConfig)}
 
@@ -108,11 +111,12 @@ def run_plain(s: dict, nproc: int, tmp: Path) -> dict:
     return {"samples_per_s": r["samples_per_s"], "epoch_last_losses": r["epoch_last_losses"]}
 
 
-def run_scaletrain(s: dict, nproc: int, tmp: Path) -> dict:
+def run_scaletrain(s: dict, nproc: int, tmp: Path, profile: str = "on") -> dict:
     out = tmp / "scaletrain-run"
     _run([sys.executable, "-m", "scaletrain", "train", "--nproc", str(nproc), *_flags(s),
           "--optimizer", "sgd", "--precision", "fp32", "--schedule", "cosine", "--warmup-epochs", "0",
-          "--no-scale-lr", "--no-sync-bn", "--no-augment", "--no-progress",
+          "--no-scale-lr", "--no-sync-bn", "--no-augment", "--no-progress", "--profile", profile,
+          "--tensorboard", "off",
           "--eval-every", str(s["epochs"]), "--out", str(out)], "scaletrain train")
     summary = json.loads((out / "summary.json").read_text())
     steps = [json.loads(line) for line in (out / "metrics-rank0.jsonl").read_text().splitlines() if line]
@@ -146,12 +150,13 @@ def main(argv: list[str] | None = None) -> int:
     if busy is not None and busy > 0.25:
         console.print(f"[yellow]note: the CPUs were {100 * busy:.0f}% busy just before starting: other processes "
                       "compete with the runs, so the figures will be noisy[/yellow]")
-    plain, st = [], []
-    total = 2 * args.repeats
-    sides = [("plain", run_plain, plain), ("scaletrain", run_scaletrain, st)]
+    plain, st, off = [], [], []
+    total = 3 * args.repeats
+    sides = [("plain", run_plain, plain), ("profile on", run_scaletrain, st),
+             ("profile off", lambda *a: run_scaletrain(*a, profile="off"), off)]
     for r in range(args.repeats):
-        # plain, scaletrain, scaletrain, plain, ...: neither side is always the one that runs second
-        for name, fn, results in (sides if r % 2 == 0 else sides[::-1]):
+        # a rotating order: no side is always the one that runs first or last
+        for name, fn, results in sides[r % 3:] + sides[:r % 3]:
             tmp = Path(tempfile.mkdtemp(prefix=f"bench-{name}-"))
             t = time.perf_counter()
             try:
@@ -161,31 +166,41 @@ def main(argv: list[str] | None = None) -> int:
             res["wall_s"] = time.perf_counter() - t
             results.append(res)
             rate = res["samples_per_s"]
-            console.print(f"  [{len(plain) + len(st)}/{total}] {name:<10} "
+            console.print(f"  [{len(plain) + len(st) + len(off)}/{total}] {name:<11} "
                           f"{'-' if rate is None else f'{rate:,.1f}'} samples/s  ({res['wall_s']:.1f} s)")
-    if any(r["samples_per_s"] is None for r in plain + st):
+    if any(r["samples_per_s"] is None for r in plain + st + off):
         console.print("[red]no steady-state steps to measure: raise --synthetic-samples or lower --batch-size[/red]")
         return 1
 
-    table = Table(title="steady-state training throughput (samples/s, all ranks)")
-    for col in ("repeat", "plain DDP", "scaletrain", "scaletrain / plain", "losses"):
+    table = Table(title="steady-state training throughput (samples/s, all ranks); scaletrain with profile on / off")
+    for col in ("repeat", "plain DDP", "profile on", "profile off", "on / plain", "on / off", "losses"):
         table.add_column(col, justify="right")
-    for i, (p, q) in enumerate(zip(plain, st)):
+    for i, (p, q, o) in enumerate(zip(plain, st, off)):
         table.add_row(str(i + 1), f"{p['samples_per_s']:,.1f}", f"{q['samples_per_s']:,.1f}",
-                      f"{q['samples_per_s'] / p['samples_per_s']:.3f}", loss_check(p, q))
+                      f"{o['samples_per_s']:,.1f}", f"{q['samples_per_s'] / p['samples_per_s']:.3f}",
+                      f"{q['samples_per_s'] / o['samples_per_s']:.3f}",
+                      " / ".join(sorted({loss_check(p, q), loss_check(p, o)})))
     med_plain = statistics.median(p["samples_per_s"] for p in plain)
     med_st = statistics.median(q["samples_per_s"] for q in st)
-    ratio = med_st / med_plain
+    med_off = statistics.median(o["samples_per_s"] for o in off)
+    ratio, prof_ratio = med_st / med_plain, med_st / med_off
     pair_ratio = statistics.median(q["samples_per_s"] / p["samples_per_s"] for p, q in zip(plain, st))
+    pair_prof = statistics.median(q["samples_per_s"] / o["samples_per_s"] for q, o in zip(st, off))
     table.add_section()
-    table.add_row("median", f"{med_plain:,.1f}", f"{med_st:,.1f}", f"[bold]{ratio:.3f}[/bold]", "")
+    table.add_row("median", f"{med_plain:,.1f}", f"{med_st:,.1f}", f"{med_off:,.1f}",
+                  f"[bold]{ratio:.3f}[/bold]", f"[bold]{prof_ratio:.3f}[/bold]", "")
     console.print(table)
     met = ratio >= TARGET
     verdict = "[green]target met[/green]" if met else "[red]target NOT met[/red]"
     console.print(f"scaletrain / plain = {ratio:.3f} ({100 * (ratio - 1):+.1f}%): {verdict} "
                   f"(scaletrain within {100 * (1 - TARGET):.0f}% of the plain loop)")
+    prof_met = prof_ratio >= PROFILER_TARGET
+    verdict = "[green]target met[/green]" if prof_met else "[red]target NOT met[/red]"
+    console.print(f"profile on / off = {prof_ratio:.3f} ({100 * (prof_ratio - 1):+.1f}%): {verdict} "
+                  f"(the profiler costs under {100 * (1 - PROFILER_TARGET):.0f}%); "
+                  f"median of the per-repeat ratios {pair_prof:.3f}")
     wall = time.perf_counter() - t0
-    spread = max(_spread(plain), _spread(st))
+    spread = max(_spread(plain), _spread(st), _spread(off))
     noisy = " [yellow](over 15%: the machine was busy, the figures are unreliable; rerun)[/yellow]" \
         if spread > NOISY_SPREAD else ""
     console.print(f"median of the per-repeat ratios {pair_ratio:.3f}; run-to-run spread {100 * spread:.0f}%{noisy}")
@@ -193,8 +208,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         Path(args.json).write_text(json.dumps({
             "settings": {**s, "nproc": args.nproc, "repeats": args.repeats, "precision": "fp32"},
-            "plain": plain, "scaletrain": st, "median_plain": med_plain, "median_scaletrain": med_st,
+            "plain": plain, "scaletrain": st, "profile_off": off, "median_plain": med_plain,
+            "median_scaletrain": med_st, "median_profile_off": med_off,
             "ratio": ratio, "median_pair_ratio": pair_ratio, "target_ratio": TARGET, "target_met": met,
+            "profiler_ratio": prof_ratio, "median_pair_profiler_ratio": pair_prof,
+            "profiler_target_ratio": PROFILER_TARGET, "profiler_target_met": prof_met,
             "cpu_busy_at_start": busy, "wall_time_s": wall,
         }, indent=2) + "\n")
     return 0
