@@ -188,6 +188,7 @@ class StepProfiler:
         buckets = []
         for b in raw["buckets"]:
             if b.done is not None:
+                clock.wait(b.done)  # on CUDA: recorded on the reduction's stream, normally long complete
                 buckets.append((clock.seconds(origin, b.ready), clock.seconds(origin, b.done)))
         step_time = clock.seconds(origin, raw["end"])
         timing = step_phases(spans, buckets)
