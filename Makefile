@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: setup demo test test-slow bench clean
+.PHONY: setup demo test test-slow bench report-check clean
 
 setup: $(STAMP)
 
@@ -29,6 +29,10 @@ test-slow: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) benchmarks/overhead.py
+
+# Renders a report in headless Chromium: tables in the DOM, plots decoded (skips without Chromium).
+report-check: $(STAMP)
+	$(PY) -m pytest -q tests/test_report_html_chromium.py
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache

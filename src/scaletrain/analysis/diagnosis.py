@@ -65,12 +65,12 @@ def diagnose(run: dict[str, Any], stragglers: dict[str, Any], config: dict[str, 
     if not findings:
         compute_s = phases["forward"] + phases["backward"] + phases["optimizer"]
         share = compute_s / step
+        exposed = f"exposed communication is only {comm:.0%} of a step"
         if config.get("precision", "fp32") == "fp32" and config.get("device") == "cuda":
-            lever = "faster arithmetic: --precision bf16 on hardware with bf16 units; or more devices, which " \
-                    "this run can use well while communication stays hidden"
+            lever = f"faster arithmetic: --precision bf16 on hardware with bf16 units; or more devices ({exposed})"
         else:
-            lever = "more devices (communication is hidden, so more ranks should scale), a larger --batch-size " \
-                    "for better utilisation, or a smaller model"
+            lever = f"more devices ({exposed}, so more ranks should scale), a larger --batch-size for " \
+                    "better utilisation, or a smaller model"
         findings.append({"kind": "compute-bound", "share": share,
                          "message": f"{share:.0%} of each step ({_ms(compute_s)} of {_ms(step)}) is forward, "
                                     "backward and optimizer compute; data and communication are not the limit",

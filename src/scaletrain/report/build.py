@@ -1,0 +1,168 @@
+"""Assembling reports: tables and plots of a run, a study or a comparison, written as one HTML page.
+
+Writes only `report.html` and `plots/*.png` inside the directory reported on (a comparison writes
+only the file it is given); every other file is read, never changed.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+from scaletrain.errors import UserError
+from scaletrain.report import plots, series, tables
+from scaletrain.report.html import Section, page, write_page
+from scaletrain.report.load import Run, Study, axis_values, load_run, load_study, overview
+
+REPORT = "report.html"
+PLOTS = "plots"
+
+
+def write_run_report(run_dir: str | Path) -> Path:
+    """Write RUN/report.html (and RUN/plots/*.png) from the run's files; returns the HTML path."""
+    return render_run(load_run(run_dir))
+
+
+def write_study_report(study_dir: str | Path) -> Path:
+    """Write STUDY/report.html (and STUDY/plots/*.png) from study.json; returns the HTML path."""
+    return render_study(load_study(study_dir))
+
+
+def _check_writable(root: Path) -> None:
+    """Say so up front when the report cannot be written, rather than fail half-way."""
+    if not os.access(root, os.W_OK) or ((root / PLOTS).exists() and not os.access(root / PLOTS, os.W_OK)):
+        raise UserError(f"cannot write {REPORT} and {PLOTS}/ in {root} (not writable): copy the directory "
+                        "somewhere you can write and report the copy")
+
+
+def run_grids(run: Run) -> list[tables.Grid]:
+    """The run's tables, in reading order: summary, phases, communication, ranks, diagnosis."""
+    a = run.analysis
+    return [tables.run_summary(overview(run), run.analysis_source), tables.run_phases(a),
+            tables.run_communication(a), tables.run_ranks(a), tables.diagnosis(a.get("diagnosis"), run.profiled)]
+
+
+def render_run(run: Run) -> Path:
+    """Draw the run's plots into RUN/plots/ and write RUN/report.html."""
+    _check_writable(run.root)
+    a = run.analysis
+    out = run.root / PLOTS
+    summary, phases, comm, ranks, diagnosis = run_grids(run)
+    phase_figs, notes = [], list(run.notes)
+    if a.get("phases_mean_s"):
+        bars = {f"rank {r['rank']}": r["phases_mean_s"] for r in a.get("ranks") or [] if r.get("phases_mean_s")}
+        bars["mean"] = a["phases_mean_s"]
+        phase_figs.append((plots.phase_bars(bars, out / "phases-per-rank.png", "mean time per step, by phase"),
+                           "mean milliseconds per step of each phase, per rank and over ranks"))
+    shares = series.phase_shares(run.records)
+    if shares:
+        phase_figs.append((plots.phase_share_area(*shares, out / "phase-shares.png"),
+                           "each phase's share of the step, step by step (mean over ranks)"))
+    else:
+        notes.append("phase plots are left out: phases were not recorded (the run used --profile off)")
+    step_fig = (plots.step_time_lines(series.step_times(run.records), out / "step-time.png"),
+                "step time of every step, per rank (the first steps of each epoch include loader start-up)")
+    top = (a.get("diagnosis") or [None])[0]
+    sections = [
+        Section("summary", lead=f"{top['kind']}: {top['message']}. Try: {top['lever']}." if top else None,
+                grids=[summary]),
+        Section("diagnosis", grids=[diagnosis]),
+        Section("where the time goes", grids=[phases, comm], figures=phase_figs),
+        Section("ranks and stragglers", grids=[ranks], figures=[step_fig]),
+    ]
+    if notes:
+        sections.append(Section("notes", notes=notes))
+    ov = overview(run)
+    title = f"run {ov['name']}"
+    subtitle = f"{ov['model']} on {ov['dataset']}, {ov['world_size']} rank(s), {ov['status']}"
+    return write_page(run.root / REPORT, page(title, subtitle, sections))
+
+
+def study_grids(study: Study) -> list[tables.Grid]:
+    """The study's tables: the scaling table, phases per point, diagnosis per point."""
+    return [tables.study_points(study.points, study.axes), tables.study_phases(study.points),
+            tables.study_diagnosis(study.points)]
+
+
+def _axis_plot_note(study: Study, axis: str, what: str) -> str | None:
+    """Why a plot against `axis` is not drawn, or None when it can be."""
+    if axis not in study.axes:
+        return f"{what}: not drawn, {axis} is not an axis of this study"
+    values = axis_values(study, axis)
+    if len(values) < 2:
+        return f"{what}: not drawn, {axis} has only one value ({values[0] if values else 'none'})"
+    return None
+
+
+def render_study(study: Study) -> Path:
+    """Draw the study's plots (those whose axis is swept) into STUDY/plots/ and write STUDY/report.html."""
+    _check_writable(study.root)
+    pts, axes, out = study.points, study.axes, study.root / PLOTS
+    scaling_figs, phase_figs, notes = [], [], []
+    why = _axis_plot_note(study, "nproc", "epoch time and speedup against nproc")
+    epoch_lines = series.study_lines(pts, axes, "nproc", "epoch_time_s")
+    if why is None and not epoch_lines:
+        why = "epoch time and speedup against nproc: not drawn, no point has an epoch time"
+    if why:
+        notes.append(why)
+    else:
+        scaling_figs.append((plots.line_plot(epoch_lines, out / "epoch-time.png", "epoch time against processes",
+                                             "processes (nproc)", "epoch time (s)"),
+                             "epoch time against the number of processes, one line per series"))
+        scaling_figs.append((plots.line_plot(series.study_lines(pts, axes, "nproc", "speedup"), out / "speedup.png",
+                                             "speedup against ideal", "processes (nproc)", "speedup (x)",
+                                             reference=series.ideal_lines(pts, axes)),
+                             "speedup against the series' baseline, with the ideal (linear) speedup dashed"))
+    why = _axis_plot_note(study, "workers", "workers sweep")
+    sweep = series.study_lines(pts, axes, "workers", "epoch_time_s")
+    if why is None and not sweep:
+        why = "workers sweep: not drawn, no point has an epoch time"
+    if why:
+        notes.append(why)
+    else:
+        scaling_figs.append((plots.line_plot(sweep, out / "workers-sweep.png", "epoch time against loader workers",
+                                             "data-loader workers per rank", "epoch time (s)"),
+                             "epoch time against data-loader workers, one line per nproc (and other axes)"))
+    bars = {p["id"]: p["phases_mean_s"] for p in pts if p.get("phases_mean_s")}
+    if bars:
+        phase_figs.append((plots.phase_bars(bars, out / "phases-per-point.png", "mean time per step, by phase"),
+                           "mean milliseconds per step of each phase, per point"))
+    else:
+        notes.append("phases per point: not drawn, no point recorded phases")
+    points_grid, phases_grid, diag_grid = study_grids(study)
+    failed = sum(1 for p in pts if p.get("status") == "failed")
+    done = sum(1 for p in pts if p.get("status") == "completed")
+    sections = [
+        Section("scaling", grids=[points_grid], figures=scaling_figs),
+        Section("where the time goes", grids=[phases_grid], figures=phase_figs),
+        Section("diagnosis", grids=[diag_grid]),
+    ]
+    if notes:
+        sections.append(Section("notes", notes=notes))
+    swept = "; ".join(f"{a}: {', '.join(map(str, axis_values(study, a)))}" for a in axes)
+    subtitle = f"{swept} — {done} of {len(pts)} points completed" + (f", {failed} failed" if failed else "")
+    return write_page(study.root / REPORT, page(f"study {study.root.resolve().name}", subtitle, sections))
+
+
+def render_compare(cmp: dict, a: Run | Study, b: Run | Study, path: str | Path) -> Path:
+    """The comparison as one self-contained page at `path` (its plot is drawn in a temporary folder)."""
+    grid = tables.compare_runs(cmp) if cmp["kind"] == "runs" else tables.compare_studies(cmp)
+    with tempfile.TemporaryDirectory() as tmp:
+        figures = []
+        if cmp["kind"] == "runs" and isinstance(a, Run) and isinstance(b, Run):
+            bars = {f"A: {cmp['a']}": a.analysis.get("phases_mean_s"),
+                    f"B: {cmp['b']}": b.analysis.get("phases_mean_s")}
+            if all(bars.values()):
+                figures.append((plots.phase_bars(bars, Path(tmp) / "phases.png", "mean time per step, by phase"),
+                                "mean milliseconds per step of each phase in A and B"))
+        elif isinstance(a, Study) and isinstance(b, Study):
+            lines = [series.Line(f"{side}: {line.label}", line.xs, line.ys) for side, study in (("A", a), ("B", b))
+                     for line in series.study_lines(study.points, cmp["axes"], "nproc", "epoch_time_s")]
+            if any(len(line.xs) > 1 for line in lines):
+                figures.append((plots.line_plot(lines, Path(tmp) / "epoch-time.png", "epoch time against processes",
+                                                "processes (nproc)", "epoch time (s)"),
+                                "epoch time against the number of processes, each series of A and of B"))
+        html = page(f"compare {a.root.resolve().name} and {b.root.resolve().name}", f"A = {a.root}; B = {b.root}",
+                    [Section("comparison", lead=cmp["verdict"], grids=[grid], figures=figures)])
+    return write_page(path, html)

@@ -1,0 +1,68 @@
+"""`scaletrain report` and `scaletrain compare`: arguments, terminal tables, and where the HTML went."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from rich.console import Console
+
+from scaletrain.errors import UserError
+from scaletrain.report import build, compare, tables
+from scaletrain.report.load import Run, kind_of, load, overview
+
+
+def add_report_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("dir", help="a run directory (scaletrain train --out) or a study directory (scaletrain study --out)")
+    p.description = ("Rebuild DIR/report.html and DIR/plots/ from the directory's files (nothing is rerun; no "
+                     "other file is changed) and print the main tables.")
+
+
+def run_report(args: argparse.Namespace) -> int:
+    console = Console()
+    target = load(args.dir)
+    if isinstance(target, Run):
+        grids = build.run_grids(target)
+        for grid in grids:
+            console.print(tables.rich_table(grid))
+        for note in target.notes:
+            console.print(f"note: {note}")
+        path = build.render_run(target)
+    else:
+        points, _, diagnosis = build.study_grids(target)
+        console.print(tables.rich_table(points))
+        console.print(tables.rich_table(diagnosis))
+        path = build.render_study(target)
+    console.print(f"report: {path}", soft_wrap=True, highlight=False)
+    return 0
+
+
+def add_compare_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("a", help="run or study directory A (the reference)")
+    p.add_argument("b", help="run or study directory B, of the same kind as A")
+    p.add_argument("--html", metavar="FILE", help="also write the comparison as a self-contained HTML page")
+    p.description = "Put two runs (phase by phase) or two studies (point by point) side by side."
+
+
+def run_compare(args: argparse.Namespace) -> int:
+    if args.html and not Path(args.html).resolve().parent.is_dir():
+        raise UserError(f"--html {args.html}: its folder does not exist; create it or write the page elsewhere")
+    kind_a, kind_b = kind_of(args.a), kind_of(args.b)
+    if kind_a != kind_b:
+        raise UserError(f"cannot compare a {kind_a} ({args.a}) with a {kind_b} ({args.b}): "
+                        "give two run directories or two study directories")
+    a, b = load(args.a), load(args.b)
+    if isinstance(a, Run) and isinstance(b, Run):
+        cmp = compare.compare_runs(overview(a), overview(b))
+        grid = tables.compare_runs(cmp)
+    else:
+        axes = a.axes + [x for x in b.axes if x not in a.axes]
+        cmp = compare.compare_studies(a.points, b.points, axes)
+        grid = tables.compare_studies(cmp)
+    console = Console()
+    console.print(tables.rich_table(grid))
+    console.print(cmp["verdict"], soft_wrap=True, highlight=False)
+    if args.html:
+        path = build.render_compare(cmp, a, b, args.html)
+        console.print(f"comparison: {path}", soft_wrap=True, highlight=False)
+    return 0

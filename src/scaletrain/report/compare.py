@@ -1,0 +1,109 @@
+"""Differences between two runs or two studies, as data (pure functions; the verdict is one sentence)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from scaletrain.report import fmt
+from scaletrain.report.series import PHASE_LABELS, phase_names
+
+
+@dataclass(frozen=True)
+class Row:
+    """One measure of A and B; kind says how to format it (see fmt.value)."""
+
+    label: str
+    kind: str
+    a: float | None
+    b: float | None
+    phase: str | None = None
+
+    @property
+    def delta(self) -> float | None:
+        return None if self.a is None or self.b is None else self.b - self.a
+
+    @property
+    def relative(self) -> float | None:
+        return None if self.delta is None or not self.a else self.delta / self.a
+
+
+def compare_runs(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
+    """Side by side from two run overviews (load.overview): every phase mean, then the headline numbers."""
+    pa, pb = a.get("phases_mean_s"), b.get("phases_mean_s")
+    rows = [Row(PHASE_LABELS.get(p, p), "time", (pa or {}).get(p), (pb or {}).get(p), phase=p)
+            for p in phase_names([pa, pb])]
+    rows += [
+        Row("step time (mean)", "time", a.get("step_time_mean_s"), b.get("step_time_mean_s")),
+        Row("samples/s (steady)", "rate", a.get("samples_per_s"), b.get("samples_per_s")),
+        Row("epoch time (median)", "seconds", a.get("epoch_time_median_s"), b.get("epoch_time_median_s")),
+        Row("overlap ratio", "share", a.get("overlap_ratio"), b.get("overlap_ratio")),
+        Row("top-1", "share", a.get("top1"), b.get("top1")),
+    ]
+    largest = _largest_phase_change(rows)
+    return {"kind": "runs", "a": a["name"], "b": b["name"], "rows": rows,
+            "largest_phase": largest.phase if largest else None, "verdict": _run_verdict(rows, largest, pa, pb)}
+
+
+def _largest_phase_change(rows: list[Row]) -> Row | None:
+    changed = [r for r in rows if r.phase and r.delta is not None]
+    return max(changed, key=lambda r: abs(r.delta)) if changed else None
+
+
+def _run_verdict(rows: list[Row], largest: Row | None, pa: dict | None, pb: dict | None) -> str:
+    if pa is None or pb is None:
+        missing = " and ".join(n for n, p in (("A", pa), ("B", pb)) if p is None)
+        step = next(r for r in rows if r.label == "step time (mean)")
+        return (f"phases were not recorded in {missing} (--profile off), so no phase can be named; step time: "
+                f"{fmt.duration(step.a)} -> {fmt.duration(step.b)} ({fmt.change(step.relative, 0)})")
+    if largest is None or largest.delta == 0:
+        return "no phase changed: every phase takes the same time per step in A and B"
+    how = fmt.change(largest.relative, 0) if largest.relative is not None else "from zero"
+    return (f"{largest.label}: {fmt.duration(largest.a)} -> {fmt.duration(largest.b)} per step ({how}), "
+            "the largest change")
+
+
+def _key(axes: dict[str, Any]) -> tuple:
+    return tuple(sorted((k, repr(v)) for k, v in axes.items()))
+
+
+def compare_studies(a_points: list[dict], b_points: list[dict], axes: list[str]) -> dict[str, Any]:
+    """Points matched by their axis values: epoch time, speedup and efficiency of A and B side by side."""
+    b_by_key = {_key(p.get("axes", {})): p for p in b_points}
+    matched: set[tuple] = set()
+    rows = []
+    for pa in a_points:
+        key = _key(pa.get("axes", {}))
+        pb = b_by_key.get(key)
+        matched.add(key)
+        rows.append(_point_row(pa, pb))
+    rows += [_point_row(None, pb) for pb in b_points if _key(pb.get("axes", {})) not in matched]
+    return {"kind": "studies", "axes": axes, "rows": rows, "verdict": _study_verdict(rows)}
+
+
+def _point_row(pa: dict | None, pb: dict | None) -> dict[str, Any]:
+    some = pa or pb
+    assert some is not None
+    return {
+        "axes": some.get("axes", {}),
+        "status": (pa or {}).get("status", "absent"), "status_b": (pb or {}).get("status", "absent"),
+        "error_a": (pa or {}).get("error"), "error_b": (pb or {}).get("error"),
+        "epoch_time": Row("epoch time", "seconds", (pa or {}).get("epoch_time_s"), (pb or {}).get("epoch_time_s")),
+        "speedup": Row("speedup", "factor", (pa or {}).get("speedup"), (pb or {}).get("speedup")),
+        "efficiency": Row("efficiency", "share", (pa or {}).get("efficiency"), (pb or {}).get("efficiency")),
+    }
+
+
+def _study_verdict(rows: list[dict]) -> str:
+    both = [r for r in rows if r["epoch_time"].relative is not None]
+    only_a = sum(1 for r in rows if r["status_b"] == "absent")
+    only_b = sum(1 for r in rows if r["status"] == "absent")
+    extra = "".join(f"; {n} point{'s' if n != 1 else ''} only in {side}"
+                    for side, n in (("A", only_a), ("B", only_b)) if n)
+    if not both:
+        return "no point has an epoch time in both studies" + extra
+    top = max(both, key=lambda r: abs(r["epoch_time"].relative))
+    t = top["epoch_time"]
+    where = ", ".join(f"{k}={v}" for k, v in top["axes"].items())
+    return (f"{where}: epoch time {fmt.value('seconds', t.a)} -> {fmt.value('seconds', t.b)} "
+            f"({fmt.change(t.relative, 0)}), the largest change" + extra)

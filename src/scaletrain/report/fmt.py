@@ -1,0 +1,60 @@
+"""Numbers as people read them, one function per kind; a missing value is "-", never 0."""
+
+from __future__ import annotations
+
+DASH = "-"
+
+
+def duration(seconds: float | None) -> str:
+    """Milliseconds under a second (steps, phases), seconds above."""
+    if seconds is None:
+        return DASH
+    return f"{seconds * 1000:.1f} ms" if abs(seconds) < 1 else f"{seconds:.2f} s"
+
+
+def hms(seconds: float | None) -> str:
+    if seconds is None:
+        return DASH
+    whole = round(seconds)
+    return f"{whole // 3600}:{whole % 3600 // 60:02d}:{whole % 60:02d}"
+
+
+def share(fraction: float | None, digits: int = 1) -> str:
+    return DASH if fraction is None else f"{100 * fraction:.{digits}f}%"
+
+
+def change(fraction: float | None, digits: int = 1) -> str:
+    """A relative change with its sign: -0.42 -> '-42.0%'."""
+    return DASH if fraction is None else f"{100 * fraction:+.{digits}f}%"
+
+
+def size(n_bytes: float | None) -> str:
+    if n_bytes is None:
+        return DASH
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if abs(n_bytes) >= scale:
+            return f"{n_bytes / scale:.1f} {unit}"
+    return f"{n_bytes:.0f} B"
+
+
+def rate(per_s: float | None) -> str:
+    return DASH if per_s is None else f"{per_s:,.0f}/s"
+
+
+def factor(x: float | None) -> str:
+    return DASH if x is None else f"{x:.2f}x"
+
+
+def value(kind: str, x: float | None) -> str:
+    """Format by kind: 'time', 'rate', 'share', 'factor', 'seconds'."""
+    if kind == "time":
+        return duration(x)
+    if kind == "seconds":
+        return DASH if x is None else f"{x:.2f} s"
+    if kind == "rate":
+        return rate(x)
+    if kind == "share":
+        return share(x)
+    if kind == "factor":
+        return factor(x)
+    raise ValueError(f"unknown kind {kind!r}")

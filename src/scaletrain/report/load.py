@@ -1,0 +1,213 @@
+"""Reading a run or a study directory from its files alone (never writes, never reruns anything)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import re
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from statistics import median
+from collections.abc import Callable
+from typing import Any
+
+from scaletrain.errors import UserError
+from scaletrain.metrics import steady_samples_per_s, warmup_steps
+
+# the profiler's keys of summary.json (docs/run-directory.md), recomputed from metrics files when possible
+ANALYSIS_KEYS = ("phases_mean_s", "step_time_mean_s", "overlap_ratio", "comm_total_mean_s", "comm_hidden_mean_s",
+                 "bytes_sent_per_step", "ranks", "stragglers", "peak_memory_bytes", "memory_kind", "diagnosis")
+RANK_FILE = re.compile(r"metrics-rank(\d+)\.jsonl")
+WHAT_TO_GIVE = "give the --out directory of `scaletrain train` or `scaletrain study`"
+
+
+@dataclass
+class Run:
+    """One run directory as read from its files; `analysis` holds the profiler's keys (may be empty)."""
+
+    root: Path
+    config: dict[str, Any]
+    summary: dict[str, Any] | None
+    records: dict[int, list[dict[str, Any]]]
+    epochs: list[dict[str, Any]]
+    analysis: dict[str, Any]
+    analysis_source: str
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def profiled(self) -> bool:
+        return any("phases_s" in r for recs in self.records.values() for r in recs)
+
+
+@dataclass
+class Study:
+    """One study directory: its spec (study.toml, may be empty) and its points (study.json, grid order)."""
+
+    root: Path
+    spec: dict[str, Any]
+    points: list[dict[str, Any]]
+    axes: list[str]
+
+
+def kind_of(path: str | Path) -> str:
+    """'run' or 'study', from the files the directory holds; anything else is a UserError naming what is missing."""
+    p = Path(path)
+    if not p.exists():
+        raise UserError(f"{p} does not exist: {WHAT_TO_GIVE}")
+    if not p.is_dir():
+        raise UserError(f"{p} is a file, not a directory: {WHAT_TO_GIVE}")
+    if (p / "study.json").is_file():
+        return "study"
+    if (p / "summary.json").is_file() or any(RANK_FILE.fullmatch(f.name) for f in p.iterdir()):
+        return "run"
+    if (p / "study.toml").is_file():
+        raise UserError(f"{p} has study.toml but no study.json: no point of the study has finished yet; "
+                        "run the study (scaletrain study) before reporting it")
+    raise UserError(f"{p} is neither a run nor a study: it has no study.json, summary.json or "
+                    f"metrics-rank*.jsonl; {WHAT_TO_GIVE}")
+
+
+def load(path: str | Path) -> Run | Study:
+    return load_study(path) if kind_of(path) == "study" else load_run(path)
+
+
+def load_run(path: str | Path) -> Run:
+    """A run from config.toml, summary.json, metrics-rank*.jsonl and epochs.jsonl; the analysis is recomputed."""
+    root = Path(path)
+    if kind_of(root) != "run":
+        raise UserError(f"{root} is a study, not a run: give one of its runs (points/<id>/r0) or report the study")
+    notes: list[str] = []
+    summary = _read_json(root / "summary.json") if (root / "summary.json").is_file() else None
+    if summary is not None and not isinstance(summary, dict):
+        raise UserError(f"{root / 'summary.json'} is not a JSON object: the file is damaged; delete it to "
+                        "report from the metrics files alone")
+    if summary is None:
+        notes.append("no summary.json (the run did not finish): everything shown comes from the metrics files")
+    records = _read_records(root, notes)
+    if not any(records.values()):
+        why = f" (the run failed: {summary['error']})" if summary and summary.get("error") else ""
+        raise UserError(f"{root} has no metrics lines in metrics-rank*.jsonl{why}: the run recorded no training "
+                        "step; train it (or resume it) before reporting")
+    config = _read_toml(root / "config.toml") if (root / "config.toml").is_file() else {}
+    epochs = _read_jsonl(root / "epochs.jsonl", notes) if (root / "epochs.jsonl").is_file() else []
+    analysis, source = _analysis(records, config, summary)
+    return Run(root, config, summary, records, epochs, analysis, source, notes)
+
+
+def analyzer() -> Callable[..., dict[str, Any]] | None:
+    """scaletrain.analysis.analyze_run when that module exists (its own import errors are not hidden)."""
+    if importlib.util.find_spec("scaletrain.analysis") is None:
+        return None
+    from scaletrain.analysis import analyze_run
+    return analyze_run
+
+
+def _analysis(records: dict[int, list[dict]], config: dict, summary: dict | None) -> tuple[dict, str]:
+    analyze = analyzer()
+    if analyze is not None:
+        # peak memory is measured in the workers, not written per step: take it from summary.json
+        memory = [(r["rank"], r["peak_memory_bytes"], summary["memory_kind"])
+                  for r in (summary or {}).get("ranks") or []
+                  if r.get("peak_memory_bytes") is not None and (summary or {}).get("memory_kind")]
+        return analyze(records, config, memory=memory or None), "recomputed from the metrics files"
+    if summary and any(k in summary for k in ANALYSIS_KEYS):
+        return {k: summary[k] for k in ANALYSIS_KEYS if k in summary}, "summary.json"
+    return {}, "none"
+
+
+def overview(run: Run) -> dict[str, Any]:
+    """The headline numbers of a run, from summary.json where present, else from the other files."""
+    s = run.summary or {}
+    c = run.config
+    world = s.get("world_size") or c.get("nproc") or len(run.records)
+    per_rank = (s["global_batch"] // world) if s.get("global_batch") else c.get("batch_size")
+    times = s.get("epoch_times_s") or [e["epoch_time_s"] for e in run.epochs if "epoch_time_s" in e]
+    evals = [e for e in run.epochs if e.get("top1") is not None]
+    rank0 = run.records.get(0) or next((r for r in run.records.values() if r), [])
+    steps_per_epoch = max(r["step_in_epoch"] for r in rank0) + 1 if rank0 else 0
+    samples_per_s = s.get("samples_per_s") if "samples_per_s" in s else \
+        steady_samples_per_s(rank0, world, steps_per_epoch)
+    step_time = run.analysis.get("step_time_mean_s")
+    if step_time is None:
+        skip = warmup_steps(steps_per_epoch)
+        steady = [r["step_time_s"] for r in rank0 if r["step_in_epoch"] >= skip]
+        step_time = sum(steady) / len(steady) if steady else None
+    return {
+        "name": run.root.resolve().name, "status": s.get("status", "unfinished"), "error": s.get("error"),
+        "model": s.get("model") or c.get("model"), "dataset": s.get("dataset") or c.get("dataset"),
+        "world_size": world, "batch_per_rank": per_rank,
+        "global_batch": s.get("global_batch") or (per_rank * world if per_rank else None),
+        "precision": s.get("precision") or c.get("precision"), "device": s.get("device") or c.get("device"),
+        "backend": s.get("backend"), "workers": c.get("workers"),
+        "epochs": s.get("epochs", len(times)), "epochs_planned": s.get("epochs_planned") or c.get("epochs"),
+        "top1": s["top1"] if "top1" in s else (evals[-1]["top1"] if evals else None),
+        "samples_per_s": samples_per_s, "epoch_times_s": times,
+        "epoch_time_median_s": median(times) if times else None,
+        "step_time_mean_s": step_time, "steps": sum(len(r) for r in run.records.values()) // max(len(run.records), 1),
+        "profiled": run.profiled, "phases_mean_s": run.analysis.get("phases_mean_s"),
+        "overlap_ratio": run.analysis.get("overlap_ratio"),
+    }
+
+
+def load_study(path: str | Path) -> Study:
+    """A study from study.json (its list of points) and study.toml (the axes' order and values)."""
+    root = Path(path)
+    if kind_of(root) != "study":
+        raise UserError(f"{root} is a run, not a study: report it as a run, or give the study's --out directory")
+    points = _read_json(root / "study.json")
+    if not isinstance(points, list) or not all(isinstance(p, dict) and "id" in p for p in points):
+        raise UserError(f"{root / 'study.json'} is not a list of points with an 'id' each: the file is damaged; "
+                        "rerun the study to rewrite it")
+    spec = _read_toml(root / "study.toml") if (root / "study.toml").is_file() else {}
+    axes = list((spec.get("axes") or {}).keys())
+    for p in points:
+        axes += [a for a in p.get("axes", {}) if a not in axes]
+    return Study(root, spec, points, axes)
+
+
+def axis_values(study: Study, axis: str) -> list[Any]:
+    """The distinct values an axis takes, in the spec's order (else in grid order)."""
+    seen = list((study.spec.get("axes") or {}).get(axis) or [])
+    for p in study.points:
+        v = p.get("axes", {}).get(axis)
+        if v is not None and v not in seen:
+            seen.append(v)
+    return seen
+
+
+def _read_records(root: Path, notes: list[str]) -> dict[int, list[dict]]:
+    files = sorted((int(m.group(1)), f) for f in root.iterdir() if (m := RANK_FILE.fullmatch(f.name)))
+    return {rank: _read_jsonl(f, notes) for rank, f in files}
+
+
+def _read_jsonl(path: Path, notes: list[str]) -> list[dict]:
+    """JSON lines; a cut-off last line (a killed run) is left out with a note, a damaged middle line is an error."""
+    lines = [line for line in path.read_text().splitlines() if line.strip()]
+    out = []
+    for i, line in enumerate(lines):
+        try:
+            out.append(json.loads(line))
+        except json.JSONDecodeError:
+            if i == len(lines) - 1:
+                notes.append(f"{path.name}: the last line was cut off (the run was killed mid-write) and is left out")
+                continue
+            raise UserError(f"{path} line {i + 1} is not valid JSON: the file is damaged; "
+                            "delete that line to report the rest") from None
+    return out
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError as e:
+        raise UserError(f"{path} is not valid JSON ({e.msg}, line {e.lineno}): the file is damaged") from None
+
+
+def _read_toml(path: Path) -> dict[str, Any]:
+    try:
+        data = tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as e:
+        raise UserError(f"{path} is not valid TOML ({e}): fix or delete that file") from None
+    # a config may keep its settings in a [train] table (as `scaletrain train --config` accepts)
+    return data["train"] if set(data) == {"train"} and isinstance(data["train"], dict) else data

@@ -1,0 +1,112 @@
+"""The report's plots as PNG files: each function takes data, draws it off-screen and returns the path.
+
+Figures are built with matplotlib's object API (Figure + Agg canvas), never pyplot: no window, no
+global backend switch, nothing left open between plots.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from matplotlib.figure import Figure
+
+from scaletrain.report.series import PHASE_LABELS, Line, phase_names
+
+# one colour per phase everywhere (runs, studies, comparisons), from matplotlib's tab10
+PHASE_COLORS = {"data_wait": "#ff7f0e", "h2d": "#8c564b", "forward": "#1f77b4", "backward": "#2ca02c",
+                "comm_exposed": "#d62728", "optimizer": "#9467bd", "other": "#7f7f7f"}
+EXTRA_COLORS = ("#e377c2", "#bcbd22", "#17becf")
+
+
+def _color(phase: str, names: list[str]) -> str:
+    if phase in PHASE_COLORS:
+        return PHASE_COLORS[phase]
+    extras = [n for n in names if n not in PHASE_COLORS]
+    return EXTRA_COLORS[extras.index(phase) % len(EXTRA_COLORS)]
+
+
+def _save(fig: Figure, path: str | Path) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=100, bbox_inches="tight", metadata={"Software": None})
+    return path
+
+
+def _stack_legend(ax) -> None:
+    """Legend beside the plot, top entry = top of the stack, so it reads like the bars."""
+    handles, labels = ax.get_legend_handles_labels()
+    ax.legend(handles[::-1], labels[::-1], loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small",
+              frameon=False)
+
+
+def phase_bars(bars: dict[str, dict[str, float]], path: str | Path, title: str) -> Path:
+    """One stacked bar per label (a rank, a point, a run): milliseconds per step of each phase."""
+    labels = list(bars)
+    names = phase_names(bars.values())
+    fig = Figure(figsize=(max(5.0, 1.0 + 0.9 * len(labels)), 4.0))
+    ax = fig.subplots()
+    bottom = [0.0] * len(labels)
+    for name in names:
+        heights = [1000 * bars[label].get(name, 0.0) for label in labels]
+        ax.bar(labels, heights, bottom=bottom, label=PHASE_LABELS.get(name, name), color=_color(name, names))
+        bottom = [b + h for b, h in zip(bottom, heights)]
+    ax.set_ylabel("ms per step")
+    ax.set_title(title)
+    if len(labels) > 4 or max(map(len, labels), default=0) > 10:
+        ax.tick_params(axis="x", labelrotation=30)
+        for tick in ax.get_xticklabels():
+            tick.set_horizontalalignment("right")
+    _stack_legend(ax)
+    return _save(fig, path)
+
+
+def step_time_lines(lines: dict[int, Line], path: str | Path) -> Path:
+    """Step time over global steps, one line per rank."""
+    fig = Figure(figsize=(7.5, 3.8))
+    ax = fig.subplots()
+    for line in lines.values():
+        ax.plot(line.xs, [1000 * y for y in line.ys], label=line.label, linewidth=1.2)
+    ax.set_xlabel("step")
+    ax.set_ylabel("step time (ms)")
+    ax.set_title("step time per rank")
+    ax.set_ylim(bottom=0)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize="small", frameon=False)
+    return _save(fig, path)
+
+
+def phase_share_area(steps: list[int], shares: dict[str, list[float]], path: str | Path) -> Path:
+    """Each phase's share of the step over the steps (mean over ranks), stacked to 100%."""
+    names = list(shares)
+    fig = Figure(figsize=(7.5, 3.8))
+    ax = fig.subplots()
+    ax.stackplot(steps, *[[100 * v for v in shares[n]] for n in names],
+                 labels=[PHASE_LABELS.get(n, n) for n in names], colors=[_color(n, names) for n in names])
+    ax.set_xlabel("step")
+    ax.set_ylabel("% of step time")
+    ax.set_ylim(0, 100)
+    ax.set_xlim(steps[0], steps[-1] if len(steps) > 1 else steps[0] + 1)
+    ax.set_title("phase shares over steps (mean over ranks)")
+    _stack_legend(ax)
+    return _save(fig, path)
+
+
+def line_plot(lines: Sequence[Line], path: str | Path, title: str, xlabel: str, ylabel: str,
+              reference: Sequence[Line] = ()) -> Path:
+    """Lines with markers (one per series); `reference` lines (e.g. ideal speedup) dashed in grey."""
+    fig = Figure(figsize=(6.5, 4.0))
+    ax = fig.subplots()
+    for line in reference:
+        ax.plot(line.xs, line.ys, linestyle="--", color="0.5", label=line.label)
+    for line in lines:
+        ax.plot(line.xs, line.ys, marker="o", label=line.label)
+    xs = sorted({x for line in [*lines, *reference] for x in line.xs})
+    ax.set_xticks(xs)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.set_ylim(bottom=0)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize="small", frameon=False)
+    return _save(fig, path)

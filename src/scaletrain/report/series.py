@@ -1,0 +1,87 @@
+"""What the plots draw, derived from step records and study points (pure functions; no drawing)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from statistics import mean
+from typing import Any
+
+# the profiler's phases in step order (scaletrain.profiler.timeline.PHASES; repeated here so that a
+# report does not import the profiler, and through it torch)
+PHASES = ("data_wait", "h2d", "forward", "backward", "comm_exposed", "optimizer", "other")
+PHASE_LABELS = {"data_wait": "data wait", "h2d": "host to device", "forward": "forward", "backward": "backward",
+                "comm_exposed": "communication (exposed)", "optimizer": "optimizer", "other": "other"}
+
+
+@dataclass(frozen=True)
+class Line:
+    """One line of a plot: a label and its points, sorted by x."""
+
+    label: str
+    xs: list[Any]
+    ys: list[float]
+
+
+def phase_names(phase_dicts: Iterable[dict[str, float] | None]) -> list[str]:
+    """The phases present, in step order; phases this code does not know yet go last, by name."""
+    present = {k for d in phase_dicts if d for k in d}
+    return [p for p in PHASES if p in present] + sorted(present - set(PHASES))
+
+
+def step_times(records_by_rank: dict[int, list[dict]]) -> dict[int, Line]:
+    """Each rank's step time over global steps."""
+    return {rank: Line(f"rank {rank}", [r["step"] for r in recs], [r["step_time_s"] for r in recs])
+            for rank, recs in sorted(records_by_rank.items()) if recs}
+
+
+def phase_shares(records_by_rank: dict[int, list[dict]]) -> tuple[list[int], dict[str, list[float]]] | None:
+    """Per step, each phase's share of the step time (mean over the ranks that profiled it); None if none did."""
+    by_step: dict[int, list[dict[str, float]]] = {}
+    for recs in records_by_rank.values():
+        for r in recs:
+            if r.get("phases_s") and r.get("step_time_s"):
+                by_step.setdefault(r["step"], []).append({k: v / r["step_time_s"] for k, v in r["phases_s"].items()})
+    if not by_step:
+        return None
+    steps = sorted(by_step)
+    names = phase_names(s for shares in by_step.values() for s in shares)
+    return steps, {p: [mean(s.get(p, 0.0) for s in by_step[step]) for step in steps] for p in names}
+
+
+def varying_axes(points: list[dict], axes: list[str]) -> list[str]:
+    """Axes that take more than one value among the points."""
+    return [a for a in axes if len({repr(p.get("axes", {}).get(a)) for p in points}) > 1]
+
+
+def series_label(point: dict, axes: list[str]) -> str:
+    return ", ".join(f"{a}={point.get('axes', {}).get(a)}" for a in axes) or "all points"
+
+
+def study_lines(points: list[dict], axes: list[str], x_axis: str, y_key: str) -> list[Line]:
+    """y_key against x_axis, one line per combination of the other varying axes; points without a y are left out."""
+    others = [a for a in varying_axes(points, axes) if a != x_axis]
+    groups: dict[str, list[tuple[Any, float]]] = {}
+    for p in points:
+        x, y = p.get("axes", {}).get(x_axis), p.get(y_key)
+        label = series_label(p, others)
+        groups.setdefault(label, [])
+        if x is not None and y is not None:
+            groups[label].append((x, y))
+    lines = []
+    for label, xy in groups.items():
+        if xy:
+            xy.sort(key=lambda t: t[0])
+            lines.append(Line(label, [x for x, _ in xy], [y for _, y in xy]))
+    return lines
+
+
+def ideal_lines(points: list[dict], axes: list[str]) -> list[Line]:
+    """Ideal speedup against nproc: one line when every series shares a baseline, else one per series."""
+    per_series = [Line(f"ideal ({line.label})" if line.label != "all points" else "ideal", line.xs, line.ys)
+                  for line in study_lines(points, axes, "nproc", "ideal_speedup")]
+    pairs = {(x, y) for line in per_series for x, y in zip(line.xs, line.ys)}
+    if len({x for x, _ in pairs}) == len(pairs):  # no nproc with two different ideals: draw it once
+        xy = sorted(pairs)
+        return [Line("ideal", [x for x, _ in xy], [y for _, y in xy])] if xy else []
+    return per_series

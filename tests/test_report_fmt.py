@@ -1,0 +1,23 @@
+"""report.fmt: numbers as people read them; missing is '-', never 0."""
+
+from __future__ import annotations
+
+import pytest
+
+from scaletrain.report import fmt
+
+
+def test_formats():
+    assert fmt.duration(0.0412) == "41.2 ms" and fmt.duration(2.5) == "2.50 s" and fmt.duration(None) == "-"
+    assert fmt.hms(3725.4) == "1:02:05" and fmt.hms(40) == "0:00:40"
+    assert fmt.share(0.4199) == "42.0%" and fmt.share(0.4199, 0) == "42%"
+    assert fmt.change(-0.41990) == "-42.0%" and fmt.change(0.1, 0) == "+10%" and fmt.change(None) == "-"
+    assert fmt.size(1_090_000) == "1.0 MiB" and fmt.size(3 * 2**30) == "3.0 GiB" and fmt.size(10) == "10 B"
+    assert fmt.rate(876.71) == "877/s" and fmt.factor(1.818) == "1.82x"
+
+
+def test_value_by_kind():
+    assert fmt.value("seconds", 40) == "40.00 s" and fmt.value("time", 0.002) == "2.0 ms"
+    assert all(fmt.value(kind, None) == "-" for kind in ("time", "seconds", "rate", "share", "factor"))
+    with pytest.raises(ValueError):
+        fmt.value("furlongs", 1.0)
