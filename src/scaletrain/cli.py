@@ -1,4 +1,4 @@
-"""Command line: `scaletrain train | models | make-imagefolder`; bad input becomes one line and exit code 2."""
+"""Command line: `scaletrain train | study | report | compare | models | make-imagefolder`; bad input becomes one line and exit code 2."""
 
 from __future__ import annotations
 
@@ -48,6 +48,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"scaletrain {scaletrain.__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     add_train_args(sub.add_parser("train", help="train a model with data parallelism (DDP)"))
+    from scaletrain.report.cli import add_compare_args, add_report_args
+    from scaletrain.study.cli import add_study_args
+    add_study_args(sub.add_parser("study", help="run a grid of training launches and report their scaling"))
+    add_report_args(sub.add_parser("report", help="rebuild the report of a run or study from its files"))
+    add_compare_args(sub.add_parser("compare", help="put two runs or studies side by side"))
     models = sub.add_parser("models", help="list the models with parameters and forward FLOPs")
     models.add_argument("--image-size", type=int, default=32)
     models.add_argument("--in-channels", type=int, default=3)
@@ -87,6 +92,15 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "train":
             from scaletrain.launch import train
             return train(train_config(args))
+        if args.command == "study":
+            from scaletrain.study.cli import run_study
+            return run_study(args)
+        if args.command == "report":
+            from scaletrain.report.cli import run_report
+            return run_report(args)
+        if args.command == "compare":
+            from scaletrain.report.cli import run_compare
+            return run_compare(args)
         if args.command == "models":
             from scaletrain.models import model_rows
             from scaletrain.summary_view import print_models

@@ -1,0 +1,1 @@
+"""Scaling studies: a grid of training launches, resumable, summarised in study.json (see docs/study.md)."""

@@ -1,0 +1,180 @@
+"""`scaletrain study`: arguments, and the loop that runs every point, records study.json and prints the results."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+import time
+from dataclasses import fields
+from typing import Any
+
+from scaletrain.config import TrainConfig
+from scaletrain.errors import UserError
+from scaletrain.study.grid import AXES, STUDY_OWNED, StudySpec, load_spec_file, parse_axis, points, resolve_spec
+from scaletrain.study.results import failed_points, study_entries
+from scaletrain.study.runner import (StudyDir, check_study_dir, child_env, initial_record, run_point, run_state,
+                                     terminate_as_interrupt, write_results, write_spec)
+
+_TYPES = {"int": int, "float": float, "str": str}
+EXAMPLE = ("example: scaletrain study --nproc 1,2 --workers 0,2 --model resnet20 --dataset digits "
+           "--epochs 1 --out runs/study")
+
+
+def add_study_args(p: argparse.ArgumentParser) -> None:
+    from scaletrain.cli import field_help
+
+    p.description = ("Run every combination of the axis values (comma lists) as its own training launch, "
+                     "each with the fixed train settings; resumable by rerunning the same command.")
+    p.epilog = EXAMPLE
+    p.add_argument("--out", required=True, help="study directory (points/<id>/r<k>/, study.toml, study.json)")
+    p.add_argument("--config", help="study TOML with [axes] (lists), [train] (fixed settings) and repeats; "
+                                     "flags override it")
+    p.add_argument("--repeats", type=int, default=None, help="runs of each point, to measure noise (default: 1)")
+    p.add_argument("--dry-run", action="store_true", help="list the points and what is already done; launch nothing")
+    helps = field_help()
+    for f in fields(TrainConfig):
+        flag = "--" + f.name.replace("_", "-")
+        kind = str(f.type).split("|")[0].strip()
+        # SUPPRESS: only the flags given override the study file
+        if f.name in AXES:
+            p.add_argument(flag, default=argparse.SUPPRESS, metavar="V[,V...]",
+                           help=f"axis: comma list of values. {helps.get(f.name, '')} (default: {f.default})")
+        elif f.name in STUDY_OWNED:
+            continue
+        elif kind == "bool":
+            p.add_argument(flag, action=argparse.BooleanOptionalAction, default=argparse.SUPPRESS,
+                           help=helps.get(f.name))
+        else:
+            p.add_argument(flag, type=_TYPES[kind], default=argparse.SUPPRESS, metavar=f.name.upper(),
+                           help=f"{helps.get(f.name, '')} (default: {f.default})")
+
+
+def spec_from_args(args: argparse.Namespace) -> StudySpec:
+    """The study file (if any) < flags: comma lists for the axes, single values for the other train settings."""
+    file_spec = load_spec_file(args.config) if args.config else None
+    given = vars(args)
+    axes = {name: parse_axis(name, given[name]) for name in AXES if name in given}
+    train = {f.name: given[f.name] for f in fields(TrainConfig)
+             if f.name in given and f.name not in AXES and f.name not in STUDY_OWNED}
+    return resolve_spec(file_spec, axes, train, args.repeats)
+
+
+def run_study(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    spec = spec_from_args(args)
+    grid = points(spec)  # every point's config is validated here, before anything is launched
+    study = StudyDir(args.out)
+    resuming = check_study_dir(study, spec)
+    console = Console(highlight=False)
+    if not console.is_terminal:  # a log file or pipe: keep the table's columns whole instead of 80 wide
+        console = Console(highlight=False, width=160)
+    if args.dry_run:
+        return _dry_run(console, study, spec, grid)
+    write_spec(study, spec)
+    runs = {p.id: [initial_record(study, p.id, k) for k in range(spec.repeats)] for p in grid}
+    write_results(study, study_entries(grid, runs))
+    total = len(grid) * spec.repeats
+    done = sum(r["status"] == "completed" for rs in runs.values() for r in rs)
+    console.print(f"study {study.root}: {_size(len(grid), spec.repeats)}"
+                  + (f", {done} already done (resuming)" if resuming else ""))
+    try:
+        with terminate_as_interrupt():
+            _run_all(console, study, spec, grid, runs)
+            return _finish(console, study, spec, grid, runs)
+    except KeyboardInterrupt:
+        write_results(study, study_entries(grid, runs))
+        finished = sum(r["status"] != "pending" for rs in runs.values() for r in rs)
+        print(f"interrupted after {finished} of {total} runs (study.json has them): "
+              "rerun the same command to resume", file=sys.stderr)
+        return 130
+
+
+def _run_all(console, study: StudyDir, spec: StudySpec, grid: list, runs: dict[str, list[dict[str, Any]]]) -> None:
+    """Launch every point repeat that is not completed yet, one at a time, recording study.json after each."""
+    from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    from scaletrain.study.view import axes_text, run_label, run_line
+
+    env = child_env(os.environ)
+    total = len(grid) * spec.repeats
+    # two lines: the whole study (bar over runs, total time) and the current run (its point, elapsed)
+    progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
+                        TextColumn("{task.fields[count]}"), TimeElapsedColumn(), console=console, transient=True)
+    with progress:
+        overall = progress.add_task("study", total=total, count=f"0/{total} runs")
+        passed = 0
+        for i, point in enumerate(grid, 1):
+            for k in range(spec.repeats):
+                label = run_label(point.id, k, spec.repeats)
+                if runs[point.id][k]["status"] == "completed":
+                    console.print(f"[dim]skipped {label}: already completed[/]")
+                    passed += 1
+                    progress.update(overall, completed=passed, count=f"{passed}/{total} runs")
+                    continue
+                run = study.run(point.id, k)
+                state = run_state(run)
+                if state != "new":  # train refuses an --out that holds a run: start this one afresh
+                    console.print(f"{label}: removing {'an' if state == 'unfinished' else 'a'} {state} earlier run "
+                                  "and starting it again")
+                    shutil.rmtree(run)
+                repeat = f"  repeat {k + 1}/{spec.repeats}" if spec.repeats > 1 else ""
+                current = progress.add_task(f"point {i}/{len(grid)}  {axes_text(point.axes)}{repeat}", total=None,
+                                            count="")
+                start = time.monotonic()
+                record = run_point(study, point, k, env)
+                progress.remove_task(current)
+                runs[point.id][k] = record
+                write_results(study, study_entries(grid, runs))
+                passed += 1
+                progress.update(overall, completed=passed, count=f"{passed}/{total} runs")
+                console.print(run_line(point.id, k, spec.repeats, record, time.monotonic() - start,
+                                       study.relative(study.log(point.id, k))))
+
+
+def _finish(console, study: StudyDir, spec: StudySpec, grid: list, runs: dict[str, list[dict[str, Any]]]) -> int:
+    from scaletrain.report import write_study_report
+    from scaletrain.study.view import results_table
+
+    entries = study_entries(grid, runs)
+    write_results(study, entries)
+    # columns for the axes that vary (and nproc, the scaling axis); the fixed ones go in the caption
+    shown = [a for a, values in spec.axes.items() if a == "nproc" or len(values) > 1]
+    fixed = ", ".join(f"{a}={values[0]}" for a, values in spec.axes.items() if a not in shown)
+    console.print(results_table(entries, shown, f"study {study.root}", fixed or None))
+    console.print(f"study.json: {study.results}")
+    try:
+        console.print(f"report: {write_study_report(study.root)}")
+    except UserError as e:  # e.g. nothing completed to plot: the failures below matter more
+        console.print(f"no report: {e}")
+    failed = failed_points(entries)
+    if failed:
+        names = "; ".join(f"{e['id']} ({e['error']})" for e in failed)
+        print(f"error: {len(failed)} of {len(entries)} points failed: {names}. Logs are in "
+              f"{study.root / 'points'}/<point>/r<k>.log; rerun the same command to retry them", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _size(n_points: int, repeats: int) -> str:
+    """Like `3 points x 2 repeats = 6 runs`."""
+    def plural(n: int, word: str) -> str:
+        return f"{n} {word}{'s' * (n != 1)}"
+
+    return f"{plural(n_points, 'point')} x {plural(repeats, 'repeat')} = {plural(n_points * repeats, 'run')}"
+
+
+def _dry_run(console, study: StudyDir, spec: StudySpec, grid: list) -> int:
+    from scaletrain.study.view import plan_table
+
+    states = {p.id: [run_state(study.run(p.id, k)) for k in range(spec.repeats)] for p in grid}
+    done = sum(s == "completed" for ss in states.values() for s in ss)
+    total = len(grid) * spec.repeats
+    console.print(plan_table(grid, states, spec.repeats, f"study {study.root} (dry run)"))
+    console.print(f"{_size(len(grid), spec.repeats)}: {done} done, {total - done} to run; nothing launched")
+    return 0
+
+
+__all__ = ["add_study_args", "spec_from_args", "run_study"]

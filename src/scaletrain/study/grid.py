@@ -1,0 +1,232 @@
+"""A study's spec (axes, fixed train settings, repeats), read from flags or study.toml, and the points it spans."""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import itertools
+import re
+import tomllib
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+import tomli_w
+
+from scaletrain.config import ALIASES, TrainConfig, build_config, field_names
+from scaletrain.errors import UserError
+
+AXES = ("nproc", "workers", "batch_size", "precision", "dataset", "model")
+"""TrainConfig fields a study can vary; a new axis (e.g. `strategy`) is just its field name added here."""
+STUDY_OWNED = ("out", "resume", "progress", "stop_after")
+"""Train settings the study sets itself per run, so they are not fixed settings of the spec."""
+PER_RUN = ("out", "resume", "progress")
+"""Launch mechanics the runner sets for each run; left out of a point's recorded settings."""
+
+
+@dataclass
+class StudySpec:
+    """What a study runs: every combination of the axis values, each with the fixed train settings, `repeats` times."""
+
+    axes: dict[str, list[Any]]
+    train: dict[str, Any] = field(default_factory=dict)
+    repeats: int = 1
+
+
+@dataclass(frozen=True)
+class Point:
+    """One combination of axis values and the validated TrainConfig that runs it."""
+
+    id: str
+    axes: dict[str, Any]
+    config: TrainConfig
+
+    def settings(self) -> dict[str, Any]:
+        """The point's full train settings, without the per-run ones (out, resume, progress)."""
+        return {k: v for k, v in self.config.to_dict().items() if k not in PER_RUN}
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def _kind(name: str) -> str:
+    """The field's base type name: "int" for `int | None`."""
+    annotation = {f.name: str(f.type) for f in fields(TrainConfig)}[name]
+    return annotation.split("|")[0].strip()
+
+
+def _convert(name: str, text: str, item: str) -> Any:
+    kind = _kind(name)
+    try:
+        if kind == "int":
+            return int(item)
+        if kind == "float":
+            return float(item)
+    except ValueError:
+        word = "an integer" if kind == "int" else "a number"
+        raise UserError(f"{_flag(name)} {text}: '{item}' is not {word}; give a comma list such as "
+                        f"{_flag(name)} 1,2,4") from None
+    if kind == "bool":
+        if item.lower() not in ("true", "false"):
+            raise UserError(f"{_flag(name)} {text}: '{item}' is not true or false")
+        return item.lower() == "true"
+    return item
+
+
+def check_axis_values(name: str, values: list[Any], where: str) -> None:
+    """Each value must be valid on its own (TrainConfig's checks) and listed once."""
+    if not values:
+        raise UserError(f"{where}: {name} has no values; give at least one")
+    for value in values:
+        try:
+            build_config({}, {name: value})
+        except UserError as e:
+            raise UserError(f"{where}: {e}") from None
+    seen = [v for i, v in enumerate(values) if v in values[:i]]
+    if seen:
+        raise UserError(f"{where}: {name} lists {seen[0]!r} twice; give each value once")
+
+
+def parse_axis(name: str, text: str) -> list[Any]:
+    """A comma list from the command line (`--workers 0,2`), each element typed and validated."""
+    items = [t.strip() for t in text.split(",")]
+    if any(not t for t in items):
+        raise UserError(f"{_flag(name)} {text!r} has an empty value; give a comma list such as {_flag(name)} 1,2")
+    values = [_convert(name, text, t) for t in items]
+    check_axis_values(name, values, f"{_flag(name)} {text}")
+    return values
+
+
+def _train_key(key: str, path: Path) -> str:
+    """A [train] key as a field name, naming a misspelt one (as config.load_toml does)."""
+    name = key.replace("-", "_")
+    known = field_names()
+    if name not in known:
+        close = difflib.get_close_matches(name, known + list(ALIASES), n=1)
+        hint = f"did you mean '{ALIASES.get(close[0], close[0])}'?" if close else f"known keys: {', '.join(known)}"
+        raise UserError(f"unknown key '{key}' in [train] of {path}: {hint}")
+    if name in STUDY_OWNED:
+        raise UserError(f"'{key}' in [train] of {path} is set by the study for each run: remove it "
+                        "(the study directory is --out)")
+    return name
+
+
+def load_spec_file(path: str | Path) -> dict[str, Any]:
+    """Read a study TOML into {"axes": {...}, "train": {...}, "repeats": int | None}, naming any bad key."""
+    path = Path(path)
+    if not path.is_file():
+        raise UserError(f"study file {path} does not exist: check the --config path")
+    try:
+        raw = tomllib.loads(path.read_text())
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
+        raise UserError(f"study file {path} is not valid TOML ({e}): fix that line") from None
+    unknown = [k for k in raw if k not in ("axes", "train", "repeats")]
+    if unknown:
+        raise UserError(f"unknown key '{unknown[0]}' in {path}: a study file has [axes], [train] and repeats "
+                        "(train settings go under [train])")
+    for table in ("axes", "train"):
+        if not isinstance(raw.get(table, {}), dict):
+            raise UserError(f"'{table}' in {path} must be a [{table}] table of key = value lines")
+    axes: dict[str, list[Any]] = {}
+    for key, value in raw.get("axes", {}).items():
+        name = key.replace("-", "_")
+        if name not in AXES:
+            hint = ("put a fixed value under [train]" if name in field_names()
+                    else f"did you mean '{(difflib.get_close_matches(name, AXES, n=1) or ['?'])[0]}'?")
+            raise UserError(f"'{key}' in [axes] of {path} is not a study axis (axes: {', '.join(AXES)}): {hint}")
+        axes[name] = value if isinstance(value, list) else [value]
+        check_axis_values(name, axes[name], f"[axes] of {path}")
+    train: dict[str, Any] = {}
+    for key, value in raw.get("train", {}).items():
+        name = _train_key(key, path)
+        if name in AXES:  # a fixed value of an axis is a one-value axis
+            if name in axes:
+                raise UserError(f"'{key}' is both in [axes] and [train] of {path}: keep one")
+            axes[name] = [value]
+            check_axis_values(name, axes[name], f"[train] of {path}")
+        else:
+            train[name] = value
+    repeats = raw.get("repeats")
+    if repeats is not None and (not isinstance(repeats, int) or isinstance(repeats, bool) or repeats < 1):
+        raise UserError(f"repeats in {path} must be a whole number of at least 1 (got {repeats!r})")
+    return {"axes": axes, "train": train, "repeats": repeats}
+
+
+def resolve_spec(file_spec: dict[str, Any] | None, axes: dict[str, list[Any]], train: dict[str, Any],
+                 repeats: int | None) -> StudySpec:
+    """The file's axes, settings and repeats, each overridden by the flags given; nproc is always an axis."""
+    file_spec = file_spec or {"axes": {}, "train": {}, "repeats": None}
+    merged_axes = {**file_spec["axes"], **axes}
+    merged_train = {**file_spec["train"], **train}
+    if "nproc" not in merged_axes:  # the scaling axis: shown, and in every point id, even when fixed
+        merged_axes["nproc"] = [TrainConfig().nproc]
+    repeats = repeats if repeats is not None else file_spec["repeats"] or 1
+    if repeats < 1:
+        raise UserError(f"--repeats must be at least 1 (got {repeats})")
+    return StudySpec(axes={a: merged_axes[a] for a in AXES if a in merged_axes}, train=merged_train,
+                     repeats=repeats)
+
+
+def _safe(text: str) -> str:
+    """A file-name-safe form of a value; a hash keeps two values apart once characters were replaced."""
+    safe = re.sub(r"[^A-Za-z0-9.]+", "_", text).strip("_")
+    if safe != text or len(safe) > 40:
+        safe = f"{safe[:40]}_{hashlib.sha1(text.encode()).hexdigest()[:6]}"
+    return safe
+
+
+def point_id(values: dict[str, Any], varying: list[str]) -> str:
+    """`nproc2-workers1-model_lenet5`: nproc always, then every axis with more than one value."""
+    parts = []
+    for name in ["nproc", *[n for n in varying if n != "nproc"]]:
+        value = values[name]
+        numeric = isinstance(value, (int, float)) and not isinstance(value, bool)
+        parts.append(f"{name}{value}" if numeric and _safe(str(value)) == str(value)
+                     else f"{name}_{_safe(str(value))}")
+    return "-".join(parts)
+
+
+def points(spec: StudySpec) -> list[Point]:
+    """Every combination in grid order (nproc varies fastest, so a scaling series is contiguous), validated."""
+    names = list(spec.axes)
+    varying = [n for n in names if len(spec.axes[n]) > 1]
+    result = []
+    for combo in itertools.product(*(spec.axes[n] for n in reversed(names))):
+        values = dict(zip(reversed(names), combo, strict=True))
+        values = {n: values[n] for n in names}
+        pid = point_id(values, varying)
+        try:
+            cfg = build_config(spec.train, values)
+        except UserError as e:
+            raise UserError(f"study point {pid}: {e}") from None
+        result.append(Point(id=pid, axes=values, config=cfg))
+    return result
+
+
+def spec_difference(old: StudySpec, new: StudySpec) -> str | None:
+    """None when both run the same points with the same settings (repeats may differ), else the first difference."""
+    for name in dict.fromkeys([*old.axes, *new.axes]):
+        if old.axes.get(name) != new.axes.get(name):
+            return f"{name}: {old.axes.get(name, 'not an axis')} there, {new.axes.get(name, 'not an axis')} here"
+    for a, b in zip(points(old), points(new), strict=True):
+        sa, sb = a.settings(), b.settings()
+        for key in sa:
+            if sa[key] != sb[key]:
+                return f"{key}: {sa[key]!r} there, {sb[key]!r} here"
+    return None
+
+
+def spec_toml(spec: StudySpec) -> str:
+    """The resolved spec as TOML; `scaletrain study --config study.toml --out DIR` reruns or resumes it."""
+    def value(v: Any) -> str:
+        return tomli_w.dumps({"v": v})[len("v = "):].strip()
+
+    # one line per axis ("nproc = [1, 2, 4]"): tomli_w would spread every list over several lines
+    axes = "".join(f"{k} = [{', '.join(value(v) for v in vs)}]\n" for k, vs in spec.axes.items())
+    return ("# scaletrain study spec; resume with: scaletrain study --config study.toml --out <this folder>\n"
+            f"repeats = {spec.repeats}\n\n[axes]\n{axes}\n" + tomli_w.dumps({"train": spec.train}))
+
+
+__all__ = ["AXES", "STUDY_OWNED", "PER_RUN", "StudySpec", "Point", "parse_axis", "load_spec_file", "resolve_spec",
+           "points", "point_id", "spec_difference", "spec_toml", "check_axis_values"]

@@ -1,0 +1,194 @@
+"""Running a study's points: the study directory, one `scaletrain train` subprocess per point and repeat, resume."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shlex
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from scaletrain.config import TrainConfig
+from scaletrain.errors import UserError
+from scaletrain.rundir import replace_atomic, write_json_atomic
+from scaletrain.study.grid import PER_RUN, Point, StudySpec, load_spec_file, resolve_spec, spec_difference, spec_toml
+
+JOIN_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "SLURM_PROCID", "SLURM_NTASKS")
+"""Variables that make `scaletrain train` join an outer launch instead of starting its own."""
+STOP_GRACE_S = 60.0
+
+
+class StudyDir:
+    """Paths of a study's files (see docs/study.md)."""
+
+    def __init__(self, root: str | Path) -> None:
+        self.root = Path(root)
+        self.spec = self.root / "study.toml"
+        self.results = self.root / "study.json"
+
+    def run(self, point_id: str, k: int) -> Path:
+        return self.root / "points" / point_id / f"r{k}"
+
+    def log(self, point_id: str, k: int) -> Path:
+        # beside the run dir, not in it: train refuses an --out that already holds files of a run
+        return self.root / "points" / point_id / f"r{k}.log"
+
+    def relative(self, path: Path) -> str:
+        return path.relative_to(self.root).as_posix()
+
+
+def check_study_dir(study: StudyDir, spec: StudySpec) -> bool:
+    """Refuse an --out that is a file, holds something else, or a study of another spec; True when resuming."""
+    root = study.root
+    if root.exists() and not root.is_dir():
+        raise UserError(f"--out {root} is a file, not a directory: choose another --out")
+    if not root.exists() or not any(root.iterdir()):
+        return False
+    if not study.spec.is_file():
+        raise UserError(f"--out {root} is not empty and holds no study (no study.toml): choose another --out")
+    try:
+        old = resolve_spec(load_spec_file(study.spec), {}, {}, None)
+        difference = spec_difference(old, spec)
+    except UserError as e:
+        raise UserError(f"--out {root} holds a study whose study.toml is unusable ({e}): "
+                        "choose another --out") from None
+    if difference:
+        raise UserError(f"--out {root} holds a study with a different spec ({difference}): rerun its own command "
+                        f"(or --config {study.spec}) to resume it, or choose another --out")
+    return True
+
+
+def write_spec(study: StudyDir, spec: StudySpec) -> None:
+    study.root.mkdir(parents=True, exist_ok=True)
+    replace_atomic(study.spec, lambda f: f.write(spec_toml(spec)), mode="w")
+
+
+def write_results(study: StudyDir, entries: list[dict[str, Any]]) -> None:
+    write_json_atomic(study.results, entries)
+
+
+def read_summary(run: Path) -> dict[str, Any] | None:
+    """summary.json of a run, or None when absent or unreadable (a run killed while writing it)."""
+    try:
+        data = json.loads((run / "summary.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def run_state(run: Path) -> str:
+    """`completed`, `failed` (its summary says so), `unfinished` (started, stopped or interrupted) or `new`."""
+    summary = read_summary(run) or {}
+    if summary.get("status") == "completed":
+        return "completed"
+    if summary.get("status") == "failed" and summary.get("error") != "interrupted":
+        return "failed"
+    return "unfinished" if run.exists() else "new"
+
+
+def initial_record(study: StudyDir, point_id: str, k: int) -> dict[str, Any]:
+    """A run's record before this invocation launches anything: completed runs keep their summary."""
+    run = study.run(point_id, k)
+    done = run_state(run) == "completed"
+    return {"dir": study.relative(run), "status": "completed" if done else "pending",
+            "summary": read_summary(run) if done else None, "error": None}
+
+
+def train_command(cfg: TrainConfig, run: Path) -> list[str]:
+    """`python -m scaletrain train` with every setting spelt out, so the run is exactly the config validated."""
+    cmd = [sys.executable, "-m", "scaletrain", "train"]
+    for key, value in cfg.to_dict().items():
+        if key in PER_RUN or value is None:
+            continue
+        flag = "--" + key.replace("_", "-")
+        if isinstance(value, bool):
+            cmd.append(flag if value else "--no-" + key.replace("_", "-"))
+        else:
+            cmd += [flag, repr(value) if isinstance(value, float) else str(value)]
+    return [*cmd, "--out", str(run), "--no-progress"]
+
+
+def child_env(environ: Mapping[str, str]) -> dict[str, str]:
+    """The study's environment without the variables that would turn the launch into a join."""
+    return {k: v for k, v in environ.items() if k not in JOIN_VARS}
+
+
+def error_line(log_text: str, summary: dict[str, Any] | None, returncode: int) -> str:
+    """Why a run failed, in one line: the summary's error, else the log's last `error:` line, else the exit code."""
+    if summary and summary.get("status") == "failed" and summary.get("error"):
+        return str(summary["error"])
+    errors = [line[len("error:"):].strip() for line in log_text.splitlines() if line.startswith("error:")]
+    if errors:
+        return errors[-1]
+    if returncode == 0 and summary is not None:
+        return f"the run ended with status {summary.get('status')!r}"
+    lines = [line for line in log_text.splitlines() if line.strip()]
+    tail = f": {lines[-1].strip()}" if lines else ""
+    return f"train exited with code {returncode}{tail}"
+
+
+def launch(cmd: list[str], log: Path, env: Mapping[str, str]) -> int:
+    """Run one training launch, its output into `log`; on Ctrl-C stop it cleanly, then re-raise."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "w") as f:
+        f.write("$ " + shlex.join(cmd) + "\n")
+        f.flush()
+        # its own session: the terminal's Ctrl-C reaches only the study, which passes exactly one on
+        proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                env=dict(env), start_new_session=True)
+        try:
+            return proc.wait()
+        except KeyboardInterrupt:
+            stop(proc)
+            raise
+
+
+def stop(proc: subprocess.Popen, grace_s: float = STOP_GRACE_S) -> None:
+    """SIGINT to the child's process group (train then writes an `interrupted` summary); kill it if it hangs."""
+    _signal_group(proc, signal.SIGINT)
+    try:
+        proc.wait(grace_s)
+    except (subprocess.TimeoutExpired, KeyboardInterrupt):  # hung, or a second Ctrl-C: no more waiting
+        _signal_group(proc, signal.SIGKILL)
+        proc.wait()
+
+
+def _signal_group(proc: subprocess.Popen, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, sig)
+
+
+@contextlib.contextmanager
+def terminate_as_interrupt() -> Iterator[None]:
+    """SIGTERM/SIGHUP (a cancelled job, a closed terminal) take the Ctrl-C path, so the child is stopped too."""
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    previous = {s: signal.signal(s, interrupt) for s in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+
+
+def run_point(study: StudyDir, point: Point, k: int, env: Mapping[str, str]) -> dict[str, Any]:
+    """Launch one repeat of a point and return its record; a half-finished earlier attempt must be gone first."""
+    run = study.run(point.id, k)
+    log = study.log(point.id, k)
+    code = launch(train_command(point.config, run), log, env)
+    summary = read_summary(run)
+    if code == 0 and summary is not None and summary.get("status") == "completed":
+        return {"dir": study.relative(run), "status": "completed", "summary": summary, "error": None}
+    return {"dir": study.relative(run), "status": "failed", "summary": summary,
+            "error": error_line(log.read_text(errors="replace"), summary, code)}
+
+
+__all__ = ["StudyDir", "check_study_dir", "write_spec", "write_results", "read_summary", "run_state",
+           "initial_record", "train_command", "child_env", "error_line", "launch", "stop",
+           "terminate_as_interrupt", "run_point", "JOIN_VARS"]

@@ -1,0 +1,94 @@
+"""Rendering of a study for people: the plan, a line per run, the results table (no computation)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich import box
+from rich.table import Table
+
+from scaletrain.study.results import run_epoch_time
+
+
+def hms(seconds: float | None) -> str:
+    """1:02:03 for 3723 s."""
+    if seconds is None:
+        return "-"
+    s = int(round(seconds))
+    return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}"
+
+
+def _secs(seconds: float | None) -> str:
+    return "-" if seconds is None else f"{seconds:.3g}" if seconds < 10 else f"{seconds:.1f}"
+
+
+def axes_text(axes: dict[str, Any]) -> str:
+    return " ".join(f"{k}={v}" for k, v in axes.items())
+
+
+def run_label(point_id: str, k: int, repeats: int) -> str:
+    return point_id if repeats == 1 else f"{point_id} (repeat {k + 1}/{repeats})"
+
+
+def run_line(point_id: str, k: int, repeats: int, record: dict[str, Any], elapsed_s: float, log: str) -> str:
+    """The one line printed after each launch."""
+    label = run_label(point_id, k, repeats)
+    if record["status"] != "completed":
+        return f"[red]✗[/] {label} failed after {elapsed_s:.0f} s: {record['error']}  (log: {log})"
+    s = record["summary"]
+    t = run_epoch_time(s)
+    rate = f", {s['samples_per_s']:,.0f} samples/s" if s.get("samples_per_s") else ""
+    top1 = f", top-1 {100 * s['top1']:.1f}%" if s.get("top1") is not None else ""
+    return f"[green]✓[/] {label}: epoch {hms(t)} ({_secs(t)} s){rate}{top1}  [dim]({elapsed_s:.0f} s)[/]"
+
+
+def _ratio(x: float | None, suffix: str = "x") -> str:
+    return "-" if x is None else f"{x:.2f}{suffix}"
+
+
+def _diagnosis(entry: dict[str, Any]) -> str:
+    findings = entry.get("diagnosis") or []
+    return findings[0].get("kind", "-") if findings else "-"
+
+
+def results_table(entries: list[dict[str, Any]], axes: list[str], title: str, caption: str | None = None) -> Table:
+    """Configuration columns, then epoch time (h:mm:ss, seconds, ± std), samples/s and scaling."""
+    t = Table(title=title, caption=caption, box=box.SIMPLE_HEAD)
+    for name in axes:
+        t.add_column(name, justify="right" if name in ("nproc", "workers", "batch_size") else "left",
+                     overflow="fold")
+    # status and ± only when they tell something: all completed, or a single repeat, need no column
+    show_status = any(e["status"] != "completed" for e in entries)
+    show_std = any(e.get("epoch_time_std_s") is not None for e in entries)
+    cols = (["status"] * show_status + ["epoch time", "seconds"] + ["±"] * show_std
+            + ["samples/s", "speedup", "ideal", "efficiency", "diagnosis"])
+    for col in cols:
+        # fold, not "…": in a narrow terminal every number stays whole, over two lines if need be
+        t.add_column(col, justify="left" if col in ("status", "diagnosis") else "right", overflow="fold")
+    for e in entries:
+        status = {"completed": "[green]completed[/]", "failed": "[red]failed[/]"}.get(e["status"], e["status"])
+        rate = f"{e['samples_per_s']:,.0f}" if e.get("samples_per_s") else "-"
+        efficiency = "-" if e.get("efficiency") is None else f"{100 * e['efficiency']:.0f}%"
+        t.add_row(*[str(e["axes"].get(a, "-")) for a in axes], *[status] * show_status, hms(e["epoch_time_s"]),
+                  _secs(e["epoch_time_s"]), *[_secs(e.get("epoch_time_std_s"))] * show_std, rate,
+                  _ratio(e.get("speedup")), _ratio(e.get("ideal_speedup")), efficiency, _diagnosis(e))
+    return t
+
+
+def plan_table(points: list[Any], done: dict[str, list[str]], repeats: int, title: str) -> Table:
+    """--dry-run: every point with its axes and what a real run would do with each repeat."""
+    t = Table(title=title)
+    for col in ("#", "point", "axes", "runs"):
+        t.add_column(col, justify="right" if col == "#" else "left")
+    todo = {"completed": "done", "failed": "rerun (failed)", "unfinished": "rerun (unfinished)", "new": "run"}
+    for i, p in enumerate(points, 1):
+        words = [todo[s] for s in done[p.id]]
+        if len(set(words)) == 1:  # all repeats alike: say it once
+            runs = words[0] + (f" (x{repeats})" if repeats > 1 else "")
+        else:
+            runs = ", ".join(f"r{k}: {w}" for k, w in enumerate(words))
+        t.add_row(str(i), p.id, axes_text(p.axes), runs)
+    return t
+
+
+__all__ = ["hms", "axes_text", "run_label", "run_line", "results_table", "plan_table"]
