@@ -72,3 +72,25 @@ def test_a_rank_file_out_of_reach_is_left_out(tmp_path):
     shutil.copytree(RECORDED, run)
     (run / "metrics-rank1.jsonl").unlink()
     assert sorted(load_records(run, world_size=2)) == [0]
+
+
+def _epoch_records(first_wait, epochs=3, steps=12):
+    return [{"step": e * steps + i, "epoch": e, "step_in_epoch": i, "step_time_s": 0.1 + (first_wait if i == 0 else 0),
+             "phases_s": {"data_wait": 0.01 + (first_wait if i == 0 else 0), "h2d": 0, "forward": 0.04,
+                          "backward": 0.05, "comm_exposed": 0, "optimizer": 0, "other": 0},
+             "comm_total_s": 0, "comm_hidden_s": 0, "overlap_ratio": None, "bytes_sent": 0}
+            for e in range(epochs) for i in range(steps)]
+
+
+def test_slow_epoch_start_is_measured_and_diagnosed():
+    result = analyze_run({0: _epoch_records(first_wait=0.6)}, {"workers": 2})
+    assert result["epoch_start"]["wait_mean_s"] == pytest.approx(0.6)
+    finding = result["diagnosis"][0]
+    assert finding["kind"] == "input-bound" and finding["epoch_start"]
+    assert "waits 0.60 s" in finding["message"] and "33% of an epoch" in finding["message"]  # 0.6 / (12 x 0.1 + 0.6)
+    assert "--persistent-workers" in finding["lever"]
+
+
+def test_quick_epoch_start_is_not_a_finding():
+    result = analyze_run({0: _epoch_records(first_wait=0.02)}, {"workers": 2})
+    assert [f["kind"] for f in result["diagnosis"]] == ["compute-bound"]

@@ -78,3 +78,15 @@ def test_profile_off_writes_step_times_only(tmp_path):
     assert all("phases_s" not in r and r["step_time_s"] > 0 for rs in records.values() for r in rs)
     assert s["profile"] == "off" and s["phases_mean_s"] is None and s["diagnosis"] == []
     assert not (out / "trace.json").exists()
+
+
+def test_persistent_workers_remove_the_epoch_start_wait(tmp_path):
+    args = ("--nproc", "1", "--model", "mlp", "--epochs", "2", "--workers", "1")
+    fresh = _train(tmp_path / "fresh", *args)
+    kept = _train(tmp_path / "kept", *args, "--persistent-workers")
+
+    def second_epoch_first_wait(out):
+        return next(r["phases_s"]["data_wait"] for r in load_records(out)[0] if r["epoch"] == 1)
+
+    assert kept["top1"] is not None and fresh["epoch_start"]["wait_mean_s"] > 0
+    assert second_epoch_first_wait(tmp_path / "kept") < 0.3 * second_epoch_first_wait(tmp_path / "fresh")

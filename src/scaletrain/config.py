@@ -76,6 +76,9 @@ class TrainConfig:
     """Convert BatchNorm to SyncBatchNorm (CUDA only in PyTorch)."""
     workers: int = 0
     """Data-loader processes per rank (0 = load in the training process)."""
+    persistent_workers: bool = False
+    """Keep data-loader workers alive between epochs instead of starting them anew each epoch (a resumed
+    run then no longer replays augmentation bit-exactly)."""
     seed: int = 0
     """Seed of initialisation, data order and augmentation."""
     eval_every: int = 1

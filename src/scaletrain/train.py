@@ -104,11 +104,13 @@ class Trainer:
         # drop_last: every step has the full global batch, as the linear scaling rule assumes
         self.train_loader = DataLoader(self.data.train, batch_size=cfg.batch_size, sampler=self.sampler,
                                        num_workers=cfg.workers, collate_fn=collate, drop_last=True,
-                                       pin_memory=device.type == "cuda", generator=self.loader_rng)
+                                       pin_memory=device.type == "cuda", generator=self.loader_rng,
+                                       persistent_workers=cfg.persistent_workers and cfg.workers > 0)
         self.val_loader = DataLoader(self.data.val, batch_size=max(cfg.batch_size, 256),
                                      sampler=ShardSampler(len(self.data.val), rank.rank, world),
                                      num_workers=cfg.workers, collate_fn=collate,
-                                     pin_memory=device.type == "cuda")
+                                     pin_memory=device.type == "cuda",
+                                     persistent_workers=cfg.persistent_workers and cfg.workers > 0)
         self.steps_per_epoch = len(self.train_loader)
         if self.steps_per_epoch == 0:
             raise UserError(f"--batch-size {cfg.batch_size} x {world} ranks is more than the "

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from scaletrain.analysis.diagnosis import DEFAULT_THRESHOLDS, diagnose, thresholds_from
-from scaletrain.analysis.steps import run_means, steady
+from scaletrain.analysis.steps import epoch_start_wait, run_means, steady
 from scaletrain.analysis.stragglers import slowest_by_step, straggler_stats
 from scaletrain.errors import UserError
 from scaletrain.rundir import RunDir
@@ -56,14 +56,15 @@ def analyze_run(records_by_rank: dict[int, Records], config: dict[str, Any],
     compared = stragglers["steps_compared"]
     for rank_stats in means["ranks"]:
         rank_stats["slowest_share"] = counts.get(str(rank_stats["rank"]), 0) / compared if compared else None
-    result = {**means, "stragglers": stragglers, "thresholds": limits}
+    result = {**means, "epoch_start": epoch_start_wait(records_by_rank), "stragglers": stragglers,
+              "thresholds": limits}
     if memory:
         by_rank = {rank: (peak, kind) for rank, peak, kind in memory}
         for rank_stats in means["ranks"]:
             rank_stats["peak_memory_bytes"] = by_rank.get(rank_stats["rank"], (None, None))[0]
         result["peak_memory_bytes"] = max(peak for _, peak, _ in memory)
         result["memory_kind"] = memory[0][2]
-    result["diagnosis"] = diagnose(means, stragglers, config, limits)
+    result["diagnosis"] = diagnose({**means, "epoch_start": result["epoch_start"]}, stragglers, config, limits)
     return result
 
 

@@ -1,7 +1,8 @@
 """What limits a run, in plain words, with the lever to pull and the number behind it (pure).
 
 Findings (most severe first), shares being fractions of the mean step time:
-  input-bound          data_wait share >= diag_input (default 0.15)
+  input-bound          data_wait share >= diag_input (default 0.15), or the wait for each epoch's
+                       first batch (loader workers starting) >= diag_input of an epoch
   communication-bound  comm_exposed share >= diag_comm (default 0.15)
   straggler            a rank slowest in most steps by >= diag_straggler (default 0.10) of a step
   compute-bound        none of the above: forward + backward + optimizer dominate
@@ -40,6 +41,19 @@ def diagnose(run: dict[str, Any], stragglers: dict[str, Any], config: dict[str, 
                          "message": f"{data:.0%} of each step ({_ms(phases['data_wait'])} of {_ms(step)}) "
                                     f"waits for data{with_workers}",
                          "lever": lever})
+    start = run.get("epoch_start")
+    if start and start["wait_mean_s"] > 0:
+        epoch = start["steps_per_epoch"] * step + start["wait_mean_s"]
+        share = start["wait_mean_s"] / epoch
+        if share >= thresholds["diag_input"]:
+            who = (f"its {workers} loader worker processes per rank starting" if workers
+                   else "the first batch being loaded")
+            lever = ("keep the workers alive between epochs: --persistent-workers" if workers
+                     else "load the first batch sooner: fewer/smaller files per batch")
+            findings.append({"kind": "input-bound", "share": share, "epoch_start": True,
+                             "message": f"each epoch first waits {start['wait_mean_s']:.2f} s for data ({who}): "
+                                        f"{share:.0%} of an epoch, not counted in the steady-state step",
+                             "lever": lever})
     comm = phases["comm_exposed"] / step
     if comm >= thresholds["diag_comm"]:
         overlap = run.get("overlap_ratio")

@@ -67,3 +67,24 @@ def run_means(steady_by_rank: dict[int, Records]) -> dict[str, Any]:
                    "comm_hidden_mean_s": None, "bytes_sent_per_step": None}
     result["ranks"] = per_rank
     return result
+
+
+def epoch_start_wait(records_by_rank: dict[int, Records]) -> dict[str, Any] | None:
+    """Extra data wait of each epoch's first step (loader workers starting, first batch), over the steady mean.
+
+    Steady-state means leave the first steps of an epoch out; this is what they leave out for data.
+    None when there are no epochs or no phases.
+    """
+    extras, steps_per_epoch = [], []
+    for records in records_by_rank.values():
+        if not has_phases(records) or "step_in_epoch" not in records[0]:
+            return None
+        kept = steady(records)
+        if not kept:
+            return None
+        base = mean(r["phases_s"]["data_wait"] for r in kept)
+        extras += [max(0.0, r["phases_s"]["data_wait"] - base) for r in records if r["step_in_epoch"] == 0]
+        steps_per_epoch.append(max(r["step_in_epoch"] for r in records) + 1)
+    if not extras:
+        return None
+    return {"wait_mean_s": mean(extras), "steps_per_epoch": max(steps_per_epoch)}
