@@ -30,12 +30,22 @@ def field_help() -> dict[str, str]:
 
 def add_train_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", help="TOML file of settings (keys as below, - or _); flags override it")
+    add_config_flags(p)
+
+
+def add_config_flags(p: argparse.ArgumentParser, lists: tuple[str, ...] = (), skip: tuple[str, ...] = ()) -> None:
+    """One flag per TrainConfig field (help from its docstring); fields in `lists` take a comma list."""
     helps = field_help()
     for f in fields(TrainConfig):
+        if f.name in skip:
+            continue
         flag = "--" + f.name.replace("_", "-")
         kind = str(f.type).split("|")[0].strip()
         # SUPPRESS: only flags actually given override the config file
-        if kind == "bool":
+        if f.name in lists:
+            p.add_argument(flag, default=argparse.SUPPRESS, metavar="V[,V...]",
+                           help=f"axis: comma list of values. {helps.get(f.name, '')} (default: {f.default})")
+        elif kind == "bool":
             p.add_argument(flag, action=argparse.BooleanOptionalAction, default=argparse.SUPPRESS,
                            help=helps.get(f.name))
         else:

@@ -220,15 +220,21 @@ def field_names() -> list[str]:
     return [f.name for f in fields(TrainConfig)]
 
 
+def read_toml(path: str | Path, what: str = "config file") -> dict[str, Any]:
+    """A TOML file as a dict; a missing or malformed file is one clear line."""
+    path = Path(path)
+    if not path.is_file():
+        raise UserError(f"{what} {path} does not exist: check the --config path")
+    try:
+        return tomllib.loads(path.read_text())
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
+        raise UserError(f"{what} {path} is not valid TOML ({e}): fix that line") from None
+
+
 def load_toml(path: str | Path) -> dict[str, Any]:
     """Read a TOML config into {field: value}, naming any unknown or misspelt key."""
     path = Path(path)
-    if not path.is_file():
-        raise UserError(f"config file {path} does not exist: check the --config path")
-    try:
-        raw = tomllib.loads(path.read_text())
-    except tomllib.TOMLDecodeError as e:
-        raise UserError(f"config file {path} is not valid TOML ({e}): fix that line") from None
+    raw = read_toml(path)
     if set(raw) == {"train"}:  # the settings may sit in a [train] table
         if not isinstance(raw["train"], dict):
             raise UserError(f"'train' in {path} must be a [train] table of settings: write them as key = value")

@@ -71,6 +71,9 @@ def print_summary(run: RunDir, console: Console | None = None) -> None:
     for text in diagnosis_lines(s):
         console.print(f"diagnosis: {text}", highlight=False)
     console.print(f"run directory: {run.root}  (summary.json, metrics-rank*.jsonl, checkpoint.pt)")
+    if s.get("phases_mean_s"):
+        console.print(f"plots and report: scaletrain report {run.root}   timeline: {run.root / 'trace.json'} "
+                      "(open in ui.perfetto.dev)", highlight=False)
 
 
 def print_models(rows: list[dict[str, Any]], image_size: int, console: Console | None = None) -> None:

@@ -17,13 +17,12 @@ from scaletrain.study.results import failed_points, study_entries
 from scaletrain.study.runner import (StudyDir, check_study_dir, child_env, initial_record, run_point, run_state,
                                      terminate_as_interrupt, write_results, write_spec)
 
-_TYPES = {"int": int, "float": float, "str": str}
 EXAMPLE = ("example: scaletrain study --nproc 1,2 --workers 0,2 --model resnet20 --dataset digits "
            "--epochs 1 --out runs/study")
 
 
 def add_study_args(p: argparse.ArgumentParser) -> None:
-    from scaletrain.cli import field_help
+    from scaletrain.cli import add_config_flags
 
     p.description = ("Run every combination of the axis values (comma lists) as its own training launch, "
                      "each with the fixed train settings; resumable by rerunning the same command.")
@@ -33,22 +32,7 @@ def add_study_args(p: argparse.ArgumentParser) -> None:
                                      "flags override it")
     p.add_argument("--repeats", type=int, default=None, help="runs of each point, to measure noise (default: 1)")
     p.add_argument("--dry-run", action="store_true", help="list the points and what is already done; launch nothing")
-    helps = field_help()
-    for f in fields(TrainConfig):
-        flag = "--" + f.name.replace("_", "-")
-        kind = str(f.type).split("|")[0].strip()
-        # SUPPRESS: only the flags given override the study file
-        if f.name in AXES:
-            p.add_argument(flag, default=argparse.SUPPRESS, metavar="V[,V...]",
-                           help=f"axis: comma list of values. {helps.get(f.name, '')} (default: {f.default})")
-        elif f.name in STUDY_OWNED:
-            continue
-        elif kind == "bool":
-            p.add_argument(flag, action=argparse.BooleanOptionalAction, default=argparse.SUPPRESS,
-                           help=helps.get(f.name))
-        else:
-            p.add_argument(flag, type=_TYPES[kind], default=argparse.SUPPRESS, metavar=f.name.upper(),
-                           help=f"{helps.get(f.name, '')} (default: {f.default})")
+    add_config_flags(p, lists=tuple(AXES), skip=tuple(STUDY_OWNED))
 
 
 def spec_from_args(args: argparse.Namespace) -> StudySpec:

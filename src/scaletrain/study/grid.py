@@ -6,14 +6,13 @@ import difflib
 import hashlib
 import itertools
 import re
-import tomllib
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 import tomli_w
 
-from scaletrain.config import ALIASES, TrainConfig, build_config, field_names
+from scaletrain.config import ALIASES, TrainConfig, build_config, field_names, read_toml
 from scaletrain.errors import UserError
 
 AXES = ("nproc", "workers", "batch_size", "precision", "dataset", "model")
@@ -115,12 +114,7 @@ def _train_key(key: str, path: Path) -> str:
 def load_spec_file(path: str | Path) -> dict[str, Any]:
     """Read a study TOML into {"axes": {...}, "train": {...}, "repeats": int | None}, naming any bad key."""
     path = Path(path)
-    if not path.is_file():
-        raise UserError(f"study file {path} does not exist: check the --config path")
-    try:
-        raw = tomllib.loads(path.read_text())
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
-        raise UserError(f"study file {path} is not valid TOML ({e}): fix that line") from None
+    raw = read_toml(path, "study file")
     unknown = [k for k in raw if k not in ("axes", "train", "repeats")]
     if unknown:
         raise UserError(f"unknown key '{unknown[0]}' in {path}: a study file has [axes], [train] and repeats "
