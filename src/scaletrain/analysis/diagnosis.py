@@ -46,7 +46,7 @@ def diagnose(run: dict[str, Any], stragglers: dict[str, Any], config: dict[str, 
         epoch = start["steps_per_epoch"] * step + start["wait_mean_s"]
         share = start["wait_mean_s"] / epoch
         if share >= thresholds["diag_input"]:
-            who = (f"its {workers} loader worker processes per rank starting" if workers
+            who = (f"{workers} loader worker process{'es' if workers > 1 else ''} per rank starting" if workers
                    else "the first batch being loaded")
             lever = ("keep the workers alive between epochs: --persistent-workers" if workers
                      else "load the first batch sooner: fewer/smaller files per batch")

@@ -166,7 +166,13 @@ def diagnosis(findings: list[dict[str, Any]] | None, profiled: bool = True) -> G
 # ---- a study ----
 
 def study_points(points: list[dict], axes: list[str]) -> Grid:
-    """The thesis table: configuration, epoch time, speedup against the baseline, ideal, efficiency."""
+    """The thesis table: configuration, epoch time, speedup against the baseline, ideal, efficiency.
+
+    Axes with one value across the points are left out of the columns and named in the note instead.
+    """
+    fixed = [a for a in axes if len({str(p.get("axes", {}).get(a)) for p in points}) == 1 and len(axes) > 1]
+    fixed_note = "; ".join(f"{a} = {points[0].get('axes', {}).get(a)}" for a in fixed) if points else ""
+    axes = [a for a in axes if a not in fixed]
     g = Grid("scaling: epoch time, speedup and efficiency per point",
              [*axes, "epoch time", "seconds", "speedup", "ideal", "efficiency", "top-1", "note"],
              text_columns=(*range(len(axes)), len(axes) + 6))
@@ -186,7 +192,8 @@ def study_points(points: list[dict], axes: list[str]) -> Grid:
                        fmt.share(p.get("top1"), 1) if ok else fmt.DASH, note])
     g.note = ("speedup = baseline epoch time / epoch time, within a series (the points sharing every axis value "
               "but nproc; its baseline is the point with the fewest processes); ideal = nproc / baseline nproc; "
-              "efficiency = speedup / ideal" + "".join(f". {e}" for e in errors))
+              "efficiency = speedup / ideal" + "".join(f". {e}" for e in errors)
+              + (f". Same for every point: {fixed_note}" if fixed_note else ""))
     return g
 
 
