@@ -134,7 +134,7 @@ def overview(run: Run) -> dict[str, Any]:
         steady = [r["step_time_s"] for r in rank0 if r["step_in_epoch"] >= skip]
         step_time = sum(steady) / len(steady) if steady else None
     return {
-        "name": run.root.resolve().name, "status": s.get("status", "unfinished"), "error": s.get("error"),
+        "name": _run_name(run.root), "status": s.get("status", "unfinished"), "error": s.get("error"),
         "model": s.get("model") or c.get("model"), "dataset": s.get("dataset") or c.get("dataset"),
         "world_size": world, "batch_per_rank": per_rank,
         "global_batch": s.get("global_batch") or (per_rank * world if per_rank else None),
@@ -211,3 +211,9 @@ def _read_toml(path: Path) -> dict[str, Any]:
         raise UserError(f"{path} is not valid TOML ({e}): fix or delete that file") from None
     # a config may keep its settings in a [train] table (as `scaletrain train --config` accepts)
     return data["train"] if set(data) == {"train"} and isinstance(data["train"], dict) else data
+
+
+def _run_name(root: Path) -> str:
+    """The directory's name; a study's repeat directory (r0, r1, ...) is named with its point."""
+    path = Path(root).resolve()
+    return f"{path.parent.name}/{path.name}" if re.fullmatch(r"r\d+", path.name) else path.name
