@@ -63,6 +63,11 @@ def build_parser() -> argparse.ArgumentParser:
     add_study_args(sub.add_parser("study", help="run a grid of training launches and report their scaling"))
     add_report_args(sub.add_parser("report", help="rebuild the report of a run or study from its files"))
     add_compare_args(sub.add_parser("compare", help="put two runs or studies side by side"))
+    from scaletrain.commbench.cli import add_commbench_args
+    add_commbench_args(sub.add_parser("commbench", help="time all-reduce strategies over sizes and ranks, "
+                                                         "against the alpha-beta model"))
+    from scaletrain.testbed.cli import add_testbed_args
+    add_testbed_args(sub.add_parser("testbed", help="a virtual cluster: hosts as network namespaces, shaped links"))
     models = sub.add_parser("models", help="list the models with parameters and forward FLOPs")
     models.add_argument("--image-size", type=int, default=32)
     models.add_argument("--in-channels", type=int, default=3)
@@ -111,6 +116,12 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "compare":
             from scaletrain.report.cli import run_compare
             return run_compare(args)
+        if args.command == "commbench":
+            from scaletrain.commbench.cli import run_commbench
+            return run_commbench(args)
+        if args.command == "testbed":
+            from scaletrain.testbed.cli import run_testbed
+            return run_testbed(args)
         if args.command == "models":
             from scaletrain.models import model_rows
             from scaletrain.summary_view import print_models

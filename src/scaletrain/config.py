@@ -94,14 +94,27 @@ class TrainConfig:
     """`auto` (CUDA when present), `cpu` or `cuda`."""
     threads: int | None = None
     """Torch intra-op threads per CPU rank; default: cores / local ranks."""
+    nnodes: int = 1
+    """Nodes of a multi-node launch: run the same command on every node with its --node-rank."""
+    node_rank: int = 0
+    """This node's index, 0..nnodes-1 (node 0 hosts the rendezvous at --master-addr:--master-port)."""
     master_addr: str = "127.0.0.1"
-    """Rendezvous address of a local `--nproc` launch."""
+    """Rendezvous address: this machine for a one-node launch, node 0's address for several nodes."""
     master_port: int | None = None
-    """Rendezvous port of a local `--nproc` launch; default: a free one."""
+    """Rendezvous port; default: a free one (one node only; several nodes must name the same port)."""
+    local_addr: str | None = None
+    """Address the other nodes reach this node at (multi-node); default: what the hostname resolves to."""
     progress: bool = True
     """Show the progress bar on rank 0."""
-    bucket_cap_mb: float = 25.0
-    """DDP gradient bucket size in MiB (smaller buckets start communicating earlier in backward)."""
+    strategy: str = "allreduce"
+    """Gradient aggregation: `allreduce` (DDP with the engine's collective) or `ring` (the ring all-reduce
+    of the literature on point-to-point operations, as a DDP hook)."""
+    compress: str | None = None
+    """Gradient compression with `allreduce`: `fp16`, `bf16`, `topk:RATIO`, `sign`, `qsgd:LEVELS`,
+    `powersgd:RANK` (top-k and sign keep the rest as error feedback); see docs/strategies.md."""
+    bucket_cap_mb: float | None = None
+    """DDP gradient bucket size in MiB (smaller buckets start communicating earlier in backward); unset:
+    DDP's default, 25 MiB with a first bucket of 1 MiB (a setting applies to the first bucket too)."""
 
     profile: str = "on"
     """Step profiler: `on` times every step's phases on every rank (see docs/metrics.md); `off` only step time."""
@@ -134,7 +147,9 @@ class TrainConfig:
         for name in ("diag_input", "diag_comm", "diag_straggler"):
             if not 0 < getattr(self, name) < 1:
                 raise UserError(f"--{_flag(name)} must be a fraction between 0 and 1 (got {getattr(self, name)})")
-        if not self.bucket_cap_mb > 0:
+        from scaletrain.comm.spec import check
+        check(self.strategy, self.compress)
+        if self.bucket_cap_mb is not None and not self.bucket_cap_mb > 0:
             raise UserError(f"--bucket-cap-mb must be positive (got {self.bucket_cap_mb})")
         for name in ("nproc", "epochs", "batch_size", "ref_batch", "eval_every", "synthetic_samples",
                      "synthetic_classes"):
@@ -154,6 +169,12 @@ class TrainConfig:
             raise UserError(f"--stop-after must be at least 1 epoch (got {self.stop_after})")
         if self.threads is not None and self.threads < 1:
             raise UserError(f"--threads must be at least 1 (got {self.threads})")
+        if self.nnodes < 1 or not 0 <= self.node_rank < self.nnodes:
+            raise UserError(f"--node-rank must be in 0..{self.nnodes - 1} for --nnodes {self.nnodes} "
+                            f"(got {self.node_rank})")
+        if self.nnodes > 1 and self.master_port is None:
+            raise UserError("--nnodes > 1 needs --master-port (the same on every node) and --master-addr "
+                            "(node 0's address)")
         if self.master_port is not None and not 1 <= self.master_port <= 65535:
             raise UserError(f"--master-port must be in 1..65535 (got {self.master_port})")
 

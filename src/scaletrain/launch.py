@@ -22,7 +22,8 @@ from scaletrain.rundir import RunDir, check_out_dir, create, keep_epochs_before,
 
 def preflight(cfg: TrainConfig) -> RunDir:
     """Every check that can be made before a worker starts; writes nothing."""
-    run = check_out_dir(cfg.out, cfg.resume)
+    # the run directory is node 0's to check and create (other nodes of a shared file system join it)
+    run = check_out_dir(cfg.out, cfg.resume) if cfg.node_rank == 0 else RunDir(Path(cfg.out))
     check_device_request(cfg.device, cfg.nproc, cfg.precision)
     data = build_datasets(cfg.dataset, image_size=cfg.image_size, seed=cfg.seed,
                           synthetic_samples=cfg.synthetic_samples, synthetic_classes=cfg.synthetic_classes,
@@ -55,15 +56,18 @@ def train(cfg: TrainConfig) -> int:
     if launched_externally():
         return _join_external_launch(cfg)
     run = preflight(cfg)
-    create(run)
-    if not cfg.resume:  # a failed earlier attempt without a checkpoint: start its records afresh
-        for path in [run.epochs, *run.root.glob("metrics-rank*.jsonl")]:
-            keep_epochs_before(path, 0)
-    save_toml(cfg, run.config)
+    if cfg.node_rank == 0:
+        create(run)
+        if not cfg.resume:  # a failed earlier attempt without a checkpoint: start its records afresh
+            for path in [run.epochs, *run.root.glob("metrics-rank*.jsonl")]:
+                keep_epochs_before(path, 0)
+        save_toml(cfg, run.config)
+    else:
+        run.root.mkdir(parents=True, exist_ok=True)
     port = cfg.master_port
     if port is None:
         port = free_port(cfg.master_addr)
-    else:
+    elif cfg.node_rank == 0:
         check_port(cfg.master_addr, port)
     return _launch_local(cfg, run, port)
 
@@ -72,34 +76,58 @@ def _launch_local(cfg: TrainConfig, run: RunDir, port: int) -> int:
     """nproc workers through the elastic agent behind torchrun (the engine's launcher, not a process pool)."""
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
-    from torch.distributed.launcher.api import LaunchConfig, elastic_launch
+    from torch.distributed.launcher.api import elastic_launch
 
     from scaletrain.train import worker_main
 
-    # the agent logs every worker exit and signal at WARNING/ERROR; we report them below in one line.
-    # Its loggers set their own levels when created, so each one is quietened, not just the parent.
-    for name in list(logging.root.manager.loggerDict):
-        if name.startswith("torch.distributed.elastic"):
-            logging.getLogger(name).setLevel(logging.CRITICAL)
-    launch_cfg = LaunchConfig(
-        min_nodes=1, max_nodes=1, nproc_per_node=cfg.nproc, run_id=f"scaletrain-{uuid.uuid4().hex[:8]}",
-        rdzv_backend="c10d", rdzv_endpoint=f"{cfg.master_addr}:{port}", max_restarts=0,
-        monitor_interval=0.1, start_method="spawn",
-    )
+    quiet_agent_logs()
+    launch_cfg = launch_config(cfg.nproc, cfg.nnodes, cfg.node_rank, cfg.master_addr, port, cfg.local_addr)
     with tempfile.TemporaryDirectory(prefix="scaletrain-err-") as err_dir:
         try:
             elastic_launch(launch_cfg, worker_main)(cfg.to_dict(), err_dir)
         except ChildFailedError as e:
             message = _worker_error(err_dir) or _describe_failure(e)
-            _write_failed_summary(run, cfg, message)
+            if cfg.node_rank == 0:
+                _write_failed_summary(run, cfg, message)
             print(f"error: {message}", file=sys.stderr)
             return 2 if _worker_error(err_dir) else 1
         except (KeyboardInterrupt, SignalException):
-            _write_failed_summary(run, cfg, "interrupted")
+            if cfg.node_rank == 0:
+                _write_failed_summary(run, cfg, "interrupted")
             print(f"interrupted: continue with  scaletrain train --resume --out {run.root}", file=sys.stderr)
             return 130
-    _print_summary(run)
+        except Exception as e:  # the rendezvous: a node that never comes, an unreachable node 0
+            if "rendezvous" not in type(e).__name__.lower() and "timeout" not in type(e).__name__.lower():
+                raise
+            where = f"{cfg.master_addr}:{port}"
+            raise UserError(f"the nodes did not meet at {where} ({type(e).__name__}): check that every node "
+                            f"runs with --nnodes {cfg.nnodes}, the same --master-port, and can reach "
+                            f"{cfg.master_addr}") from None
+    if cfg.node_rank == 0:
+        _print_summary(run)
     return 0
+
+
+def launch_config(nproc: int, nnodes: int, node_rank: int, master_addr: str, port: int,
+                  local_addr: str | None = None):
+    """The elastic agent's settings: c10d rendezvous on one node; static node ranks across several."""
+    from torch.distributed.launcher.api import LaunchConfig
+
+    common = dict(nproc_per_node=nproc, max_restarts=0, monitor_interval=0.1, start_method="spawn",
+                  rdzv_endpoint=f"{master_addr}:{port}")
+    if nnodes == 1:
+        return LaunchConfig(min_nodes=1, max_nodes=1, run_id=f"scaletrain-{uuid.uuid4().hex[:8]}",
+                            rdzv_backend="c10d", **common)
+    return LaunchConfig(min_nodes=nnodes, max_nodes=nnodes, run_id="scaletrain", rdzv_backend="static",
+                        rdzv_configs={"rank": node_rank, "timeout": 120}, local_addr=local_addr, **common)
+
+
+def quiet_agent_logs() -> None:
+    """The agent logs every worker exit and signal at WARNING/ERROR; callers report them in one line.
+    Its loggers set their own levels when created, so each one is quietened, not just the parent."""
+    for name in list(logging.root.manager.loggerDict):
+        if name.startswith("torch.distributed.elastic"):
+            logging.getLogger(name).setLevel(logging.CRITICAL)
 
 
 def _join_external_launch(cfg: TrainConfig) -> int:
@@ -149,7 +177,7 @@ def _describe_failure(e) -> str:
 def _write_failed_summary(run: RunDir, cfg: TrainConfig, message: str) -> None:
     epochs = read_jsonl(run.epochs)
     write_json_atomic(run.summary, {"status": "failed", "error": message, "model": cfg.model,
-                                    "dataset": cfg.dataset, "world_size": cfg.nproc,
+                                    "dataset": cfg.dataset, "world_size": cfg.nproc * cfg.nnodes,
                                     "epochs": len(epochs), "epochs_planned": cfg.epochs,
                                     "resumable": run.checkpoint.exists()})
 

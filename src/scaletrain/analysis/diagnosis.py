@@ -60,9 +60,10 @@ def diagnose(run: dict[str, Any], stragglers: dict[str, Any], config: dict[str, 
         hidden = f"; {overlap:.0%} of the communication is hidden behind backward" if overlap is not None else ""
         batch = config.get("batch_size")
         bigger = f"--batch-size {2 * batch}" if batch else "a larger batch per rank"
-        if overlap is not None and overlap < 0.5 and config.get("bucket_cap_mb"):
-            lever = (f"start reducing earlier with smaller buckets: try --bucket-cap-mb "
-                     f"{config['bucket_cap_mb'] / 4:g}; or more compute per exchange: {bigger}")
+        if overlap is not None and overlap < 0.5 and "bucket_cap_mb" in config:
+            cap = config["bucket_cap_mb"] or 25.0  # unset: DDP's default of 25 MiB
+            lever = (f"start reducing earlier with smaller buckets: try --bucket-cap-mb {cap / 4:g}; "
+                     f"or more compute per exchange: {bigger}")
         else:
             lever = f"more compute per exchange: try {bigger}; or fewer bytes: --precision bf16, gradient compression"
         findings.append({"kind": "communication-bound", "share": comm,

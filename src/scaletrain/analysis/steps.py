@@ -62,6 +62,10 @@ def run_means(steady_by_rank: dict[int, Records]) -> dict[str, Any]:
             "comm_hidden_mean_s": hidden / len(all_steps),
             "bytes_sent_per_step": mean(r["bytes_sent"] for r in all_steps),
         }
+        if all("bytes_uncompressed" in r for r in all_steps) and result["bytes_sent_per_step"]:
+            raw = mean(r["bytes_uncompressed"] for r in all_steps)
+            # what a plain all-reduce of the same gradients would send / what was sent
+            result["compression_ratio"] = raw / result["bytes_sent_per_step"]
     else:
         result |= {"phases_mean_s": None, "overlap_ratio": None, "comm_total_mean_s": None,
                    "comm_hidden_mean_s": None, "bytes_sent_per_step": None}

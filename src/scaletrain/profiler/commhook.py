@@ -17,10 +17,11 @@ from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
 @dataclass
 class BucketTiming:
-    """One bucket's reduction: marks (clock-specific) and the payload it reduced."""
+    """One bucket's reduction: marks (clock-specific), the gradient bytes, the bytes sent on the wire."""
 
     ready: Any
     nbytes: int
+    wire: int
     done: Any = None
 
 
@@ -32,6 +33,11 @@ class CommRecorder:
     world_size: int
     delay_s: float = 0.0  # --inject comm=S: completion of every bucket held back S seconds
     buckets: list[BucketTiming] = field(default_factory=list)
+    _wire: int | None = None
+
+    def note_wire(self, nbytes: int) -> None:
+        """Called by an inner hook that knows what it sends (compression, other collectives)."""
+        self._wire = nbytes
 
     def take(self) -> list[BucketTiming]:
         taken, self.buckets = self.buckets, []
@@ -50,9 +56,12 @@ def timed_hook(inner: Callable = default_hooks.allreduce_hook) -> Callable:
     def hook(state, bucket):
         recorder, inner_state = state
         buffer = bucket.buffer()
-        timing = BucketTiming(ready=recorder.clock.mark(), nbytes=buffer.numel() * buffer.element_size())
+        nbytes = buffer.numel() * buffer.element_size()
+        timing = BucketTiming(ready=recorder.clock.mark(), nbytes=nbytes, wire=0)
         recorder.buckets.append(timing)
-        future = inner(inner_state, bucket)
+        recorder._wire = None
+        future = inner(inner_state, bucket)  # runs synchronously up to launching the exchange
+        timing.wire = recorder._wire if recorder._wire is not None else wire_bytes(nbytes, recorder.world_size)
 
         def finished(fut: torch.futures.Future) -> torch.Tensor:
             if recorder.delay_s:
@@ -70,4 +79,6 @@ def attach(ddp_model: torch.nn.Module, recorder: CommRecorder, inner: Callable |
            inner_state: Any = None) -> None:
     """Register the timed hook on a DDP model; `inner` defaults to the plain all-reduce."""
     group = inner_state if inner is not None else dist.group.WORLD
+    if hasattr(inner_state, "recorder"):
+        inner_state.recorder = recorder  # the inner hook reports the bytes it really sends
     ddp_model.register_comm_hook((recorder, group), timed_hook(inner or default_hooks.allreduce_hook))

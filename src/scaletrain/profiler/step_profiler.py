@@ -202,7 +202,8 @@ class StepProfiler:
             "comm_total_s": round(timing["comm_total_s"], _ROUND),
             "comm_hidden_s": round(timing["comm_hidden_s"], _ROUND),
             "overlap_ratio": None if timing["overlap_ratio"] is None else round(timing["overlap_ratio"], 4),
-            "bytes_sent": sum(commhook.wire_bytes(b.nbytes, self.world_size) for b in raw["buckets"]),
+            "bytes_sent": sum(b.wire for b in raw["buckets"]),
+            "bytes_uncompressed": sum(commhook.wire_bytes(b.nbytes, self.world_size) for b in raw["buckets"]),
             "comm_intervals_s": [[round(a, _ROUND), round(b, _ROUND)] for a, b in buckets],
         }
 

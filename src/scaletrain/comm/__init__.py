@@ -1,0 +1,1 @@
+"""Gradient aggregation: compressors, compressed DDP hooks, the ring all-reduce (see docs/strategies.md)."""

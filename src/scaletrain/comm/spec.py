@@ -1,0 +1,44 @@
+"""--strategy and --compress as written by users: parsed and validated without importing torch."""
+
+from __future__ import annotations
+
+from scaletrain.errors import UserError
+
+STRATEGIES = ("allreduce", "ring")
+COMPRESSORS = ("fp16", "bf16", "topk:RATIO", "sign", "qsgd:LEVELS", "powersgd:RANK")
+
+
+def parse_compress(spec: str | None) -> tuple[str, float | int | None] | None:
+    """`topk:0.01` -> ("topk", 0.01); `fp16` -> ("fp16", None); None or `none` -> None."""
+    if spec in (None, "", "none"):
+        return None
+    name, _, arg = spec.partition(":")
+    known = f"known: {', '.join(COMPRESSORS)}, or none"
+    if name in ("fp16", "bf16", "sign"):
+        if arg:
+            raise UserError(f"--compress {spec}: {name} takes no argument ({known})")
+        return name, None
+    if name not in ("topk", "qsgd", "powersgd"):
+        raise UserError(f"--compress {spec}: unknown compressor ({known})")
+    try:
+        value: float | int = float(arg) if name == "topk" else int(arg)
+    except ValueError:
+        raise UserError(f"--compress {spec}: cannot read {arg!r} as a number, e.g. topk:0.01, qsgd:127, "
+                        "powersgd:2") from None
+    if name == "topk" and not 0 < value <= 1:
+        raise UserError(f"--compress {spec}: the ratio must be in (0, 1], e.g. topk:0.01")
+    if name == "qsgd" and not 1 <= value <= 32767:
+        raise UserError(f"--compress {spec}: levels must be 1..32767, e.g. qsgd:127")
+    if name == "powersgd" and value < 1:
+        raise UserError(f"--compress {spec}: the rank must be at least 1, e.g. powersgd:2")
+    return name, value
+
+
+def check(strategy: str, compress: str | None) -> None:
+    """Validate the pair at config time: one clear line for what cannot work."""
+    if strategy not in STRATEGIES:
+        raise UserError(f"--strategy must be one of {', '.join(STRATEGIES)} (got {strategy!r})")
+    parse_compress(compress)
+    if strategy != "allreduce" and compress not in (None, "", "none"):
+        raise UserError(f"--compress works with --strategy allreduce (the {strategy} strategy sends "
+                        "full-precision buckets): drop one of them")

@@ -1,0 +1,71 @@
+"""The commbench worker: times each strategy's all-reduce at each size; rank 0 writes the rows."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from scaletrain.comm.ring import ring_allreduce_, ring_wire_bytes
+from scaletrain.dist import RankInfo, choose_device, cpu_threads_per_rank, init_process_group, shutdown
+
+
+def worker_main(strategies: list[str], sizes: list[int], seconds: float, out: str) -> None:
+    """Entry point the elastic agent starts on every rank."""
+    rank = RankInfo.from_env()
+    device = choose_device("auto", rank)
+    if device.type == "cpu":
+        torch.set_num_threads(cpu_threads_per_rank(rank.local_world_size, None))
+    init_process_group(device, rank)
+    try:
+        ring_group = dist.new_group() if "ring" in strategies else None
+        rows = [_measure(s, size, seconds, device, ring_group) for s in strategies for size in sizes]
+        if rank.rank == 0:
+            with open(out, "a") as f:
+                for row in rows:
+                    f.write(json.dumps(row) + "\n")
+        dist.barrier()
+    finally:
+        shutdown()
+
+
+def _measure(strategy: str, size: int, seconds: float, device: torch.device, ring_group: Any) -> dict[str, Any]:
+    world, rank = dist.get_world_size(), dist.get_rank()
+    buf = torch.ones(size // 4, dtype=torch.float32, device=device)
+
+    def once() -> None:
+        if strategy == "ring":
+            ring_allreduce_(buf, ring_group)
+        else:
+            dist.all_reduce(buf)
+
+    for _ in range(2):  # warm-up: connections, allocations
+        once()
+    t = _timed(once, 1, device)
+    iters = max(3, min(200, int(seconds / max(t, 1e-6))))
+    iters = _agree_max(iters, device)  # every rank runs the same number of collectives
+    elapsed = _agree_max(_timed(once, iters, device) * iters, device) / iters
+    sent = ring_wire_bytes(buf.numel(), 4, world, rank) if strategy == "ring" else 2 * (world - 1) * size // world
+    return {"strategy": "allreduce" if strategy != "ring" else "ring", "world": world, "size": size,
+            "iters": int(iters), "time_s": elapsed, "bytes_per_rank": _agree_max(sent, device)}
+
+
+def _timed(fn, iters: int, device: torch.device) -> float:
+    dist.barrier()
+    t0 = time.perf_counter()
+    for _ in range(iters):
+        fn()
+    if device.type == "cuda":
+        torch.cuda.synchronize()  # note: a sync point, once per measurement, so the time covers the kernels
+    return (time.perf_counter() - t0) / iters
+
+
+def _agree_max(value: float, device: torch.device) -> float:
+    """The largest value over ranks (a collective's time is its slowest rank's)."""
+    t = torch.tensor([float(value)], dtype=torch.float64, device=device)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return t.item()

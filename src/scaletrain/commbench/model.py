@@ -1,0 +1,69 @@
+"""Bandwidths as nccl-tests defines them, bytes per rank, and the alpha-beta model fitted to measurements.
+
+For an all-reduce of S bytes over P ranks taking t seconds:
+    algorithm bandwidth  algbw = S / t
+    bus bandwidth        busbw = algbw x 2 (P-1)/P     (comparable to the link rate whatever P is)
+    alpha-beta model     t = 2 (P-1) alpha + 2 (P-1)/P x S x beta      (ring: 2 (P-1) steps of S/P bytes)
+alpha is the latency per step, 1/beta the bandwidth per link. Pure functions; numpy fits.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+SIZE_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+
+
+def parse_size(text: str) -> int:
+    """`1K`, `64M`, `4096` -> bytes (multiples of 4: float32 elements)."""
+    t = text.strip().upper().removesuffix("B")
+    unit = t[-1] if t and t[-1] in SIZE_UNITS else ""
+    value = int(float(t[: len(t) - len(unit)]) * SIZE_UNITS[unit])
+    return max(4, value - value % 4)
+
+
+def bus_factor(world: int) -> float:
+    return 2 * (world - 1) / world
+
+
+def bandwidths(size: int, seconds: float, world: int) -> tuple[float, float]:
+    algbw = size / seconds
+    return algbw, algbw * bus_factor(world)
+
+
+def fit_alpha_beta(rows: list[dict[str, Any]]) -> tuple[float, float]:
+    """Least squares of t = 2(P-1) alpha + 2(P-1)/P S beta over rows {world, size, time_s}; both >= 0."""
+    a = np.array([[2 * (r["world"] - 1), bus_factor(r["world"]) * r["size"]] for r in rows], dtype=float)
+    t = np.array([r["time_s"] for r in rows], dtype=float)
+    # relative error matters at every size: weight each row by 1/t so 1 KB counts as much as 64 MB
+    w = 1.0 / t
+    (alpha, beta), *_ = np.linalg.lstsq(a * w[:, None], t * w, rcond=None)
+    if alpha < 0 or beta < 0:  # refit the one that makes sense alone
+        if beta <= 0:
+            return float(np.mean(t / a[:, 0])), 0.0
+        return 0.0, float(np.sum(w * w * a[:, 1] * t) / np.sum(w * w * a[:, 1] ** 2))
+    return float(alpha), float(beta)
+
+
+def predict(alpha: float, beta: float, world: int, size: int) -> float:
+    return 2 * (world - 1) * alpha + bus_factor(world) * size * beta
+
+
+def with_model(rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], dict[str, dict[str, float]]]:
+    """Each row gains algbw, busbw, predicted time and error; alpha and beta fitted per strategy."""
+    fits = {}
+    for strategy in sorted({r["strategy"] for r in rows}):
+        mine = [r for r in rows if r["strategy"] == strategy]
+        alpha, beta = fit_alpha_beta(mine)
+        fits[strategy] = {"alpha_s": alpha, "beta_s_per_byte": beta,
+                          "link_bytes_per_s": 1 / beta if beta > 0 else None}
+    out = []
+    for r in rows:
+        algbw, busbw = bandwidths(r["size"], r["time_s"], r["world"])
+        f = fits[r["strategy"]]
+        pred = predict(f["alpha_s"], f["beta_s_per_byte"], r["world"], r["size"])
+        out.append({**r, "algbw": algbw, "busbw": busbw, "predicted_s": pred,
+                    "error": (pred - r["time_s"]) / r["time_s"]})
+    return out, fits

@@ -1,0 +1,31 @@
+"""commbench rendering: the measurement table next to the alpha-beta prediction."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.table import Table
+
+
+def _size(n: int) -> str:
+    for unit, scale in (("M", 1 << 20), ("K", 1 << 10)):
+        if n >= scale:
+            return f"{n / scale:g}{unit}"
+    return f"{n}B"
+
+
+def table(rows: list[dict[str, Any]]) -> Table:
+    t = Table(title="all-reduce: measured and alpha-beta model (time of the slowest rank)")
+    for col in ("strategy", "ranks", "size", "time", "algbw", "busbw", "bytes/rank", "model", "error"):
+        t.add_column(col, justify="left" if col == "strategy" else "right")
+    for r in sorted(rows, key=lambda r: (r["strategy"], r["world"], r["size"])):
+        t.add_row(r["strategy"], str(r["world"]), _size(r["size"]), f"{r['time_s'] * 1e6:,.0f} us",
+                  f"{r['algbw'] / 1e9:.3f} GB/s", f"{r['busbw'] / 1e9:.3f} GB/s", f"{int(r['bytes_per_rank']):,}",
+                  f"{r['predicted_s'] * 1e6:,.0f} us", f"{r['error']:+.0%}")
+    return t
+
+
+def fits_line(strategy: str, fit: dict[str, Any]) -> str:
+    bw = fit["link_bytes_per_s"]
+    return (f"{strategy}: alpha = {fit['alpha_s'] * 1e6:.1f} us per step, 1/beta = "
+            f"{bw / 1e9:.3f} GB/s ({bw * 8 / 1e9:.2f} Gbit/s)" if bw else f"{strategy}: alpha only")

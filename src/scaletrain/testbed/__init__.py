@@ -1,0 +1,1 @@
+"""A virtual cluster on one machine: network namespaces joined by shaped links (see docs/testbed.md)."""

@@ -1,0 +1,96 @@
+"""`scaletrain testbed up | status | down | run`: a virtual cluster of network namespaces with shaped links."""
+
+from __future__ import annotations
+
+import argparse
+
+from scaletrain.errors import UserError
+
+
+def add_testbed_args(p: argparse.ArgumentParser) -> None:
+    p.description = ("Hosts as network namespaces joined by a bridge, each link rate-limited and delayed "
+                     "with tc, so a multi-node job really crosses shaped links (root only; docs/testbed.md).")
+    sub = p.add_subparsers(dest="testbed_command", required=True)
+    up = sub.add_parser("up", help="create the hosts and links")
+    _shape_args(up, required=True)
+    sub.add_parser("status", help="hosts, addresses, link shaping, bytes sent")
+    sub.add_parser("down", help="remove every testbed namespace (also a half-built testbed)")
+    run = sub.add_parser("run", help="run a command on every host (scaletrain train/commbench get their node "
+                                     "flags); with --hosts, on a testbed made for it and removed afterwards")
+    _shape_args(run, required=False)
+    run.add_argument("command", nargs=argparse.REMAINDER, help="-- the command, e.g. -- scaletrain train ...")
+
+
+def _shape_args(p: argparse.ArgumentParser, required: bool) -> None:
+    p.add_argument("--hosts", type=int, required=required, help="number of hosts (2..32)")
+    p.add_argument("--rate", default="1gbit", help="link rate as tc writes it (default: 1gbit)")
+    p.add_argument("--delay", default="0.2ms", help="one-way delay per link (default: 0.2ms)")
+
+
+def run_testbed(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from scaletrain.testbed import net
+    from scaletrain.testbed.plan import make_testbed
+
+    console = Console(highlight=False)
+    net.require_root()
+    if args.testbed_command == "up":
+        tb = make_testbed(args.hosts, args.rate, args.delay)
+        net.up(tb)
+        console.print(f"testbed up: {tb.hosts} hosts ({', '.join(tb.address(i) for i in range(tb.hosts))}), "
+                      f"links {tb.rate}, delay {tb.delay}; remove with  scaletrain testbed down")
+        return 0
+    if args.testbed_command == "down":
+        removed = net.down()
+        console.print(f"testbed down: removed {', '.join(removed)}" if removed else "no testbed was up")
+        return 0
+    if args.testbed_command == "status":
+        return _status(console, net)
+    return _run(console, net, args, make_testbed)
+
+
+def _status(console, net) -> int:
+    from rich.table import Table
+
+    tb = net.current()
+    if tb is None:
+        console.print("no testbed is up: scaletrain testbed up --hosts 2")
+        return 0
+    sent = net.tx_bytes(tb)
+    table = Table(title=f"testbed: {tb.hosts} hosts, {tb.rate}, delay {tb.delay}")
+    for col in ("host", "address", "link shaping", "bytes sent"):
+        table.add_column(col)
+    for i in range(tb.hosts):
+        table.add_row(tb.host(i), tb.address(i), net.qdisc(tb, i), f"{sent[tb.host(i)]:,}")
+    console.print(table)
+    return 0
+
+
+def _run(console, net, args, make_testbed) -> int:
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    if not command:
+        raise UserError("testbed run needs a command after --, e.g. scaletrain testbed run -- scaletrain train "
+                        "--nproc 1 --out runs/x")
+    from scaletrain.testbed.run import run_on_hosts
+
+    tb, made = net.current(), False
+    if tb is None:
+        if args.hosts is None:
+            raise UserError("no testbed is up: run `scaletrain testbed up --hosts 2` first, or give --hosts to "
+                            "make one for this command only")
+        tb = make_testbed(args.hosts, args.rate, args.delay)
+        net.up(tb)
+        made = True
+    elif args.hosts is not None and args.hosts != tb.hosts:
+        raise UserError(f"a testbed of {tb.hosts} hosts is up, not {args.hosts}: `scaletrain testbed down` first")
+    try:
+        before = net.tx_bytes(tb)
+        code = run_on_hosts(tb, command)
+        after = net.tx_bytes(tb)
+        sent = ", ".join(f"{h} {after[h] - before[h]:,}" for h in after)
+        console.print(f"bytes sent on the testbed links during the command (interface counters): {sent}")
+    finally:
+        if made:
+            net.down()  # made for this command: removed on success, failure and Ctrl-C alike
+    return code

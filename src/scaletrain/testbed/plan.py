@@ -1,0 +1,96 @@
+"""What a virtual cluster is made of, as data: names, addresses and the `ip`/`tc` commands (pure).
+
+    namespace st-sw:   bridge st-br ── veth st-p0 ─┐   ... one port per host
+    namespace st-h0:   eth0 10.77.0.1/24 ──────────┘   (the other end of st-p0)
+    namespace st-h1:   eth0 10.77.0.2/24 ── st-p1 ── st-br
+
+Every link is shaped in both directions: `tc` on a host's eth0 limits what it sends, `tc` on its
+switch port limits what it receives. Nothing is created outside the namespaces named here, so
+tearing down is deleting them.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass
+
+from scaletrain.errors import UserError
+
+PREFIX = "st-"
+SWITCH = f"{PREFIX}sw"
+BRIDGE = f"{PREFIX}br"
+SUBNET = "10.77.0"
+IFACE = "eth0"
+
+
+@dataclass(frozen=True)
+class Testbed:
+    hosts: int
+    rate: str
+    delay: str
+
+    def host(self, i: int) -> str:
+        return f"{PREFIX}h{i}"
+
+    def port(self, i: int) -> str:
+        return f"{PREFIX}p{i}"
+
+    def address(self, i: int) -> str:
+        return f"{SUBNET}.{i + 1}"
+
+    def namespaces(self) -> list[str]:
+        return [SWITCH, *(self.host(i) for i in range(self.hosts))]
+
+    def to_dict(self) -> dict:
+        return {**asdict(self), "namespaces": self.namespaces(),
+                "addresses": {self.host(i): self.address(i) for i in range(self.hosts)}}
+
+
+_RATE = re.compile(r"^\d+(\.\d+)?(bit|kbit|mbit|gbit|tbit|bps|kbps|mbps|gbps)$")
+_DELAY = re.compile(r"^\d+(\.\d+)?(us|ms|s)$")
+
+
+def make_testbed(hosts: int, rate: str, delay: str) -> Testbed:
+    if not 2 <= hosts <= 32:
+        raise UserError(f"--hosts must be 2..32 (got {hosts})")
+    if not _RATE.match(rate):
+        raise UserError(f"--rate {rate!r} is not a tc rate: write e.g. 1gbit, 100mbit")
+    if not _DELAY.match(delay):
+        raise UserError(f"--delay {delay!r} is not a tc time: write e.g. 0.2ms, 50us")
+    return Testbed(hosts, rate, delay)
+
+
+def shape(rate: str, delay: str) -> list[str]:
+    """netem for the one-way delay and the rate, with a queue long enough not to drop at that rate."""
+    return ["netem", "delay", delay, "rate", rate, "limit", "10000"]
+
+
+def up_commands(tb: Testbed) -> list[list[str]]:
+    """The commands that build the testbed, in order (each `ip`/`tc` argv)."""
+    cmds = [["ip", "netns", "add", SWITCH],
+            ["ip", "-n", SWITCH, "link", "add", BRIDGE, "type", "bridge"],
+            ["ip", "-n", SWITCH, "link", "set", BRIDGE, "up"]]
+    for i in range(tb.hosts):
+        host, port = tb.host(i), tb.port(i)
+        cmds += [
+            ["ip", "netns", "add", host],
+            ["ip", "-n", host, "link", "set", "lo", "up"],
+            ["ip", "-n", SWITCH, "link", "add", port, "type", "veth", "peer", "name", IFACE, "netns", host],
+            ["ip", "-n", SWITCH, "link", "set", port, "master", BRIDGE],
+            ["ip", "-n", SWITCH, "link", "set", port, "up"],
+            ["ip", "-n", host, "addr", "add", f"{tb.address(i)}/24", "dev", IFACE],
+            ["ip", "-n", host, "link", "set", IFACE, "up"],
+            ["tc", "-n", host, "qdisc", "add", "dev", IFACE, "root", *shape(tb.rate, tb.delay)],
+            ["tc", "-n", SWITCH, "qdisc", "add", "dev", port, "root", *shape(tb.rate, tb.delay)],
+        ]
+    return cmds
+
+
+def down_commands(namespaces: list[str]) -> list[list[str]]:
+    """Deleting a namespace deletes its interfaces, the veth peers and the bridge with them."""
+    return [["ip", "netns", "delete", ns] for ns in namespaces]
+
+
+def ours(namespaces: list[str]) -> list[str]:
+    """The namespaces on this machine that a testbed made (by name)."""
+    return [ns for ns in namespaces if ns == SWITCH or re.fullmatch(rf"{PREFIX}h\d+", ns)]
