@@ -18,13 +18,14 @@ def add_testbed_args(p: argparse.ArgumentParser) -> None:
     run = sub.add_parser("run", help="run a command on every host (scaletrain train/commbench get their node "
                                      "flags); with --hosts, on a testbed made for it and removed afterwards")
     _shape_args(run, required=False)
-    run.add_argument("command", nargs=argparse.REMAINDER, help="-- the command, e.g. -- scaletrain train ...")
+    run.add_argument("argv", nargs=argparse.REMAINDER, metavar="-- COMMAND", help="the command, e.g. -- scaletrain train ...")
 
 
 def _shape_args(p: argparse.ArgumentParser, required: bool) -> None:
     p.add_argument("--hosts", type=int, required=required, help="number of hosts (2..32)")
     p.add_argument("--rate", default="1gbit", help="link rate as tc writes it (default: 1gbit)")
-    p.add_argument("--delay", default="0.2ms", help="one-way delay per link (default: 0.2ms)")
+    p.add_argument("--delay", default="0ms", help="one-way delay per link, e.g. 0.2ms (needs the kernel's netem; "
+                                                  "default: 0ms, rate limit only)")
 
 
 def run_testbed(args: argparse.Namespace) -> int:
@@ -68,7 +69,7 @@ def _status(console, net) -> int:
 
 
 def _run(console, net, args, make_testbed) -> int:
-    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    command = args.argv[1:] if args.argv[:1] == ["--"] else args.argv
     if not command:
         raise UserError("testbed run needs a command after --, e.g. scaletrain testbed run -- scaletrain train "
                         "--nproc 1 --out runs/x")
@@ -89,7 +90,7 @@ def _run(console, net, args, make_testbed) -> int:
         code = run_on_hosts(tb, command)
         after = net.tx_bytes(tb)
         sent = ", ".join(f"{h} {after[h] - before[h]:,}" for h in after)
-        console.print(f"bytes sent on the testbed links during the command (interface counters): {sent}")
+        print(f"bytes sent on the testbed links during the command (interface counters): {sent}", flush=True)
     finally:
         if made:
             net.down()  # made for this command: removed on success, failure and Ctrl-C alike

@@ -9,7 +9,7 @@ import subprocess
 from pathlib import Path
 
 from scaletrain.errors import UserError
-from scaletrain.testbed.plan import IFACE, SWITCH, Testbed, down_commands, ours, up_commands
+from scaletrain.testbed.plan import IFACE, SWITCH, Testbed, down_commands, has_delay, ours, up_commands
 
 STATE = Path(os.environ.get("SCALETRAIN_TESTBED_STATE", "/run/scaletrain-testbed.json"))
 
@@ -45,6 +45,8 @@ def up(tb: Testbed) -> None:
                         "run `scaletrain testbed down` to remove it first")
     try:
         for argv in up_commands(tb):
+            if argv[:3] == ["ip", "netns", "add"] and argv[3] != SWITCH and has_delay(tb.delay):
+                _require_netem()
             _run(argv)
         STATE.parent.mkdir(parents=True, exist_ok=True)
         STATE.write_text(json.dumps(tb.to_dict(), indent=2) + "\n")
@@ -53,6 +55,16 @@ def up(tb: Testbed) -> None:
         if isinstance(e, RuntimeError):
             raise UserError(f"could not build the testbed: {e}") from None
         raise
+
+
+def _require_netem() -> None:
+    """netem (the only qdisc that delays) is a kernel module some kernels lack: probe it in the switch."""
+    probe = subprocess.run(["tc", "-n", SWITCH, "qdisc", "add", "dev", "lo", "root", "netem", "delay", "1ms"],
+                           capture_output=True, text=True)
+    if probe.returncode != 0:
+        raise UserError("this kernel has no netem qdisc (sch_netem), so links cannot be delayed: use --delay 0 "
+                        "(links are then rate-limited with a token bucket)")
+    subprocess.run(["tc", "-n", SWITCH, "qdisc", "del", "dev", "lo", "root"], capture_output=True)
 
 
 def down() -> list[str]:

@@ -5,7 +5,7 @@
     namespace st-h1:   eth0 10.77.0.2/24 ── st-p1 ── st-br
 
 Every link is shaped in both directions: `tc` on a host's eth0 limits what it sends, `tc` on its
-switch port limits what it receives. Nothing is created outside the namespaces named here, so
+switch port limits what it receives (netem with a delay, a token bucket without one). Nothing is created outside the namespaces named here, so
 tearing down is deleting them.
 """
 
@@ -60,22 +60,40 @@ def make_testbed(hosts: int, rate: str, delay: str) -> Testbed:
     return Testbed(hosts, rate, delay)
 
 
+_UNITS = {"bit": 1 / 8, "kbit": 1e3 / 8, "mbit": 1e6 / 8, "gbit": 1e9 / 8, "tbit": 1e12 / 8,
+          "bps": 1, "kbps": 1e3, "mbps": 1e6, "gbps": 1e9}  # tc's units: "bps" are bytes per second
+
+
+def rate_bytes(rate: str) -> float:
+    """A tc rate (`1gbit`, `100mbit`, `10mbps`) in bytes per second."""
+    unit = re.search(r"[a-z]+$", rate).group(0)
+    return float(rate[: -len(unit)]) * _UNITS[unit]
+
+
+def has_delay(delay: str) -> bool:
+    return float(re.match(r"[\d.]+", delay).group(0)) > 0
+
+
 def shape(rate: str, delay: str) -> list[str]:
-    """netem for the one-way delay and the rate, with a queue long enough not to drop at that rate."""
-    return ["netem", "delay", delay, "rate", rate, "limit", "10000"]
+    """The qdisc of one direction of a link: netem when there is a delay to add (rate too), otherwise a
+    token bucket (tbf, in every kernel) with a bucket of 4 ms at the rate and a 50 ms queue."""
+    if has_delay(delay):
+        return ["netem", "delay", delay, "rate", rate, "limit", "10000"]
+    burst = max(16 * 1024, int(rate_bytes(rate) * 0.004))
+    return ["tbf", "rate", rate, "burst", str(burst), "latency", "50ms"]
 
 
 def up_commands(tb: Testbed) -> list[list[str]]:
     """The commands that build the testbed, in order (each `ip`/`tc` argv)."""
     cmds = [["ip", "netns", "add", SWITCH],
-            ["ip", "-n", SWITCH, "link", "add", BRIDGE, "type", "bridge"],
+            ["ip", "-n", SWITCH, "link", "add", "name", BRIDGE, "type", "bridge"],
             ["ip", "-n", SWITCH, "link", "set", BRIDGE, "up"]]
     for i in range(tb.hosts):
         host, port = tb.host(i), tb.port(i)
         cmds += [
             ["ip", "netns", "add", host],
             ["ip", "-n", host, "link", "set", "lo", "up"],
-            ["ip", "-n", SWITCH, "link", "add", port, "type", "veth", "peer", "name", IFACE, "netns", host],
+            ["ip", "-n", SWITCH, "link", "add", "name", port, "type", "veth", "peer", "name", IFACE, "netns", host],
             ["ip", "-n", SWITCH, "link", "set", port, "master", BRIDGE],
             ["ip", "-n", SWITCH, "link", "set", port, "up"],
             ["ip", "-n", host, "addr", "add", f"{tb.address(i)}/24", "dev", IFACE],
