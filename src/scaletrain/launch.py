@@ -86,7 +86,7 @@ def _launch_local(cfg: TrainConfig, run: RunDir, port: int) -> int:
         try:
             elastic_launch(launch_cfg, worker_main)(cfg.to_dict(), err_dir)
         except ChildFailedError as e:
-            message = _worker_error(err_dir) or _describe_failure(e)
+            message = _worker_error(err_dir) or describe_failure(e)
             if cfg.node_rank == 0:
                 _write_failed_summary(run, cfg, message)
             print(f"error: {message}", file=sys.stderr)
@@ -167,7 +167,7 @@ def _worker_error(err_dir: str) -> str | None:
     return files[0].read_text().strip() if files else None
 
 
-def _describe_failure(e) -> str:
+def describe_failure(e) -> str:
     rank, failure = e.get_first_failure()
     detail = failure.message if isinstance(failure.message, str) else failure.message.get("message", "")
     last = detail.strip().splitlines()[-1] if detail and detail.strip() else f"exit code {failure.exitcode}"

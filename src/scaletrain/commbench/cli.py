@@ -62,7 +62,7 @@ def _launch(args, nproc: int, strategies: list[str], sizes: list[int], rows_path
     from torch.distributed.launcher.api import elastic_launch
 
     from scaletrain.commbench.measure import worker_main
-    from scaletrain.launch import free_port, launch_config, quiet_agent_logs
+    from scaletrain.launch import describe_failure, free_port, launch_config, quiet_agent_logs
 
     quiet_agent_logs()
     port = args.master_port or free_port(args.master_addr)
@@ -71,8 +71,7 @@ def _launch(args, nproc: int, strategies: list[str], sizes: list[int], rows_path
     try:
         elastic_launch(cfg, worker_main)(strategies, sizes, args.seconds, str(rows_path))
     except ChildFailedError as e:
-        rank, failure = e.get_first_failure()
-        raise UserError(f"commbench rank {rank} failed (exit {failure.exitcode}): see the lines above") from None
+        raise UserError(f"commbench: {describe_failure(e)}") from None
 
 
 def _report(rows_path: Path, out: Path) -> int:

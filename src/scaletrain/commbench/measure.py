@@ -47,7 +47,7 @@ def _measure(strategy: str, size: int, seconds: float, device: torch.device, rin
         once()
     t = _timed(once, 1, device)
     iters = max(3, min(200, int(seconds / max(t, 1e-6))))
-    iters = _agree_max(iters, device)  # every rank runs the same number of collectives
+    iters = int(_agree_max(iters, device))  # every rank runs the same number of collectives
     elapsed = _agree_max(_timed(once, iters, device) * iters, device) / iters
     sent = ring_wire_bytes(buf.numel(), 4, world, rank) if strategy == "ring" else 2 * (world - 1) * size // world
     return {"strategy": "allreduce" if strategy != "ring" else "ring", "world": world, "size": size,

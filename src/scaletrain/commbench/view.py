@@ -15,13 +15,13 @@ def _size(n: int) -> str:
 
 
 def table(rows: list[dict[str, Any]]) -> Table:
-    t = Table(title="all-reduce: measured and alpha-beta model (time of the slowest rank)")
-    for col in ("strategy", "ranks", "size", "time", "algbw", "busbw", "bytes/rank", "model", "error"):
+    t = Table(title="all-reduce: measured (slowest rank) and the alpha-beta model")
+    for col in ("strategy", "P", "size", "time us", "algbw GB/s", "busbw GB/s", "sent/rank", "model us", "error"):
         t.add_column(col, justify="left" if col == "strategy" else "right")
     for r in sorted(rows, key=lambda r: (r["strategy"], r["world"], r["size"])):
-        t.add_row(r["strategy"], str(r["world"]), _size(r["size"]), f"{r['time_s'] * 1e6:,.0f} us",
-                  f"{r['algbw'] / 1e9:.3f} GB/s", f"{r['busbw'] / 1e9:.3f} GB/s", f"{int(r['bytes_per_rank']):,}",
-                  f"{r['predicted_s'] * 1e6:,.0f} us", f"{r['error']:+.0%}")
+        t.add_row(r["strategy"], str(r["world"]), _size(r["size"]), f"{r['time_s'] * 1e6:,.0f}",
+                  f"{r['algbw'] / 1e9:.3f}", f"{r['busbw'] / 1e9:.3f}", _size(int(r["bytes_per_rank"])),
+                  f"{r['predicted_s'] * 1e6:,.0f}", f"{r['error']:+.0%}")
     return t
 
 
