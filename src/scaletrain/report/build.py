@@ -85,13 +85,15 @@ def study_grids(study: Study) -> list[tables.Grid]:
             tables.study_diagnosis(study.points)]
 
 
-def _axis_plot_note(study: Study, axis: str, what: str) -> str | None:
+def _sweep_note(study: Study, axis: str, what: str, lines) -> str | None:
     """Why a plot against `axis` is not drawn, or None when it can be."""
     if axis not in study.axes:
         return f"{what}: not drawn, {axis} is not an axis of this study"
     values = axis_values(study, axis)
     if len(values) < 2:
         return f"{what}: not drawn, {axis} has only one value ({values[0] if values else 'none'})"
+    if not lines:
+        return f"{what}: not drawn, no point has an epoch time"
     return None
 
 
@@ -100,10 +102,8 @@ def render_study(study: Study) -> Path:
     _check_writable(study.root)
     pts, axes, out = study.points, study.axes, study.root / PLOTS
     scaling_figs, phase_figs, notes = [], [], []
-    why = _axis_plot_note(study, "nproc", "epoch time and speedup against nproc")
     epoch_lines = series.study_lines(pts, axes, "nproc", "epoch_time_s")
-    if why is None and not epoch_lines:
-        why = "epoch time and speedup against nproc: not drawn, no point has an epoch time"
+    why = _sweep_note(study, "nproc", "epoch time and speedup against nproc", epoch_lines)
     if why:
         notes.append(why)
     else:
@@ -114,10 +114,8 @@ def render_study(study: Study) -> Path:
                                              "speedup against ideal", "processes (nproc)", "speedup (x)",
                                              reference=series.ideal_lines(pts, axes)),
                              "speedup against the series' baseline, with the ideal (linear) speedup dashed"))
-    why = _axis_plot_note(study, "workers", "workers sweep")
     sweep = series.study_lines(pts, axes, "workers", "epoch_time_s")
-    if why is None and not sweep:
-        why = "workers sweep: not drawn, no point has an epoch time"
+    why = _sweep_note(study, "workers", "workers sweep", sweep)
     if why:
         notes.append(why)
     else:
