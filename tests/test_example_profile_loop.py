@@ -22,3 +22,6 @@ def test_plain_ddp_script_with_step_profiler(tmp_path):
     assert summary["model"] == "mlp (example)" and summary["diagnosis"]
     assert summary["diagnosis"][0]["kind"] in proc.stdout  # the script prints the findings
     assert (out / "trace.json").is_file()
+    report = scaletrain("report", str(out))  # the same report as for scaletrain's own runs
+    assert_ok(report)
+    assert (out / "report.html").is_file() and summary["diagnosis"][0]["kind"] in report.stdout

@@ -249,7 +249,10 @@ def test_ctrl_c_stops_the_run_writes_study_json_and_exits_130(tmp_path):
     # resnet20's epoch takes seconds, so the signal lands while the run is still going
     proc = subprocess.Popen([sys.executable, "-m", "scaletrain", "study", "--model", "resnet20", "--dataset",
                              "digits", "--epochs", "1", "--out", str(out)], cwd=ROOT, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            # a test runner started in the background inherits SIGINT ignored; a user's
+                            # study in a terminal does not
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     config = out / "points" / "nproc1" / "r0" / "config.toml"
     deadline = time.monotonic() + 60
     while not config.exists() and time.monotonic() < deadline and proc.poll() is None:
