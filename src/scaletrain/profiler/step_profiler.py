@@ -64,6 +64,7 @@ class StepProfiler:
         self._last: Any = None
         self._host_start = 0.0
         self._closed = False
+        self._epoch, self._in_epoch = -1, 0  # each pass through data() is an epoch
 
     # ------------------------------------------------------------ the loop
     def data(self, iterable: Iterable) -> Iterator:
@@ -99,7 +100,11 @@ class StepProfiler:
         self._mark(name)
 
     def step_end(self, loss: torch.Tensor | float | None = None, samples: int = 0, **fields: Any) -> list[dict]:
-        """Close the step; returns the records resolved now (on CUDA, the previous step's, one late)."""
+        """Close the step; returns the records resolved now (on CUDA, the previous step's, one late).
+
+        `epoch` and `step_in_epoch` default to the count of data() passes and the step within the pass."""
+        fields = {"epoch": max(self._epoch, 0), "step_in_epoch": self._in_epoch, **fields}
+        self._in_epoch += 1
         if not self.enabled:
             loss_value = _to_float(loss)  # note: on CUDA a sync point, once per step (profile off)
             now = time.perf_counter()
@@ -161,6 +166,7 @@ class StepProfiler:
 
     # ------------------------------------------------------------ internals
     def _begin_step(self) -> None:
+        self._epoch, self._in_epoch = self._epoch + 1, 0
         self._host_start = time.perf_counter()
         if self.enabled:
             self._start = self._last = self.clock.mark()

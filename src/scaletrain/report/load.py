@@ -125,6 +125,8 @@ def overview(run: Run) -> dict[str, Any]:
     times = s.get("epoch_times_s") or [e["epoch_time_s"] for e in run.epochs if "epoch_time_s" in e]
     evals = [e for e in run.epochs if e.get("top1") is not None]
     rank0 = run.records.get(0) or next((r for r in run.records.values() if r), [])
+    # a custom loop's records may lack epochs: then all steps count as one epoch
+    rank0 = [r if "step_in_epoch" in r else {**r, "step_in_epoch": i} for i, r in enumerate(rank0)]
     steps_per_epoch = max(r["step_in_epoch"] for r in rank0) + 1 if rank0 else 0
     samples_per_s = s.get("samples_per_s") if "samples_per_s" in s else \
         steady_samples_per_s(rank0, world, steps_per_epoch)
