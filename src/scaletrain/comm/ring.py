@@ -22,34 +22,41 @@ import torch
 import torch.distributed as dist
 
 
-def ring_allreduce_(buffer: torch.Tensor, group: Any = None) -> int:
-    """Sum `buffer` over the group in place with a ring; returns the bytes this rank sent."""
+def ring_allreduce_(buffer: torch.Tensor, group: Any = None, wrap_group: Any = None) -> int:
+    """Sum `buffer` over the group in place with a ring; returns the bytes this rank sent.
+
+    `wrap_group` (the same ranks, another group) carries the link from the last rank back to rank 0:
+    with 2 ranks that link joins the same pair the other way, and gloo does not overlap a pair's two
+    directions within one group (measured: half the link rate), but does across groups."""
     world = dist.get_world_size(group)
     if world == 1:
         return 0
     rank = dist.get_rank(group)
     right = dist.get_global_rank(group, (rank + 1) % world) if group is not None else (rank + 1) % world
     left = dist.get_global_rank(group, (rank - 1) % world) if group is not None else (rank - 1) % world
+    send_group = wrap_group if wrap_group is not None and rank == world - 1 else group
+    recv_group = wrap_group if wrap_group is not None and rank == 0 else group
     chunks = list(buffer.tensor_split(world))
     incoming = torch.empty_like(chunks[0])
     sent = 0
     for step in range(world - 1):  # scatter-reduce
         out, into = chunks[(rank - step) % world], chunks[(rank - step - 1) % world]
         recv = incoming[: into.numel()]
-        _exchange(out, recv, right, left, group)
+        _exchange(out, recv, right, left, send_group, recv_group)
         into.add_(recv)
         sent += out.numel() * out.element_size()
     for step in range(world - 1):  # all-gather
         out, into = chunks[(rank + 1 - step) % world], chunks[(rank - step) % world]
-        _exchange(out, into, right, left, group)
+        _exchange(out, into, right, left, send_group, recv_group)
         sent += out.numel() * out.element_size()
     return sent
 
 
-def _exchange(send: torch.Tensor, recv: torch.Tensor, right: int, left: int, group: Any) -> None:
-    ops = [dist.P2POp(dist.isend, send.contiguous(), right, group),
-           dist.P2POp(dist.irecv, recv, left, group)]
-    for work in dist.batch_isend_irecv(ops):
+def _exchange(send: torch.Tensor, recv: torch.Tensor, right: int, left: int, send_group: Any,
+              recv_group: Any) -> None:
+    works = [dist.isend(send.contiguous(), right, group=send_group),
+             dist.irecv(recv, left, group=recv_group)]
+    for work in works:
         work.wait()
 
 
@@ -58,6 +65,7 @@ class RingState:
     """Hook state: a dedicated process group and one worker thread that reduces buckets in DDP's order."""
 
     group: Any = None
+    wrap_group: Any = None
     recorder: Any = None
     _queue: queue.Queue = field(default_factory=queue.Queue)
     _thread: threading.Thread | None = None
@@ -74,7 +82,7 @@ class RingState:
         while True:
             buffer, future = self._queue.get()
             try:
-                ring_allreduce_(buffer, self.group)
+                ring_allreduce_(buffer, self.group, self.wrap_group)
                 future.set_result(buffer)
             except Exception as e:  # handed to DDP, which raises it in the training thread
                 future.set_exception(e)

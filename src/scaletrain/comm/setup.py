@@ -55,7 +55,7 @@ def build(strategy: str, compress: str | None, world_size: int, seed: int,
         return CommSetup()
     if strategy == "ring":
         # its own group: the ring's point-to-point traffic never mixes with DDP's collectives
-        return CommSetup(ring_hook, RingState(group=dist.new_group()))
+        return CommSetup(ring_hook, RingState(group=dist.new_group(), wrap_group=dist.new_group()))
     compressor = make_compressor(compress, seed=seed)
     if compressor is None:
         return CommSetup()

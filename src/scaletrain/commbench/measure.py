@@ -22,8 +22,8 @@ def worker_main(strategies: list[str], sizes: list[int], seconds: float, out: st
         torch.set_num_threads(cpu_threads_per_rank(rank.local_world_size, None))
     init_process_group(device, rank)
     try:
-        ring_group = dist.new_group() if "ring" in strategies else None
-        rows = [_measure(s, size, seconds, device, ring_group) for s in strategies for size in sizes]
+        ring_groups = (dist.new_group(), dist.new_group()) if "ring" in strategies else (None, None)
+        rows = [_measure(s, size, seconds, device, ring_groups) for s in strategies for size in sizes]
         if rank.rank == 0:
             with open(out, "a") as f:
                 for row in rows:
@@ -33,13 +33,13 @@ def worker_main(strategies: list[str], sizes: list[int], seconds: float, out: st
         shutdown()
 
 
-def _measure(strategy: str, size: int, seconds: float, device: torch.device, ring_group: Any) -> dict[str, Any]:
+def _measure(strategy: str, size: int, seconds: float, device: torch.device, ring_groups: Any) -> dict[str, Any]:
     world, rank = dist.get_world_size(), dist.get_rank()
     buf = torch.ones(size // 4, dtype=torch.float32, device=device)
 
     def once() -> None:
         if strategy == "ring":
-            ring_allreduce_(buf, ring_group)
+            ring_allreduce_(buf, *ring_groups)
         else:
             dist.all_reduce(buf)
 
