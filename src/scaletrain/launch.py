@@ -175,7 +175,7 @@ def describe_failure(e) -> str:
 
 
 def _write_failed_summary(run: RunDir, cfg: TrainConfig, message: str) -> None:
-    epochs = read_jsonl(run.epochs)
+    epochs = read_jsonl(run.epochs, notes=[])  # a worker killed mid-write may leave half a last line
     write_json_atomic(run.summary, {"status": "failed", "error": message, "model": cfg.model,
                                     "dataset": cfg.dataset, "world_size": cfg.nproc * cfg.nnodes,
                                     "epochs": len(epochs), "epochs_planned": cfg.epochs,

@@ -103,10 +103,24 @@ def _umask() -> int:
     return mask
 
 
-def read_jsonl(path: Path) -> list[dict[str, Any]]:
+def read_jsonl(path: Path, notes: list[str] | None = None) -> list[dict[str, Any]]:
+    """JSON lines ([] for a missing file). A damaged line is one clear error; with `notes`, a cut-off
+    last line (what a run killed mid-write leaves) is left out and said in `notes` instead."""
+    path = Path(path)
     if not path.exists():
         return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    lines = [line for line in path.read_text().splitlines() if line.strip()]
+    out = []
+    for i, line in enumerate(lines, 1):
+        try:
+            out.append(json.loads(line))
+        except json.JSONDecodeError:
+            if notes is not None and i == len(lines):
+                notes.append(f"{path.name}: the last line was cut off (the run was killed mid-write) and is left out")
+                continue
+            raise UserError(f"{path} line {i} is not valid JSON: the file is damaged (a run killed mid-write "
+                            "leaves a partial last line; delete that line)") from None
+    return out
 
 
 def keep_epochs_before(path: Path, epoch: int) -> None:

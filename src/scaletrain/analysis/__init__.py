@@ -5,43 +5,33 @@
 
 from __future__ import annotations
 
-import json
+import re
 from pathlib import Path
 from typing import Any
 
 from scaletrain.analysis.diagnosis import DEFAULT_THRESHOLDS, diagnose, thresholds_from
 from scaletrain.analysis.steps import epoch_start_wait, run_means, steady
 from scaletrain.analysis.stragglers import slowest_by_step, straggler_stats
-from scaletrain.errors import UserError
-from scaletrain.rundir import RunDir
+from scaletrain.rundir import RunDir, read_jsonl
 
 Records = list[dict[str, Any]]
 
 
-def load_records(run_dir: str | Path, world_size: int | None = None) -> dict[int, Records]:
-    """{rank: step records} from metrics-rank{r}.jsonl (all ranks present, or ranks 0..world_size-1)."""
+RANK_FILE = re.compile(r"metrics-rank(\d+)\.jsonl")
+
+
+def load_records(run_dir: str | Path, world_size: int | None = None,
+                 notes: list[str] | None = None) -> dict[int, Records]:
+    """{rank: step records} from metrics-rank{r}.jsonl (all ranks present, or ranks 0..world_size-1).
+
+    With `notes`, a cut-off last line is left out and noted rather than an error (see read_jsonl)."""
     run = RunDir(Path(run_dir))
     if world_size is None:
-        ranks = sorted(int(p.stem.removeprefix("metrics-rank")) for p in run.root.glob("metrics-rank*.jsonl"))
+        ranks = sorted(int(m.group(1)) for f in run.root.iterdir() if (m := RANK_FILE.fullmatch(f.name)))
     else:
         ranks = list(range(world_size))
-    records: dict[int, Records] = {}
-    for rank in ranks:
-        path = run.metrics(rank)
-        if not path.is_file():
-            continue  # e.g. a rank on another node without a shared file system
-        lines = []
-        with open(path) as f:
-            for number, line in enumerate(f, 1):
-                if not line.strip():
-                    continue
-                try:
-                    lines.append(json.loads(line))
-                except json.JSONDecodeError:
-                    raise UserError(f"{path} line {number} is not valid JSON: the file is damaged "
-                                    "(a run killed mid-write leaves a partial last line; delete that line)") from None
-        records[rank] = lines
-    return records
+    # a rank's file may be out of reach (another node without a shared file system): left out, not 0
+    return {rank: read_jsonl(run.metrics(rank), notes) for rank in ranks if run.metrics(rank).is_file()}
 
 
 def analyze_run(records_by_rank: dict[int, Records], config: dict[str, Any],

@@ -13,6 +13,7 @@ import torch
 import torch.distributed as dist
 
 from scaletrain.comm.compress import payload_bytes
+from scaletrain.profiler.commhook import wire_bytes as allreduce_wire
 
 
 @dataclass
@@ -23,11 +24,6 @@ class CompressState:
     params: dict[int, int] = field(default_factory=dict)  # id(parameter) -> its index in the model
     group: Any = None
     recorder: Any = None
-
-
-def allreduce_wire(payload: int, world: int) -> int:
-    """Bytes a rank sends in a bandwidth-optimal (ring) all-reduce of `payload` bytes: 2 (P-1)/P x payload."""
-    return 2 * (world - 1) * payload // world if world > 1 else 0
 
 
 def allgather_wire(payload: int, world: int) -> int:

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import json
 import time
-from pathlib import Path
 from typing import Any
 
 import torch
 import torch.distributed as dist
 
 from scaletrain.comm.ring import ring_allreduce_, ring_wire_bytes
+from scaletrain.profiler.commhook import wire_bytes
 from scaletrain.dist import RankInfo, choose_device, cpu_threads_per_rank, init_process_group, shutdown
 
 
@@ -49,7 +49,7 @@ def _measure(strategy: str, size: int, seconds: float, device: torch.device, rin
     iters = max(3, min(200, int(seconds / max(t, 1e-6))))
     iters = int(_agree_max(iters, device))  # every rank runs the same number of collectives
     elapsed = _agree_max(_timed(once, iters, device) * iters, device) / iters
-    sent = ring_wire_bytes(buf.numel(), 4, world, rank) if strategy == "ring" else 2 * (world - 1) * size // world
+    sent = ring_wire_bytes(buf.numel(), 4, world, rank) if strategy == "ring" else wire_bytes(size, world)
     return {"strategy": "allreduce" if strategy != "ring" else "ring", "world": world, "size": size,
             "iters": int(iters), "time_s": elapsed, "bytes_per_rank": _agree_max(sent, device)}
 

@@ -23,6 +23,7 @@ from typing import Any, Callable, Iterable, Iterator
 import torch
 import torch.distributed as dist
 
+from scaletrain.dist import gather_objects
 from scaletrain.metrics import StepLog
 from scaletrain.profiler import commhook
 from scaletrain.profiler.clock import clock_for
@@ -140,7 +141,7 @@ class StepProfiler:
         from scaletrain.export.trace import write_trace
 
         self.close()
-        memory = _gather((self.rank, *peak_memory(self.device)))
+        memory = gather_objects((self.rank, *peak_memory(self.device)))
         if dist.is_initialized():
             dist.barrier()  # every rank's metrics file is complete before rank 0 reads them
         if self.rank != 0:
@@ -234,18 +235,10 @@ def _device_of(model: torch.nn.Module | None) -> torch.device:
     return torch.device("cpu")
 
 
-def _gather(obj: Any) -> list[Any]:
-    if not dist.is_initialized() or dist.get_world_size() == 1:
-        return [obj]
-    out: list[Any] = [None] * dist.get_world_size()
-    dist.all_gather_object(out, obj)
-    return out
-
-
 def _clock_offset(world_size: int) -> float:
     """Seconds to add to this host's clock to get rank 0's (ranks on other nodes may disagree)."""
     if world_size == 1 or not dist.is_initialized():
         return 0.0
     dist.barrier()  # everyone reads its clock at (nearly) the same moment
-    times = _gather(time.time())
+    times = gather_objects(time.time())
     return times[0] - times[dist.get_rank()]

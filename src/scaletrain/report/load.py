@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
 import tomllib
@@ -12,13 +11,14 @@ from statistics import median
 from collections.abc import Callable
 from typing import Any
 
+from scaletrain.analysis import RANK_FILE, analyze_run, load_records
 from scaletrain.errors import UserError
 from scaletrain.metrics import steady_samples_per_s, warmup_steps
+from scaletrain.rundir import read_jsonl
 
 # the profiler's keys of summary.json (docs/run-directory.md), recomputed from metrics files when possible
 ANALYSIS_KEYS = ("phases_mean_s", "step_time_mean_s", "overlap_ratio", "comm_total_mean_s", "comm_hidden_mean_s",
                  "bytes_sent_per_step", "ranks", "stragglers", "peak_memory_bytes", "memory_kind", "diagnosis")
-RANK_FILE = re.compile(r"metrics-rank(\d+)\.jsonl")
 WHAT_TO_GIVE = "give the --out directory of `scaletrain train` or `scaletrain study`"
 
 
@@ -84,22 +84,19 @@ def load_run(path: str | Path) -> Run:
                         "report from the metrics files alone")
     if summary is None:
         notes.append("no summary.json (the run did not finish): everything shown comes from the metrics files")
-    records = _read_records(root, notes)
+    records = load_records(root, notes=notes)
     if not any(records.values()):
         why = f" (the run failed: {summary['error']})" if summary and summary.get("error") else ""
         raise UserError(f"{root} has no metrics lines in metrics-rank*.jsonl{why}: the run recorded no training "
                         "step; train it (or resume it) before reporting")
     config = _read_toml(root / "config.toml") if (root / "config.toml").is_file() else {}
-    epochs = _read_jsonl(root / "epochs.jsonl", notes) if (root / "epochs.jsonl").is_file() else []
+    epochs = read_jsonl(root / "epochs.jsonl", notes)
     analysis, source = _analysis(records, config, summary)
     return Run(root, config, summary, records, epochs, analysis, source, notes)
 
 
 def analyzer() -> Callable[..., dict[str, Any]] | None:
-    """scaletrain.analysis.analyze_run when that module exists (its own import errors are not hidden)."""
-    if importlib.util.find_spec("scaletrain.analysis") is None:
-        return None
-    from scaletrain.analysis import analyze_run
+    """The analysis that recomputes the profiler's keys from metrics files (None: use summary.json's)."""
     return analyze_run
 
 
@@ -176,27 +173,6 @@ def axis_values(study: Study, axis: str) -> list[Any]:
         if v is not None and v not in seen:
             seen.append(v)
     return seen
-
-
-def _read_records(root: Path, notes: list[str]) -> dict[int, list[dict]]:
-    files = sorted((int(m.group(1)), f) for f in root.iterdir() if (m := RANK_FILE.fullmatch(f.name)))
-    return {rank: _read_jsonl(f, notes) for rank, f in files}
-
-
-def _read_jsonl(path: Path, notes: list[str]) -> list[dict]:
-    """JSON lines; a cut-off last line (a killed run) is left out with a note, a damaged middle line is an error."""
-    lines = [line for line in path.read_text().splitlines() if line.strip()]
-    out = []
-    for i, line in enumerate(lines):
-        try:
-            out.append(json.loads(line))
-        except json.JSONDecodeError:
-            if i == len(lines) - 1:
-                notes.append(f"{path.name}: the last line was cut off (the run was killed mid-write) and is left out")
-                continue
-            raise UserError(f"{path} line {i + 1} is not valid JSON: the file is damaged; "
-                            "delete that line to report the rest") from None
-    return out
 
 
 def _read_json(path: Path) -> Any:
