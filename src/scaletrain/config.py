@@ -107,8 +107,22 @@ class TrainConfig:
     progress: bool = True
     """Show the progress bar on rank 0."""
     strategy: str = "allreduce"
-    """Gradient aggregation: `allreduce` (DDP with the engine's collective) or `ring` (the ring all-reduce
-    of the literature on point-to-point operations, as a DDP hook)."""
+    """Gradient aggregation: `allreduce` (DDP with the engine's collective), `ring` (the ring all-reduce
+    of the literature on point-to-point operations, as a DDP hook), `ps-sync` (a sharded parameter server,
+    synchronous: the same trajectory as allreduce) or `ps-async` (Downpour SGD); see docs/strategies.md."""
+    ps_servers: int = 1
+    """With ps-sync/ps-async: how many of the nproc x nnodes processes are parameter servers (the last
+    ones); the rest are workers. The parameters are split evenly over the servers."""
+    ps_fetch: int = 1
+    """ps-async: a worker fetches fresh parameters every this many steps (Downpour's n_fetch)."""
+    ps_push: int = 1
+    """ps-async: a worker pushes its gradients, summed since the last push, every this many steps (n_push)."""
+    ps_optimizer: str = "adagrad"
+    """ps-async: the update each shard applies on its own, `adagrad` (per-parameter, as Downpour) or `sgd` (plain)."""
+    staleness_lr: bool = False
+    """ps-async: divide each update's learning rate by its staleness (Zhang, Gupta et al. 2016)."""
+    max_staleness: int | None = None
+    """ps-async: drop a gradient more than this many shard updates old (its worker then fetches afresh)."""
     compress: str | None = None
     """Gradient compression with `allreduce`: `fp16`, `bf16`, `topk:RATIO`, `sign`, `qsgd:LEVELS`,
     `powersgd:RANK` (top-k and sign keep the rest as error feedback); see docs/strategies.md."""
@@ -130,7 +144,8 @@ class TrainConfig:
     """Diagnosis threshold: straggler when one rank is slowest in most steps by at least this share."""
     inject: str | None = None
     """Slow things down on purpose, to see a diagnosis: `data=S` (seconds per sample), `comm=S` (per
-    gradient bucket), `slow-rank=R:S` (rank R sleeps S seconds per step); comma separated."""
+    gradient bucket), `slow-rank=R:S` (rank R sleeps S seconds per step), `kill-rank=R:STEP` (rank R kills
+    itself with SIGKILL at step STEP, to see a worker die); comma separated."""
 
     def __post_init__(self) -> None:
         _check_choice("optimizer", self.optimizer, OPTIMIZERS)
@@ -149,6 +164,7 @@ class TrainConfig:
                 raise UserError(f"--{_flag(name)} must be a fraction between 0 and 1 (got {getattr(self, name)})")
         from scaletrain.comm.spec import check
         check(self.strategy, self.compress)
+        self._check_ps()
         if self.bucket_cap_mb is not None and not self.bucket_cap_mb > 0:
             raise UserError(f"--bucket-cap-mb must be positive (got {self.bucket_cap_mb})")
         for name in ("nproc", "epochs", "batch_size", "ref_batch", "eval_every", "synthetic_samples",
@@ -178,6 +194,28 @@ class TrainConfig:
         if self.master_port is not None and not 1 <= self.master_port <= 65535:
             raise UserError(f"--master-port must be in 1..65535 (got {self.master_port})")
 
+    def _check_ps(self) -> None:
+        _check_choice("ps_optimizer", self.ps_optimizer, ("adagrad", "sgd"))
+        for name in ("ps_servers", "ps_fetch", "ps_push"):
+            if getattr(self, name) < 1:
+                raise UserError(f"--{_flag(name)} must be at least 1 (got {getattr(self, name)})")
+        if self.max_staleness is not None and self.max_staleness < 0:
+            raise UserError(f"--max-staleness must be 0 or more (got {self.max_staleness})")
+        if not self.strategy.startswith("ps-"):
+            return
+        world = self.nproc * self.nnodes
+        if world - self.ps_servers < 1:
+            raise UserError(f"--strategy {self.strategy} with --ps-servers {self.ps_servers} needs more "
+                            f"processes than servers (got {world}): raise --nproc to at least {self.ps_servers + 1}")
+        if self.resume:
+            raise UserError(f"--resume is not supported with --strategy {self.strategy} (the optimizer state "
+                            "lives on the servers and is not checkpointed): start a new run")
+        if self.precision == "fp16":
+            raise UserError(f"--precision fp16 is not supported with --strategy {self.strategy} (the "
+                            "servers apply unscaled gradients): use --precision bf16 or fp32")
+        if self.sync_bn:
+            raise UserError(f"--sync-bn is not supported with --strategy {self.strategy}: drop --sync-bn")
+
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
@@ -201,6 +239,8 @@ class Injection:
     comm_s: float = 0.0
     slow_rank: int | None = None
     slow_rank_s: float = 0.0
+    kill_rank: int | None = None
+    kill_step: int = 0
 
 
 def parse_inject(spec: str | None) -> Injection:
@@ -219,11 +259,15 @@ def parse_inject(spec: str | None) -> Injection:
             elif key == "slow-rank":
                 rank, _, seconds = value.partition(":")
                 values["slow_rank"], values["slow_rank_s"] = int(rank), float(seconds)
+            elif key == "kill-rank":
+                rank, _, step = value.partition(":")
+                values["kill_rank"], values["kill_step"] = int(rank), int(step)
             else:
-                raise UserError(f"--inject: unknown item {item!r} (known: data, comm, slow-rank): {example}")
+                raise UserError(f"--inject: unknown item {item!r} (known: data, comm, slow-rank, kill-rank): "
+                                f"{example}")
         except ValueError:
             raise UserError(f"--inject: cannot read {item!r}: {example}") from None
-    if any(v < 0 for k, v in values.items() if k != "slow_rank") or values.get("slow_rank", 0) < 0:
+    if any(v < 0 for v in values.values() if v is not None):
         raise UserError(f"--inject: values must not be negative ({spec!r})")
     return Injection(**values)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import socket
@@ -51,10 +52,16 @@ def check_port(addr: str, port: int) -> None:
                             "--master-port, or leave it out to pick one automatically") from None
 
 
+# set in the agents that an isolated launch starts: the parent already checked and created the run
+AGENT_OF_ISOLATED = "SCALETRAIN_ISOLATED_AGENT"
+
+
 def train(cfg: TrainConfig) -> int:
     """Run a training job; returns the process exit code."""
     if launched_externally():
         return _join_external_launch(cfg)
+    if os.environ.get(AGENT_OF_ISOLATED):
+        return _launch_local(cfg, RunDir(Path(cfg.out)), cfg.master_port)
     run = preflight(cfg)
     if cfg.node_rank == 0:
         create(run)
@@ -69,6 +76,9 @@ def train(cfg: TrainConfig) -> int:
         port = free_port(cfg.master_addr)
     elif cfg.node_rank == 0:
         check_port(cfg.master_addr, port)
+    if cfg.strategy == "ps-async" and cfg.nnodes == 1 and cfg.nproc > 1:
+        from scaletrain.isolated import launch_isolated
+        return launch_isolated(cfg, run, port)
     return _launch_local(cfg, run, port)
 
 
@@ -84,7 +94,8 @@ def _launch_local(cfg: TrainConfig, run: RunDir, port: int) -> int:
     launch_cfg = launch_config(cfg.nproc, cfg.nnodes, cfg.node_rank, cfg.master_addr, port, cfg.local_addr)
     with tempfile.TemporaryDirectory(prefix="scaletrain-err-") as err_dir:
         try:
-            elastic_launch(launch_cfg, worker_main)(cfg.to_dict(), err_dir)
+            with no_exit_barrier(cfg.strategy == "ps-async"):
+                elastic_launch(launch_cfg, worker_main)(cfg.to_dict(), err_dir)
         except ChildFailedError as e:
             message = _worker_error(err_dir) or describe_failure(e)
             if cfg.node_rank == 0:
@@ -120,6 +131,25 @@ def launch_config(nproc: int, nnodes: int, node_rank: int, master_addr: str, por
                             rdzv_backend="c10d", **common)
     return LaunchConfig(min_nodes=nnodes, max_nodes=nnodes, run_id="scaletrain", rdzv_backend="static",
                         rdzv_configs={"rank": node_rank, "timeout": 120}, local_addr=local_addr, **common)
+
+
+@contextlib.contextmanager
+def no_exit_barrier(active: bool):
+    """ps-async goes on when a worker dies, but the elastic agent of each node waits up to 300 s at exit
+    for every other node's agent, and a dead worker's agent never comes. Worker 0 leaves last anyway (it
+    waits, through the servers, until every worker has finished), so in that case the wait is skipped.
+    LaunchConfig does not expose the timeout; this replaces the agent's barrier method while it runs."""
+    if not active:
+        yield
+        return
+    from torch.distributed.elastic.agent.server.api import SimpleElasticAgent
+
+    original = SimpleElasticAgent._exit_barrier
+    SimpleElasticAgent._exit_barrier = lambda self: None
+    try:
+        yield
+    finally:
+        SimpleElasticAgent._exit_barrier = original
 
 
 def quiet_agent_logs() -> None:

@@ -18,14 +18,23 @@ def peak_lr(cfg: TrainConfig, world_size: int) -> float:
 
 def build_optimizer(cfg: TrainConfig, model: torch.nn.Module, world_size: int) -> torch.optim.Optimizer:
     """The optimizer, created at the peak LR (the schedule multiplies it down)."""
-    lr = peak_lr(cfg, world_size)
+    params = [p for p in model.parameters() if p.requires_grad]
+    return optimizer_for(cfg, params, [p.ndim > 1 for p in params], peak_lr(cfg, world_size))
+
+
+def optimizer_for(cfg: TrainConfig, tensors: list[torch.Tensor], decay: list[bool], lr: float,
+                  kind: str | None = None) -> torch.optim.Optimizer:
+    """`kind` (default --optimizer) over `tensors`, weight decay only where `decay` says (a parameter
+    server's shard passes the pieces it holds, each flagged like the parameter it was cut from)."""
     # Weight decay on BN/bias parameters hurts large-batch training (Goyal et al. 2017, Jia et al. 2018).
-    decay = [p for p in model.parameters() if p.requires_grad and p.ndim > 1]
-    no_decay = [p for p in model.parameters() if p.requires_grad and p.ndim <= 1]
-    groups = [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
-    if cfg.optimizer in ("sgd", "nesterov"):
-        return torch.optim.SGD(groups, lr=lr, momentum=cfg.momentum, nesterov=cfg.optimizer == "nesterov")
-    if cfg.optimizer == "adagrad":
+    groups = [{"params": [t for t, d in zip(tensors, decay) if d], "weight_decay": cfg.weight_decay},
+              {"params": [t for t, d in zip(tensors, decay) if not d], "weight_decay": 0.0}]
+    kind = kind or cfg.optimizer
+    if kind in ("sgd", "nesterov"):
+        return torch.optim.SGD(groups, lr=lr, momentum=cfg.momentum, nesterov=kind == "nesterov")
+    if kind == "plain-sgd":
+        return torch.optim.SGD(groups, lr=lr, momentum=0.0)
+    if kind == "adagrad":
         return torch.optim.Adagrad(groups, lr=lr)
     return torch.optim.AdamW(groups, lr=lr, betas=(cfg.momentum, 0.999))
 

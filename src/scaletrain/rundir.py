@@ -38,6 +38,9 @@ class RunDir:
     def metrics(self, rank: int) -> Path:
         return self.root / f"metrics-rank{rank}.jsonl"
 
+    def ps_server(self, server: int) -> Path:
+        return self.root / f"ps-server{server}.json"
+
 
 def default_out(model: str, dataset: str) -> str:
     name = f"{model}-{dataset}".replace(":", "_").replace("/", "_").replace(".", "_")[:60]

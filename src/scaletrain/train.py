@@ -6,9 +6,12 @@ import dataclasses
 import hashlib
 import json
 import math
+import os
 import random
+import signal
 import sys
 import time
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -53,6 +56,8 @@ def worker_main(cfg_dict: dict[str, Any], error_dir: str) -> None:
 
 def run(cfg: TrainConfig, rank: RankInfo) -> dict[str, Any] | None:
     """Set up device and process group, train, tear down. Returns the summary on rank 0."""
+    if cfg.strategy.startswith("ps-"):
+        return _run_ps(cfg, rank)
     device = choose_device(cfg.device, rank)
     if device.type == "cpu":
         torch.set_num_threads(cpu_threads_per_rank(rank.local_world_size, cfg.threads))
@@ -61,6 +66,38 @@ def run(cfg: TrainConfig, rank: RankInfo) -> dict[str, Any] | None:
         return Trainer(cfg, rank, device, backend).fit()
     finally:
         shutdown()
+
+
+def _run_ps(cfg: TrainConfig, rank: RankInfo) -> dict[str, Any] | None:
+    """A parameter-server job: the last --ps-servers ranks serve shards, the others train (ps/)."""
+    from scaletrain.ps import links as ps_links
+    from scaletrain.ps.server import serve
+
+    is_server = ps_links.Layout(rank.world_size, cfg.ps_servers).is_server(rank.rank)
+    device = torch.device("cpu") if is_server else choose_device(cfg.device, rank)
+    if device.type == "cpu":
+        torch.set_num_threads(cpu_threads_per_rank(rank.local_world_size, cfg.threads))
+    backend = "nccl" if device.type == "cuda" else "gloo"
+    links = ps_links.join(rank, cfg.ps_servers, worker_group=cfg.strategy == "ps-sync", backend=backend,
+                          device=device)
+    try:
+        if links.is_server:
+            serve(cfg, links, build_data_and_model(cfg)[1])
+            return None
+        return Trainer(cfg, links.rank, device, backend, ps=links).fit()
+    finally:
+        shutdown()
+
+
+def build_data_and_model(cfg: TrainConfig):
+    """Datasets and the model, after seeding: the same initial weights in every process that calls it."""
+    _seed_everything(cfg.seed)
+    data = build_datasets(cfg.dataset, image_size=cfg.image_size, seed=cfg.seed,
+                          synthetic_samples=cfg.synthetic_samples,
+                          synthetic_classes=cfg.synthetic_classes, augment=cfg.augment)
+    model = build_model(cfg.model, num_classes=data.num_classes, in_channels=data.in_channels,
+                        image_size=data.image_size, stem=cfg.stem, width=cfg.width)
+    return data, model
 
 
 @dataclass
@@ -75,32 +112,31 @@ class History:
 
 
 class Trainer:
-    def __init__(self, cfg: TrainConfig, rank: RankInfo, device: torch.device, backend: str) -> None:
+    def __init__(self, cfg: TrainConfig, rank: RankInfo, device: torch.device, backend: str,
+                 ps=None) -> None:
         self.cfg, self.rank, self.device, self.backend = cfg, rank, device, backend
         self.run_dir = RunDir(Path(cfg.out))
         self.autocast = AUTOCAST[cfg.precision]
-        _seed_everything(cfg.seed)  # same seed on every rank: identical initial weights
-
-        self.data = build_datasets(cfg.dataset, image_size=cfg.image_size, seed=cfg.seed,
-                                   synthetic_samples=cfg.synthetic_samples,
-                                   synthetic_classes=cfg.synthetic_classes, augment=cfg.augment)
-        model = build_model(cfg.model, num_classes=self.data.num_classes, in_channels=self.data.in_channels,
-                            image_size=self.data.image_size, stem=cfg.stem, width=cfg.width)
+        # ps-async workers share no process group: no collective may wait for a worker that died
+        self.independent = cfg.strategy == "ps-async"
+        self.data, model = build_data_and_model(cfg)  # same seed on every rank: identical initial weights
         if cfg.sync_bn:
             if device.type != "cuda":
                 raise UserError("--sync-bn needs CUDA (PyTorch's SyncBatchNorm has no CPU kernel): drop --sync-bn")
             model = torch.nn.SyncBatchNorm.convert_sync_batchnorm(model)
         self.model = model.to(device)
         world = rank.world_size
+        use_ddp = world > 1 and ps is None  # with a parameter server, the servers aggregate instead
         self.ddp = DDP(self.model, device_ids=[device.index] if device.type == "cuda" else None,
-                       bucket_cap_mb=cfg.bucket_cap_mb) if world > 1 else self.model
+                       bucket_cap_mb=cfg.bucket_cap_mb) if use_ddp else self.model
         # --strategy / --compress: the hook DDP runs per gradient bucket (collective: may create a group)
-        self.comm = comm_setup.build(cfg.strategy, cfg.compress, world, seed=cfg.seed + 7919 * rank.rank,
-                                     model=self.model)
+        self.comm = comm_setup.build(cfg.strategy, cfg.compress, world if use_ddp else 1,
+                                     seed=cfg.seed + 7919 * rank.rank, model=self.model)
         if self.comm.hook is not None and cfg.profile == "off":
             self.ddp.register_comm_hook(self.comm.state, self.comm.hook)  # with profiling, the profiler wraps it
         inject = parse_inject(cfg.inject)
         self.slow_s = inject.slow_rank_s if inject.slow_rank == rank.rank else 0.0
+        self.kill_step = inject.kill_step if inject.kill_rank == rank.rank else None
         if inject.data_s:
             self.data = dataclasses.replace(self.data, train=DelayedDataset(self.data.train, inject.data_s))
 
@@ -112,8 +148,10 @@ class Trainer:
                                        num_workers=cfg.workers, collate_fn=collate, drop_last=True,
                                        pin_memory=device.type == "cuda", generator=self.loader_rng,
                                        persistent_workers=cfg.persistent_workers and cfg.workers > 0)
+        # independent workers: worker 0 alone evaluates, on the whole validation split
+        val_shard = (0, 1) if self.independent else (rank.rank, world)
         self.val_loader = DataLoader(self.data.val, batch_size=max(cfg.batch_size, 256),
-                                     sampler=ShardSampler(len(self.data.val), rank.rank, world),
+                                     sampler=ShardSampler(len(self.data.val), *val_shard),
                                      num_workers=cfg.workers, collate_fn=collate,
                                      pin_memory=device.type == "cuda",
                                      persistent_workers=cfg.persistent_workers and cfg.workers > 0)
@@ -122,8 +160,10 @@ class Trainer:
             raise UserError(f"--batch-size {cfg.batch_size} x {world} ranks is more than the "
                             f"{len(self.data.train)} training samples: lower --batch-size")
 
+        # with a parameter server the servers step their own optimizer; this one only tracks the schedule
         self.optimizer = build_optimizer(cfg, self.model, world)
         self.scheduler = build_scheduler(cfg, self.optimizer, self.steps_per_epoch, world)
+        self.ps = _ps_client(cfg, ps, self.model, self.steps_per_epoch) if ps is not None else None
         self.scaler = torch.amp.GradScaler(device.type) if cfg.precision == "fp16" else None
         self.criterion = torch.nn.CrossEntropyLoss()
         self.history = History()
@@ -136,7 +176,8 @@ class Trainer:
             torch.manual_seed(cfg.seed + 1 + rank.rank)  # per-rank augmentation streams
         self.tensorboard = ScalarSink(self.run_dir.root, rank.rank) if tensorboard.wanted(cfg.tensorboard) else None
         # collective (aligns the ranks' clocks): every rank builds it here
-        self.prof = StepProfiler(cfg.out, self.ddp if world > 1 else None, enabled=cfg.profile == "on",
+        self.prof = StepProfiler(cfg.out, self.ddp if use_ddp else None, enabled=cfg.profile == "on",
+                                 rank=rank.rank, world_size=world,
                                  device=device, first_step=self.global_step, inject_comm_s=inject.comm_s,
                                  comm_hook=self.comm.hook, comm_state=self.comm.state,
                                  torch_profile=torch_profile_window(cfg.torch_profile) if cfg.torch_profile else None,
@@ -152,7 +193,9 @@ class Trainer:
             for epoch in range(self.start_epoch, last):
                 epoch_time = self.train_epoch(epoch, bar)
                 result = None
-                if (epoch + 1) % cfg.eval_every == 0 or epoch + 1 == cfg.epochs:
+                if ((epoch + 1) % cfg.eval_every == 0 or epoch + 1 == cfg.epochs) and (main or not self.independent):
+                    if self.independent:
+                        self.ps.fetch()  # evaluate (and save) the servers' parameters as they are now
                     _sync_buffers(self.model)  # evaluate (and save) rank 0's BN statistics on every rank
                     result = evaluate(self.model, self.val_loader, self.device, self.autocast,
                                       self.data.num_classes)
@@ -163,9 +206,12 @@ class Trainer:
             if self.tensorboard is not None:
                 self.tensorboard.close()
         status = "completed" if last == cfg.epochs else "stopped"
+        ps_end = self.ps.close(chief=main) if self.ps is not None else None  # worker 0: once all finished
         digests = gather_objects(param_digest(self.model))
         self.bad_paths = set().union(*gather_objects(self.bad_paths))
         base = self._summary(status, time.perf_counter() - t_run, digests) if main else None
+        if main and ps_end is not None:
+            base |= self._ps_summary(*ps_end)
         # collective: rank 0 adds phases, stragglers and diagnosis from every rank's file, writes summary.json
         summary = self.prof.finish(base, config={**cfg.to_dict(), "device": self.device.type})
         barrier()  # all ranks leave together: a rank tearing down gloo while a peer still uses it can abort
@@ -198,16 +244,26 @@ class Trainer:
                 self.optimizer.zero_grad(set_to_none=True)
             with prof.phase("backward"):  # DDP all-reduces gradient buckets while backward runs
                 (self.scaler.scale(loss) if self.scaler is not None else loss).backward()
-            with prof.phase("optimizer"):
-                if self.scaler is not None:
-                    self.scaler.step(self.optimizer)
-                    self.scaler.update()
-                else:
-                    self.optimizer.step()
+            extra: dict[str, Any] = {}
+            if self.ps is not None:  # push gradients, pull parameters: the servers apply the update
+                with prof.comm(self.ps.push_bytes):
+                    extra = self.ps.step(epoch * self.steps_per_epoch + i)
+            else:
+                with prof.phase("optimizer"):
+                    if self.scaler is not None:
+                        self.scaler.step(self.optimizer)
+                        self.scaler.update()
+                    else:
+                        self.optimizer.step()
             lr = self.optimizer.param_groups[0]["lr"]
-            self.scheduler.step()
+            with warnings.catch_warnings():  # with a parameter server the local optimizer is never stepped
+                warnings.filterwarnings("ignore", "Detected call of `lr_scheduler.step", UserWarning)
+                self.scheduler.step()
+            if self.kill_step is not None and epoch * self.steps_per_epoch + i + 1 >= self.kill_step:
+                os.kill(os.getpid(), signal.SIGKILL)  # --inject kill-rank: this worker dies, as a crash would
             # records come back resolved: at once on CPU, one step late on CUDA (no GPU sync per step)
-            for record in prof.step_end(loss=loss.detach(), samples=len(y), epoch=epoch, step_in_epoch=i, lr=lr):
+            for record in prof.step_end(loss=loss.detach(), samples=len(y), epoch=epoch, step_in_epoch=i, lr=lr,
+                                        **extra):
                 self._after_step(record, bar)
         for record in prof.flush():  # on CUDA: the last step's record (waits for the GPU, once per epoch)
             self._after_step(record, bar)
@@ -287,6 +343,16 @@ class Trainer:
             keep_epochs_before(self.run_dir.epochs, self.start_epoch)
         keep_epochs_before(self.run_dir.metrics(self.rank.rank), self.start_epoch)
 
+    def _ps_summary(self, done: int, dead: int) -> dict[str, Any]:
+        from scaletrain.ps.stats import summarize
+
+        servers = [json.loads(self.run_dir.ps_server(s).read_text()) for s in range(self.cfg.ps_servers)]
+        ps = {**summarize(servers), "workers": self.rank.world_size, "workers_finished": done, "workers_died": dead}
+        out: dict[str, Any] = {"ps": ps}
+        if self.independent:
+            out["replicas_identical"] = None  # asynchronous replicas differ by design
+        return out
+
     def _summary(self, status: str, wall_time: float, digests: list[str]) -> dict[str, Any]:
         cfg, world, h = self.cfg, self.rank.world_size, self.history
         records = read_jsonl(self.run_dir.metrics(0))
@@ -305,6 +371,14 @@ class Trainer:
             "torch_version": torch.__version__, "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         }
         return summary
+
+
+def _ps_client(cfg: TrainConfig, links, model: torch.nn.Module, steps_per_epoch: int):
+    from scaletrain.ps.client import AsyncClient, SyncClient
+
+    if cfg.strategy == "ps-sync":
+        return SyncClient(links, model, steps_per_epoch)
+    return AsyncClient(links, model, steps_per_epoch, cfg.ps_fetch, cfg.ps_push)
 
 
 def _seed_everything(seed: int) -> None:

@@ -60,7 +60,12 @@ def diagnose(run: dict[str, Any], stragglers: dict[str, Any], config: dict[str, 
         hidden = f"; {overlap:.0%} of the communication is hidden behind backward" if overlap is not None else ""
         batch = config.get("batch_size")
         bigger = f"--batch-size {2 * batch}" if batch else "a larger batch per rank"
-        if overlap is not None and overlap < 0.5 and "bucket_cap_mb" in config:
+        strategy = config.get("strategy") or ""
+        if strategy.startswith("ps-"):  # the exchange follows backward whole; the servers' links are the limit
+            servers = config.get("ps_servers") or 1
+            lever = (f"spread the parameters over more servers: try --ps-servers {2 * servers}; or more compute "
+                     f"per exchange: {bigger}" + ("; or push less often: --ps-push 4" if strategy == "ps-async" else ""))
+        elif overlap is not None and overlap < 0.5 and "bucket_cap_mb" in config:
             cap = config["bucket_cap_mb"] or 25.0  # unset: DDP's default of 25 MiB
             lever = (f"start reducing earlier with smaller buckets: try --bucket-cap-mb {cap / 4:g}; "
                      f"or more compute per exchange: {bigger}")
@@ -70,7 +75,9 @@ def diagnose(run: dict[str, Any], stragglers: dict[str, Any], config: dict[str, 
                          "message": f"{comm:.0%} of each step ({_ms(phases['comm_exposed'])}) waits for gradient "
                                     f"communication after backward{hidden}",
                          "lever": lever})
-    for s in stragglers.get("repeated", []):
+    # asynchronous workers (ps-async) never wait for each other: a slower one is no straggler
+    repeated = [] if config.get("strategy") == "ps-async" else stragglers.get("repeated", [])
+    for s in repeated:
         share = s["lag_mean_s"] / step
         findings.append({"kind": "straggler", "share": share, "rank": s["rank"],
                          "message": f"rank {s['rank']} was the slowest in {s['share']:.0%} of steps, by "

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from scaletrain.errors import UserError
 
-STRATEGIES = ("allreduce", "ring")
+STRATEGIES = ("allreduce", "ring", "ps-sync", "ps-async")
 COMPRESSORS = ("fp16", "bf16", "topk:RATIO", "sign", "qsgd:LEVELS", "powersgd:RANK")
 
 

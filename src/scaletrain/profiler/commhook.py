@@ -23,6 +23,7 @@ class BucketTiming:
     nbytes: int
     wire: int
     done: Any = None
+    raw_wire: int | None = None  # bytes sent without compression, when not an all-reduce's 2 (P-1)/P x nbytes
 
 
 @dataclass

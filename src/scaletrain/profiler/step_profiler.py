@@ -42,12 +42,15 @@ class StepProfiler:
     def __init__(self, out: str | Path, model: torch.nn.Module | None = None, *, enabled: bool = True,
                  device: torch.device | None = None, first_step: int = 0, comm_hook: Callable | None = None,
                  comm_state: Any = None, inject_comm_s: float = 0.0, torch_profile: tuple[int, int] | None = None,
-                 sinks: Iterable[Callable[[dict], None]] = ()) -> None:
+                 sinks: Iterable[Callable[[dict], None]] = (), rank: int | None = None,
+                 world_size: int | None = None) -> None:
         self.run_dir = RunDir(Path(out))
         self.run_dir.root.mkdir(parents=True, exist_ok=True)
         self.enabled = enabled
-        self.rank = dist.get_rank() if dist.is_initialized() else 0
-        self.world_size = dist.get_world_size() if dist.is_initialized() else 1
+        # rank/world_size: given when the ranks share no process group (ps-async workers)
+        self.rank = rank if rank is not None else dist.get_rank() if dist.is_initialized() else 0
+        self.world_size = world_size if world_size is not None else \
+            dist.get_world_size() if dist.is_initialized() else 1
         self.device = device or _device_of(model)
         self.step = first_step
         self.log = StepLog(self.run_dir.metrics(self.rank))
@@ -100,6 +103,22 @@ class StepProfiler:
             yield
         self._mark(name)
 
+    def comm(self, wire: int, raw: int | None = None) -> contextlib.AbstractContextManager:
+        """`with prof.comm(bytes_sent): ...` — communication outside DDP's hook (a parameter server's push
+        and pull): all of it exposed, counted in comm_total_s and bytes_sent (raw: before compression)."""
+        if not self.enabled:
+            return _NULL
+        return self._comm(wire, wire if raw is None else raw)
+
+    @contextlib.contextmanager
+    def _comm(self, wire: int, raw: int) -> Iterator[None]:
+        self._mark("other")
+        timing = commhook.BucketTiming(ready=self._last, nbytes=raw, wire=wire, raw_wire=raw)
+        yield
+        self._mark("comm_exposed")
+        timing.done = self._last
+        self.recorder.buckets.append(timing)
+
     def step_end(self, loss: torch.Tensor | float | None = None, samples: int = 0, **fields: Any) -> list[dict]:
         """Close the step; returns the records resolved now (on CUDA, the previous step's, one late).
 
@@ -146,9 +165,12 @@ class StepProfiler:
             dist.barrier()  # every rank's metrics file is complete before rank 0 reads them
         if self.rank != 0:
             return None
-        records = load_records(self.run_dir.root, self.world_size)
+        notes: list[str] = []  # a worker that died (ps-async) may have left half a last line
+        records = load_records(self.run_dir.root, self.world_size, notes)
         analysis = analyze_run(records, config or {}, thresholds, memory=memory)
         result = {**(summary or {}), "profile": "on" if self.enabled else "off", **analysis}
+        if notes:
+            result["notes"] = notes
         if self.enabled:
             write_trace(records, self.run_dir.root / "trace.json")
         from scaletrain.rundir import write_json_atomic
@@ -210,7 +232,8 @@ class StepProfiler:
             "comm_hidden_s": round(timing["comm_hidden_s"], _ROUND),
             "overlap_ratio": None if timing["overlap_ratio"] is None else round(timing["overlap_ratio"], 4),
             "bytes_sent": sum(b.wire for b in raw["buckets"]),
-            "bytes_uncompressed": sum(commhook.wire_bytes(b.nbytes, self.world_size) for b in raw["buckets"]),
+            "bytes_uncompressed": sum(b.raw_wire if b.raw_wire is not None else
+                                      commhook.wire_bytes(b.nbytes, self.world_size) for b in raw["buckets"]),
             "comm_intervals_s": [[round(a, _ROUND), round(b, _ROUND)] for a, b in buckets],
         }
 

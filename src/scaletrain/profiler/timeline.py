@@ -52,8 +52,9 @@ def overlap(a: Iterable[Interval], b: Iterable[Interval]) -> float:
 def step_phases(spans: Sequence[tuple[str, float, float]], buckets: Sequence[tuple[float, float]]) -> dict:
     """Phases, total/hidden communication and overlap ratio of one step.
 
-    spans: (name, begin, end) tiling the step; name is a phase of PHASES except comm_exposed
-    (`backward` spans include the wait for the reductions). buckets: (ready, done) of each gradient
+    spans: (name, begin, end) tiling the step; name is a phase of PHASES (`backward` spans include the
+    wait for the reductions; a `comm_exposed` span is communication outside backward, e.g. a parameter
+    server's push and pull, which is also one of the `buckets`). buckets: (ready, done) of each gradient
     bucket's reduction, ready being when the hook was called.
     """
     phases = dict.fromkeys(PHASES, 0.0)

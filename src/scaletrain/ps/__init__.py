@@ -1,0 +1,1 @@
+"""The parameter-server strategies (`--strategy ps-sync|ps-async`): sharding, links, servers, the worker's side."""

@@ -1,0 +1,129 @@
+"""The worker's side of a parameter server: push gradient shards, pull parameter shards.
+
+The model's gradients are flattened into one vector in `model.parameters()` order and cut at the
+servers' boundaries (ps/shard.py); what comes back is written into the parameters in place. The local
+optimizer is never stepped: the servers own the update.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from scaletrain.ps import protocol as msg
+from scaletrain.ps.links import Links
+from scaletrain.ps.shard import bounds
+
+
+class Client:
+    """Common to both modes: the flat views, HELLO, the end of the run."""
+
+    def __init__(self, links: Links, model: torch.nn.Module, steps_per_epoch: int) -> None:
+        self.links = links
+        self.params = [p for p in model.parameters()]
+        self.numel = sum(p.numel() for p in self.params)
+        self.cuts = bounds(self.numel, links.layout.servers)
+        self.servers = sorted(links.peers)
+        self.flat = torch.empty(self.numel)  # parameters as the servers last sent them (host memory)
+        self._all(msg.header(msg.HELLO, steps_per_epoch))
+
+    @property
+    def push_bytes(self) -> int:
+        """Bytes one push sends: every gradient value in fp32, plus a header per server."""
+        return 4 * self.numel + msg.HEADER_BYTES * len(self.servers)
+
+    def gradients(self) -> torch.Tensor:
+        grads = [p.grad.reshape(-1) if p.grad is not None else torch.zeros(p.numel(), device=p.device)
+                 for p in self.params]
+        return torch.cat(grads).float().cpu()  # note: on CUDA a device-to-host copy (and sync) per push
+
+    def load(self) -> None:
+        """Write the parameters the servers sent into the model."""
+        with torch.no_grad():
+            offset = 0
+            for p in self.params:
+                p.copy_(self.flat[offset:offset + p.numel()].view_as(p))
+                offset += p.numel()
+
+    def part(self, t: torch.Tensor, s: int) -> torch.Tensor:
+        return t[self.cuts[s]:self.cuts[s + 1]]
+
+    def close(self, chief: bool) -> tuple[int, int] | None:
+        """DONE to every server; worker 0 sends WAIT instead and returns (workers done, workers dead)
+        once every worker has finished, so that it can read their files."""
+        if not chief:
+            self._all(msg.header(msg.DONE))
+            return None
+        self._all(msg.header(msg.WAIT))
+        replies = [msg.empty_header() for _ in self.servers]
+        msg.wait_all(self.links.recv(s, r) for s, r in zip(self.servers, replies))
+        return int(replies[0][0]), max(int(r[1]) for r in replies)
+
+    def _all(self, head: torch.Tensor) -> None:
+        msg.wait_all([self.links.send(s, head) for s in self.servers])
+
+
+class SyncClient(Client):
+    """ps-sync: every step, push the gradient and receive the parameters after the servers' update."""
+
+    def __init__(self, links: Links, model: torch.nn.Module, steps_per_epoch: int) -> None:
+        super().__init__(links, model, steps_per_epoch)
+        self._receive()  # the servers' initial parameters
+        self.load()
+
+    def step(self, step: int) -> dict[str, Any]:
+        grad = self.gradients()
+        msg.wait_all([self.links.send(s, msg.header(msg.PUSH, 0, step)) for s in self.servers]
+                     + [self.links.send(s, self.part(grad, s)) for s in self.servers])
+        self._receive()
+        self.load()
+        return {}
+
+    def _receive(self) -> None:
+        msg.wait_all([self.links.recv(s, self.part(self.flat, s)) for s in self.servers])
+
+
+class AsyncClient(Client):
+    """ps-async (Downpour): accumulate gradients, push every n_push steps, fetch every n_fetch steps."""
+
+    def __init__(self, links: Links, model: torch.nn.Module, steps_per_epoch: int, n_fetch: int, n_push: int):
+        super().__init__(links, model, steps_per_epoch)
+        self.n_fetch, self.n_push = n_fetch, n_push
+        self.versions = [0] * len(self.servers)  # each shard's version when this worker last fetched it
+        self.acc = torch.zeros(self.numel)
+        self.steps = 0
+        self.fetch()
+
+    def step(self, step: int) -> dict[str, Any]:
+        """After backward: returns what to record with the step (staleness of a push, if one was made)."""
+        self.acc += self.gradients()
+        self.steps += 1
+        out: dict[str, Any] = {}
+        refetch = False
+        if self.steps % self.n_push == 0:
+            staleness, dropped = self.push(step)
+            out = {"staleness": max(staleness), "dropped_stale": dropped}
+            refetch = dropped > 0  # a dropped gradient was too old: get fresh parameters at once
+        if refetch or self.steps % self.n_fetch == 0:
+            self.fetch()
+            out["fetched"] = True
+        return out
+
+    def push(self, step: int) -> tuple[list[int], int]:
+        links = self.links
+        msg.wait_all([links.send(s, msg.header(msg.PUSH, self.versions[i], step)) for i, s in enumerate(self.servers)]
+                     + [links.send(s, self.part(self.acc, i)) for i, s in enumerate(self.servers)])
+        replies = [msg.empty_header() for _ in self.servers]
+        msg.wait_all(links.recv(s, r) for s, r in zip(self.servers, replies))
+        self.acc.zero_()
+        return [int(r[1]) for r in replies], sum(1 - int(r[0]) for r in replies)
+
+    def fetch(self) -> None:
+        links = self.links
+        self._all(msg.header(msg.FETCH))
+        heads = [msg.empty_header() for _ in self.servers]
+        msg.wait_all(links.recv(s, h) for s, h in zip(self.servers, heads))
+        msg.wait_all(links.recv(s, self.part(self.flat, i)) for i, s in enumerate(self.servers))
+        self.versions = [int(h[0]) for h in heads]
+        self.load()

@@ -1,0 +1,89 @@
+"""Who is a server, and the links between workers and servers.
+
+Of the job's W processes (nproc x nnodes), the last S (`--ps-servers`) are servers and the first
+P = W - S are workers. Every worker-server pair gets its own two-member gloo process group (a "link",
+built on the launch's store), so:
+  - a server serves each worker on its own thread without any ordering between workers;
+  - a worker that dies breaks only its own links (its peers see "connection closed"), which is what lets
+    ps-async go on without it;
+  - the traffic is plain point-to-point messages whose bytes are easy to account for.
+Workers of ps-sync also form the default process group among themselves (evaluation, checkpoints,
+the profiler); ps-async workers share no group at all, so that no collective can wait for a dead peer.
+Links carry CPU tensors; on CUDA the worker copies its gradients to the host and back.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+
+from scaletrain.dist import RankInfo
+
+WORKER, SERVER = 0, 1  # a link's two members: the worker is rank 0 of it, the server rank 1
+
+
+@dataclass(frozen=True)
+class Layout:
+    world: int
+    servers: int
+
+    @property
+    def workers(self) -> int:
+        return self.world - self.servers
+
+    def is_server(self, rank: int) -> bool:
+        return rank >= self.workers
+
+    def server_index(self, rank: int) -> int:
+        return rank - self.workers
+
+
+@dataclass
+class Links:
+    """This process's side of the job: its role, index and one link per peer of the other role."""
+
+    layout: Layout
+    rank: RankInfo  # for a worker: its rank among the workers (world_size = P)
+    is_server: bool
+    index: int  # worker rank or server index
+    peers: dict[int, dist.ProcessGroup] = field(default_factory=dict)  # server index or worker rank -> link
+
+    def send(self, peer: int, tensor: torch.Tensor) -> dist.Work:
+        return self.peers[peer].send([tensor], self._other(), 0)
+
+    def recv(self, peer: int, tensor: torch.Tensor) -> dist.Work:
+        return self.peers[peer].recv([tensor], self._other(), 0)
+
+    def _other(self) -> int:
+        return WORKER if self.is_server else SERVER
+
+
+def join(rank: RankInfo, servers: int, worker_group: bool, backend: str, device: torch.device,
+         timeout_s: float = 300) -> Links:
+    """Collective over the whole job: meet on the launch's store, build the links (and the workers' group)."""
+    layout = Layout(rank.world_size, servers)
+    timeout = timedelta(seconds=timeout_s)
+    store, _, _ = next(dist.rendezvous("env://", rank.rank, rank.world_size, timeout=timeout))
+    me = rank.rank
+    if layout.is_server(me):
+        links = Links(layout, rank, True, layout.server_index(me))
+    else:
+        local_world = max(1, rank.local_world_size)
+        links = Links(layout, RankInfo(me, rank.local_rank, layout.workers, local_world), False, me)
+        if worker_group and layout.workers > 1:
+            if device.type == "cuda":
+                torch.cuda.set_device(device)
+            dist.init_process_group(backend, store=dist.PrefixStore("scaletrain/workers", store), rank=me,
+                                    world_size=layout.workers, timeout=timeout,
+                                    device_id=device if device.type == "cuda" else None)
+    # every process builds its links in increasing (worker, server) order: one global order, no deadlock
+    for w in range(layout.workers):
+        for s in range(servers):
+            if me in (w, layout.workers + s):
+                link_store = dist.PrefixStore(f"scaletrain/ps/{w}-{s}", store)
+                group = dist.ProcessGroupGloo(link_store, SERVER if links.is_server else WORKER, 2, timeout)
+                links.peers[w if links.is_server else s] = group
+    return links

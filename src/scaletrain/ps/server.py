@@ -1,0 +1,224 @@
+"""A parameter-server rank: holds one shard of the parameters and its optimizer, serves the workers.
+
+ps-sync: every step, wait for every worker's gradient shard, apply their mean with the run's optimizer
+and schedule, send the new shard back to all: the same arithmetic as all-reduce + the optimizer.
+ps-async (Downpour SGD): one thread per worker; each push is applied on arrival (Adagrad or plain SGD,
+`--ps-optimizer`), with the learning rate divided by the gradient's staleness under `--staleness-lr`,
+and dropped if older than `--max-staleness`; each fetch gets the shard as it is now. A worker whose link
+breaks is recorded as died and the others go on.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from pathlib import Path
+
+import torch
+
+from scaletrain.config import TrainConfig
+from scaletrain.errors import UserError
+from scaletrain.optim import LRSchedule, build_scheduler, optimizer_for, peak_lr
+from scaletrain.ps import protocol as msg
+from scaletrain.ps.links import Links
+from scaletrain.ps.shard import Piece, bounds, pieces
+from scaletrain.ps.stats import ServerLog, WorkerLog
+from scaletrain.rundir import RunDir, write_json_atomic
+
+
+class Shard:
+    """This server's values: one tensor per piece (so each keeps its parameter's optimizer group)."""
+
+    def __init__(self, params: list[torch.Tensor], parts: list[Piece]) -> None:
+        self.parts = parts
+        self.tensors = [params[p.param].detach().reshape(-1)[p.start:p.stop].clone().float().requires_grad_()
+                        for p in parts]
+        self.numel = sum(p.numel for p in parts)
+
+    def flat(self) -> torch.Tensor:
+        return torch.cat([t.detach() for t in self.tensors])
+
+    def set_grad(self, grad: torch.Tensor) -> None:
+        offset = 0
+        for t in self.tensors:
+            t.grad = grad[offset:offset + t.numel()]
+            offset += t.numel()
+
+
+def serve(cfg: TrainConfig, links: Links, model: torch.nn.Module) -> None:
+    """Run this server until every worker is done; writes ps-server{s}.json in the run directory."""
+    params = [p for p in model.parameters()]
+    sizes = [p.numel() for p in params]
+    cuts = bounds(sum(sizes), links.layout.servers)
+    s = links.index
+    shard = Shard(params, pieces(sizes, [p.ndim > 1 for p in params], cuts[s], cuts[s + 1]))
+    log = ServerLog(s, shard.numel, cfg.strategy,
+                    workers={w: WorkerLog() for w in range(links.layout.workers)})
+    steps_per_epoch = _hello(links, log)
+    server = (SyncServer if cfg.strategy == "ps-sync" else AsyncServer)(cfg, links, shard, log, steps_per_epoch)
+    server.run()
+
+
+def _hello(links: Links, log: ServerLog) -> int:
+    """Every worker's first message: its steps per epoch (the schedule's length), equal on all of them."""
+    heads = {w: msg.empty_header() for w in links.peers}
+    msg.wait_all(links.recv(w, h) for w, h in heads.items())
+    log.bytes_received += msg.HEADER_BYTES * len(heads)
+    steps = {int(h[1]) for h in heads.values()}
+    if any(int(h[0]) != msg.HELLO for h in heads.values()) or len(steps) != 1:
+        raise UserError(f"parameter server {links.index}: the workers disagree on the steps per epoch "
+                        f"({sorted(steps)}): every worker must run the same configuration")
+    return steps.pop()
+
+
+def _write_log(cfg: TrainConfig, log: ServerLog) -> None:
+    write_json_atomic(RunDir(Path(cfg.out)).ps_server(log.server), log.to_dict())
+
+
+class SyncServer:
+    def __init__(self, cfg: TrainConfig, links: Links, shard: Shard, log: ServerLog, steps_per_epoch: int):
+        self.cfg, self.links, self.shard, self.log = cfg, links, shard, log
+        workers = links.layout.workers
+        # the optimizer and schedule of an all-reduce run with the same global batch
+        self.optimizer = optimizer_for(cfg, shard.tensors, [p.decay for p in shard.parts], peak_lr(cfg, workers))
+        self.scheduler = build_scheduler(cfg, self.optimizer, steps_per_epoch, workers)
+
+    def run(self) -> None:
+        links, log, workers = self.links, self.log, sorted(self.links.peers)
+        self._send_all(self.shard.flat())  # the initial parameters: every worker starts from the same ones
+        heads = {w: msg.empty_header() for w in workers}
+        grads = {w: torch.empty(self.shard.numel) for w in workers}
+        while True:
+            msg.wait_all(links.recv(w, heads[w]) for w in workers)
+            log.bytes_received += msg.HEADER_BYTES * len(workers)
+            kinds = {w: int(h[0]) for w, h in heads.items()}
+            if set(kinds.values()) <= {msg.DONE, msg.WAIT}:
+                break
+            if set(kinds.values()) != {msg.PUSH}:
+                raise UserError(f"parameter server {links.index}: workers out of step ({kinds}): a worker "
+                                "stopped early; see its error")
+            msg.wait_all(links.recv(w, grads[w]) for w in workers)
+            log.bytes_received += 4 * self.shard.numel * len(workers)
+            total = grads[workers[0]].clone()
+            for w in workers[1:]:
+                total += grads[w]
+            self.shard.set_grad(total.div_(len(workers)))  # the mean, as DDP's all-reduce averages
+            self.optimizer.step()
+            self.scheduler.step()
+            log.updates += 1
+            log.staleness[0] += len(workers)
+            for w in workers:
+                log.workers[w].pushes += 1
+                log.workers[w].applied += 1
+            self._send_all(self.shard.flat())
+        for w, kind in kinds.items():
+            log.workers[w].state, log.workers[w].updates_at_end = "done", log.updates
+        _write_log(self.cfg, log)
+        chief = [w for w, kind in kinds.items() if kind == msg.WAIT]
+        for w in chief:
+            self.links.send(w, msg.header(len(workers), 0)).wait()
+
+    def _send_all(self, flat: torch.Tensor) -> None:
+        msg.wait_all([self.links.send(w, flat) for w in self.links.peers])
+        self.log.bytes_sent += 4 * flat.numel() * len(self.links.peers)
+
+
+def _link_error(e: Exception) -> str:
+    """gloo's message without its source location and advice: 'Connection reset by peer [10.77.0.2]:41234'."""
+    text = str(e).splitlines()[0] if str(e) else type(e).__name__
+    m = re.search(r"(Connection \w+ by peer[^.]*)", text)
+    return m.group(1) if m else text[:160]
+
+
+class AsyncServer:
+    def __init__(self, cfg: TrainConfig, links: Links, shard: Shard, log: ServerLog, steps_per_epoch: int):
+        self.cfg, self.links, self.shard, self.log = cfg, links, shard, log
+        self.lr = peak_lr(cfg, 1)  # each update carries one worker's batch
+        kind = "adagrad" if cfg.ps_optimizer == "adagrad" else "plain-sgd"
+        self.optimizer = optimizer_for(cfg, shard.tensors, [p.decay for p in shard.parts], self.lr, kind=kind)
+        # the schedule runs over the updates this shard expects: every worker's pushes
+        per_epoch = max(1, steps_per_epoch * links.layout.workers // cfg.ps_push)
+        self.schedule = LRSchedule(cfg, per_epoch, 1)
+        self.lock = threading.Lock()
+        self.finished = threading.Condition(self.lock)
+        self.version = 0
+
+    def run(self) -> None:
+        threads = [threading.Thread(target=self._serve, args=(w,), name=f"ps-worker{w}", daemon=True)
+                   for w in sorted(self.links.peers)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        with self.lock:
+            if not any(w.state == "done" for w in self.log.workers.values()):
+                _write_log(self.cfg, self.log)
+                raise UserError(f"parameter server {self.log.server}: every worker died; see their errors")
+
+    def _serve(self, w: int) -> None:
+        head, links, log = msg.empty_header(), self.links, self.log
+        grad = torch.empty(self.shard.numel)
+        try:
+            while True:
+                links.recv(w, head).wait()
+                kind = int(head[0])
+                with self.lock:
+                    log.bytes_received += msg.HEADER_BYTES
+                if kind == msg.PUSH:
+                    links.recv(w, grad).wait()
+                    reply = self._apply(w, grad, read=int(head[1]))
+                    links.send(w, reply).wait()
+                elif kind == msg.FETCH:
+                    with self.lock:
+                        flat, version = self.shard.flat(), self.version
+                        log.workers[w].fetches += 1
+                        log.bytes_sent += msg.HEADER_BYTES + 4 * flat.numel()
+                    links.send(w, msg.header(version)).wait()
+                    links.send(w, flat).wait()
+                elif kind in (msg.DONE, msg.WAIT):
+                    self._finish(w, "done")
+                    if kind == msg.WAIT:
+                        self._answer_wait(w)
+                    return
+                else:
+                    raise RuntimeError(f"unknown message kind {kind}")
+        except RuntimeError as e:  # the link broke: the worker process is gone (Downpour goes on without it)
+            self._finish(w, "died", error=_link_error(e))
+
+    def _apply(self, w: int, grad: torch.Tensor, read: int) -> torch.Tensor:
+        cfg, log = self.cfg, self.log
+        with self.lock:
+            staleness = self.version - read
+            log.bytes_received += 4 * grad.numel()
+            log.workers[w].pushes += 1
+            log.staleness[staleness] += 1
+            applied = cfg.max_staleness is None or staleness <= cfg.max_staleness
+            if applied:
+                lr = self.lr * self.schedule(self.version)
+                if cfg.staleness_lr:
+                    lr /= max(1, staleness)  # Zhang, Gupta et al. 2016: alpha / staleness
+                for group in self.optimizer.param_groups:
+                    group["lr"] = lr
+                self.shard.set_grad(grad)
+                self.optimizer.step()
+                self.version += 1
+                log.updates += 1
+                log.workers[w].applied += 1
+            else:
+                log.dropped_stale += 1
+            log.bytes_sent += msg.HEADER_BYTES
+            return msg.header(int(applied), staleness, self.version)
+
+    def _finish(self, w: int, state: str, error: str | None = None) -> None:
+        with self.finished:
+            log = self.log.workers[w]
+            log.state, log.error, log.updates_at_end = state, error, self.version
+            self.finished.notify_all()
+
+    def _answer_wait(self, w: int) -> None:
+        """Worker 0 asks at its end: answer once every worker is done or dead (its files are complete)."""
+        with self.finished:
+            self.finished.wait_for(lambda: all(x.state != "running" for x in self.log.workers.values()))
+            states = [x.state for x in self.log.workers.values()]
+            _write_log(self.cfg, self.log)
+        self.links.send(w, msg.header(states.count("done"), states.count("died"))).wait()
