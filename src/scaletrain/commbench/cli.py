@@ -17,7 +17,8 @@ def add_commbench_args(p: argparse.ArgumentParser) -> None:
     p.description = ("Time each strategy's all-reduce from 1 KB to 64 MB and over world sizes: time, algorithm and "
                      "bus bandwidth (as nccl-tests defines them), bytes sent per rank, and the alpha-beta "
                      "model fitted to it (docs/commbench.md).")
-    p.add_argument("--strategies", default="allreduce,ring", help="comma list of allreduce, ring")
+    p.add_argument("--strategies", default="allreduce,ring",
+                   help="comma list of allreduce, ring, ps (one parameter server, the last rank; default: allreduce,ring)")
     p.add_argument("--sizes", default=DEFAULT_SIZES, help=f"message sizes (default: {DEFAULT_SIZES})")
     p.add_argument("--nproc", default=None, help="comma list of processes per node (default: 2..cores, at least 2)")
     p.add_argument("--seconds", type=float, default=0.3, help="time spent on each measurement (default: 0.3)")
@@ -33,9 +34,9 @@ def run_commbench(args: argparse.Namespace) -> int:
     from scaletrain.commbench.model import parse_size
 
     strategies = [s.strip() for s in args.strategies.split(",") if s.strip()]
-    bad = [s for s in strategies if s not in ("allreduce", "ring")]
+    bad = [s for s in strategies if s not in ("allreduce", "ring", "ps")]
     if bad or not strategies:
-        raise UserError(f"--strategies: unknown {', '.join(bad) or '(none)'}: use allreduce, ring")
+        raise UserError(f"--strategies: unknown {', '.join(bad) or '(none)'}: use allreduce, ring, ps")
     try:
         sizes = [parse_size(s) for s in args.sizes.split(",")]
         procs = ([int(n) for n in args.nproc.split(",")] if args.nproc

@@ -37,9 +37,14 @@ def _measure(strategy: str, size: int, seconds: float, device: torch.device, rin
     world, rank = dist.get_world_size(), dist.get_rank()
     buf = torch.ones(size // 4, dtype=torch.float32, device=device)
 
+    server = world - 1  # ps: the last rank serves, the others push and pull
+    inbox = [torch.empty_like(buf) for _ in range(world - 1)] if strategy == "ps" and rank == server else []
+
     def once() -> None:
         if strategy == "ring":
             ring_allreduce_(buf, *ring_groups)
+        elif strategy == "ps":
+            _ps_round(buf, inbox, rank, server)
         else:
             dist.all_reduce(buf)
 
@@ -49,9 +54,27 @@ def _measure(strategy: str, size: int, seconds: float, device: torch.device, rin
     iters = max(3, min(200, int(seconds / max(t, 1e-6))))
     iters = int(_agree_max(iters, device))  # every rank runs the same number of collectives
     elapsed = _agree_max(_timed(once, iters, device) * iters, device) / iters
-    sent = ring_wire_bytes(buf.numel(), 4, world, rank) if strategy == "ring" else wire_bytes(size, world)
-    return {"strategy": "allreduce" if strategy != "ring" else "ring", "world": world, "size": size,
+    if strategy == "ring":
+        sent = ring_wire_bytes(buf.numel(), 4, world, rank)
+    elif strategy == "ps":
+        sent = (world - 1) * size if rank == server else size  # the busiest rank is the server
+    else:
+        sent = wire_bytes(size, world)
+    return {"strategy": strategy, "world": world, "size": size,
             "iters": int(iters), "time_s": elapsed, "bytes_per_rank": _agree_max(sent, device)}
+
+
+def _ps_round(buf: torch.Tensor, inbox: list[torch.Tensor], rank: int, server: int) -> None:
+    """One synchronous parameter-server exchange: every worker pushes, the server sums and sends back."""
+    if rank != server:
+        dist.send(buf, server)
+        dist.recv(buf, server)
+        return
+    for work in [dist.irecv(t, src=w) for w, t in enumerate(inbox)]:
+        work.wait()
+    total = torch.stack(inbox).sum(0)
+    for work in [dist.isend(total, dst=w) for w in range(len(inbox))]:
+        work.wait()
 
 
 def _timed(fn, iters: int, device: torch.device) -> float:
