@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: setup demo test test-slow bench report-check clean
+.PHONY: setup demo test test-slow bench bench-testbed report-check clean
 
 setup: $(STAMP)
 
@@ -29,6 +29,10 @@ test-slow: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) benchmarks/overhead.py
+
+bench-testbed: $(STAMP)  # root only: builds network namespaces (docs/testbed.md)
+	$(PY) benchmarks/testbed_bytes.py
+	$(PY) benchmarks/testbed_strategies.py
 
 # Renders a report in headless Chromium: tables in the DOM, plots decoded (skips without Chromium).
 report-check: $(STAMP)

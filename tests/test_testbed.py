@@ -82,3 +82,27 @@ def test_a_delay_needs_netem_and_a_refusal_leaves_nothing(clean):
     else:
         assert proc.returncode == 2 and "no netem" in proc.stderr and "--delay 0" in proc.stderr
         assert _ours() == []
+
+
+def test_a_parameter_server_on_its_own_host_carries_n_per_worker_per_step(clean, tmp_path):
+    out = tmp_path / "ps"
+    proc = scaletrain("testbed", "run", "--hosts", "3", "--rate", "1gbit", "--", sys.executable, "-m", "scaletrain",
+                      "train", "--nproc", "1", "--model", "mlp", "--dataset", "digits", "--epochs", "1",
+                      "--batch-size", "64", "--no-progress", "--strategy", "ps-sync", "--out", str(out),
+                      env=clean, timeout=300)
+    assert_ok(proc)
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["world_size"] == 2 and summary["ps"]["servers"] == 1
+    n_bytes = 4 * sum(t.numel() for t in torch_weights(out).values())
+    steps = summary["steps"]
+    counted = [int(n.replace(",", "")) for n in re.findall(r"st-h\d (\d[\d,]*)", proc.stdout)]
+    # interface counters, not our bookkeeping: each worker pushes N per step; the server (host 3) sends
+    # N to each of the 2 workers per step, plus the initial parameters once (TCP/IP headers: a few %)
+    assert counted[0] == pytest.approx(steps * n_bytes, rel=0.05)
+    assert counted[1] == pytest.approx(steps * n_bytes, rel=0.05)
+    assert counted[2] == pytest.approx((steps + 1) * 2 * n_bytes, rel=0.05)
+
+
+def torch_weights(run_dir):
+    import torch
+    return torch.load(run_dir / "checkpoint.pt", map_location="cpu", weights_only=True)["model"]

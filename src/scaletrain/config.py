@@ -124,8 +124,9 @@ class TrainConfig:
     max_staleness: int | None = None
     """ps-async: drop a gradient more than this many shard updates old (its worker then fetches afresh)."""
     compress: str | None = None
-    """Gradient compression with `allreduce`: `fp16`, `bf16`, `topk:RATIO`, `sign`, `qsgd:LEVELS`,
-    `powersgd:RANK` (top-k and sign keep the rest as error feedback); see docs/strategies.md."""
+    """Gradient compression with `allreduce` or a parameter server: `fp16`, `bf16`, `topk:RATIO`, `sign`,
+    `qsgd:LEVELS`, `powersgd:RANK` (allreduce only; top-k and sign keep the rest as error feedback);
+    see docs/strategies.md."""
     bucket_cap_mb: float | None = None
     """DDP gradient bucket size in MiB (smaller buckets start communicating earlier in backward); unset:
     DDP's default, 25 MiB with a first bucket of 1 MiB (a setting applies to the first bucket too)."""
@@ -203,10 +204,6 @@ class TrainConfig:
             raise UserError(f"--max-staleness must be 0 or more (got {self.max_staleness})")
         if not self.strategy.startswith("ps-"):
             return
-        world = self.nproc * self.nnodes
-        if world - self.ps_servers < 1:
-            raise UserError(f"--strategy {self.strategy} with --ps-servers {self.ps_servers} needs more "
-                            f"processes than servers (got {world}): raise --nproc to at least {self.ps_servers + 1}")
         if self.resume:
             raise UserError(f"--resume is not supported with --strategy {self.strategy} (the optimizer state "
                             "lives on the servers and is not checkpointed): start a new run")
@@ -215,6 +212,13 @@ class TrainConfig:
                             "servers apply unscaled gradients): use --precision bf16 or fp32")
         if self.sync_bn:
             raise UserError(f"--sync-bn is not supported with --strategy {self.strategy}: drop --sync-bn")
+
+    def check_launch(self) -> None:
+        """What depends on the launch's shape (nproc x nnodes), checked when launching, not per study axis."""
+        world = self.nproc * self.nnodes
+        if self.strategy.startswith("ps-") and world - self.ps_servers < 1:
+            raise UserError(f"--strategy {self.strategy} with --ps-servers {self.ps_servers} needs more "
+                            f"processes than servers (got {world}): raise --nproc to at least {self.ps_servers + 1}")
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -23,6 +23,7 @@ from scaletrain.rundir import RunDir, check_out_dir, create, keep_epochs_before,
 
 def preflight(cfg: TrainConfig) -> RunDir:
     """Every check that can be made before a worker starts; writes nothing."""
+    cfg.check_launch()
     # the run directory is node 0's to check and create (other nodes of a shared file system join it)
     run = check_out_dir(cfg.out, cfg.resume) if cfg.node_rank == 0 else RunDir(Path(cfg.out))
     check_device_request(cfg.device, cfg.nproc, cfg.precision)

@@ -246,8 +246,10 @@ class Trainer:
                 (self.scaler.scale(loss) if self.scaler is not None else loss).backward()
             extra: dict[str, Any] = {}
             if self.ps is not None:  # push gradients, pull parameters: the servers apply the update
-                with prof.comm(self.ps.push_bytes):
+                with prof.comm(self.ps.push_bytes) as sent:
                     extra = self.ps.step(epoch * self.steps_per_epoch + i)
+                    sent.wire = self.ps.sent  # what the push really sent (compressed; 0 if ps-async did not push)
+                    sent.raw_wire = self.ps.push_bytes if self.ps.sent else 0
             else:
                 with prof.phase("optimizer"):
                     if self.scaler is not None:
@@ -376,9 +378,10 @@ class Trainer:
 def _ps_client(cfg: TrainConfig, links, model: torch.nn.Module, steps_per_epoch: int):
     from scaletrain.ps.client import AsyncClient, SyncClient
 
+    seed = cfg.seed + 7919 * links.index  # QSGD's random stream differs per worker
     if cfg.strategy == "ps-sync":
-        return SyncClient(links, model, steps_per_epoch)
-    return AsyncClient(links, model, steps_per_epoch, cfg.ps_fetch, cfg.ps_push)
+        return SyncClient(links, model, steps_per_epoch, cfg.compress, seed)
+    return AsyncClient(links, model, steps_per_epoch, cfg.ps_fetch, cfg.ps_push, cfg.compress, seed)
 
 
 def _seed_everything(seed: int) -> None:

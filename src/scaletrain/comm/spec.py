@@ -39,6 +39,11 @@ def check(strategy: str, compress: str | None) -> None:
     if strategy not in STRATEGIES:
         raise UserError(f"--strategy must be one of {', '.join(STRATEGIES)} (got {strategy!r})")
     parse_compress(compress)
-    if strategy != "allreduce" and compress not in (None, "", "none"):
-        raise UserError(f"--compress works with --strategy allreduce (the {strategy} strategy sends "
-                        "full-precision buckets): drop one of them")
+    if compress in (None, "", "none"):
+        return
+    if strategy == "ring":
+        raise UserError("--compress works with --strategy allreduce or a parameter server (the ring "
+                        "sends full-precision buckets): drop one of them")
+    if strategy.startswith("ps-") and compress.startswith("powersgd"):
+        raise UserError(f"--compress powersgd is PyTorch's all-reduce hook and cannot go through --strategy "
+                        f"{strategy}: use topk:RATIO, sign, qsgd:LEVELS, fp16 or bf16")

@@ -105,16 +105,19 @@ class StepProfiler:
 
     def comm(self, wire: int, raw: int | None = None) -> contextlib.AbstractContextManager:
         """`with prof.comm(bytes_sent): ...` — communication outside DDP's hook (a parameter server's push
-        and pull): all of it exposed, counted in comm_total_s and bytes_sent (raw: before compression)."""
-        if not self.enabled:
-            return _NULL
+        and pull): all of it exposed, counted in comm_total_s and bytes_sent (raw: before compression).
+        The context yields the exchange's record: set its `wire` (and `raw_wire`) inside if the bytes
+        are only known once sent."""
         return self._comm(wire, wire if raw is None else raw)
 
     @contextlib.contextmanager
-    def _comm(self, wire: int, raw: int) -> Iterator[None]:
+    def _comm(self, wire: int, raw: int) -> Iterator[commhook.BucketTiming]:
+        if not self.enabled:
+            yield commhook.BucketTiming(ready=None, nbytes=raw, wire=wire, raw_wire=raw)  # not recorded
+            return
         self._mark("other")
         timing = commhook.BucketTiming(ready=self._last, nbytes=raw, wire=wire, raw_wire=raw)
-        yield
+        yield timing
         self._mark("comm_exposed")
         timing.done = self._last
         self.recorder.buckets.append(timing)

@@ -11,6 +11,7 @@ from typing import Any
 
 import torch
 
+from scaletrain.comm.compress import make_compressor, payload_bytes
 from scaletrain.ps import protocol as msg
 from scaletrain.ps.links import Links
 from scaletrain.ps.shard import bounds
@@ -19,8 +20,12 @@ from scaletrain.ps.shard import bounds
 class Client:
     """Common to both modes: the flat views, HELLO, the end of the run."""
 
-    def __init__(self, links: Links, model: torch.nn.Module, steps_per_epoch: int) -> None:
+    def __init__(self, links: Links, model: torch.nn.Module, steps_per_epoch: int, compress: str | None = None,
+                 seed: int = 0) -> None:
         self.links = links
+        # --compress: each shard's gradient is encoded (error feedback kept per shard), the server decodes
+        self.compressor = make_compressor(compress, seed=seed)
+        self.sent = 0  # bytes of the last push
         self.params = [p for p in model.parameters()]
         self.numel = sum(p.numel() for p in self.params)
         self.cuts = bounds(self.numel, links.layout.servers)
@@ -30,8 +35,20 @@ class Client:
 
     @property
     def push_bytes(self) -> int:
-        """Bytes one push sends: every gradient value in fp32, plus a header per server."""
+        """Bytes an uncompressed push sends: every gradient value in fp32, plus a header per server."""
         return 4 * self.numel + msg.HEADER_BYTES * len(self.servers)
+
+    def send_gradients(self, grad: torch.Tensor, world: int, head) -> None:
+        """Header then payload to every server: the fp32 shard, or its encoding (decoded by the server,
+        which averages over `world` pushes)."""
+        works, sent = [], 0
+        for i, s in enumerate(self.servers):
+            part = self.part(grad, i)
+            payload = [part] if self.compressor is None else self.compressor.encode(part, i, world)
+            works += [self.links.send(s, head(i))] + [self.links.send(s, t.contiguous()) for t in payload]
+            sent += msg.HEADER_BYTES + payload_bytes(payload)
+        msg.wait_all(works)
+        self.sent = sent
 
     def gradients(self) -> torch.Tensor:
         grads = [p.grad.reshape(-1) if p.grad is not None else torch.zeros(p.numel(), device=p.device)
@@ -67,15 +84,14 @@ class Client:
 class SyncClient(Client):
     """ps-sync: every step, push the gradient and receive the parameters after the servers' update."""
 
-    def __init__(self, links: Links, model: torch.nn.Module, steps_per_epoch: int) -> None:
-        super().__init__(links, model, steps_per_epoch)
+    def __init__(self, links: Links, model: torch.nn.Module, steps_per_epoch: int, compress: str | None = None,
+                 seed: int = 0) -> None:
+        super().__init__(links, model, steps_per_epoch, compress, seed)
         self._receive()  # the servers' initial parameters
         self.load()
 
     def step(self, step: int) -> dict[str, Any]:
-        grad = self.gradients()
-        msg.wait_all([self.links.send(s, msg.header(msg.PUSH, 0, step)) for s in self.servers]
-                     + [self.links.send(s, self.part(grad, s)) for s in self.servers])
+        self.send_gradients(self.gradients(), self.links.layout.workers, lambda i: msg.header(msg.PUSH, 0, step))
         self._receive()
         self.load()
         return {}
@@ -87,8 +103,9 @@ class SyncClient(Client):
 class AsyncClient(Client):
     """ps-async (Downpour): accumulate gradients, push every n_push steps, fetch every n_fetch steps."""
 
-    def __init__(self, links: Links, model: torch.nn.Module, steps_per_epoch: int, n_fetch: int, n_push: int):
-        super().__init__(links, model, steps_per_epoch)
+    def __init__(self, links: Links, model: torch.nn.Module, steps_per_epoch: int, n_fetch: int, n_push: int,
+                 compress: str | None = None, seed: int = 0):
+        super().__init__(links, model, steps_per_epoch, compress, seed)
         self.n_fetch, self.n_push = n_fetch, n_push
         self.versions = [0] * len(self.servers)  # each shard's version when this worker last fetched it
         self.acc = torch.zeros(self.numel)
@@ -99,6 +116,7 @@ class AsyncClient(Client):
         """After backward: returns what to record with the step (staleness of a push, if one was made)."""
         self.acc += self.gradients()
         self.steps += 1
+        self.sent = 0
         out: dict[str, Any] = {}
         refetch = False
         if self.steps % self.n_push == 0:
@@ -112,8 +130,7 @@ class AsyncClient(Client):
 
     def push(self, step: int) -> tuple[list[int], int]:
         links = self.links
-        msg.wait_all([links.send(s, msg.header(msg.PUSH, self.versions[i], step)) for i, s in enumerate(self.servers)]
-                     + [links.send(s, self.part(self.acc, i)) for i, s in enumerate(self.servers)])
+        self.send_gradients(self.acc, 1, lambda i: msg.header(msg.PUSH, self.versions[i], step))
         replies = [msg.empty_header() for _ in self.servers]
         msg.wait_all(links.recv(s, r) for s, r in zip(self.servers, replies))
         self.acc.zero_()

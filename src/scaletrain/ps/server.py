@@ -16,6 +16,7 @@ from pathlib import Path
 
 import torch
 
+from scaletrain.comm.compress import make_compressor, payload_bytes
 from scaletrain.config import TrainConfig
 from scaletrain.errors import UserError
 from scaletrain.optim import LRSchedule, build_scheduler, optimizer_for, peak_lr
@@ -24,6 +25,34 @@ from scaletrain.ps.links import Links
 from scaletrain.ps.shard import Piece, bounds, pieces
 from scaletrain.ps.stats import ServerLog, WorkerLog
 from scaletrain.rundir import RunDir, write_json_atomic
+
+
+class Inbox:
+    """Receive buffers for one worker's push: the fp32 shard, or the shapes of its --compress encoding."""
+
+    def __init__(self, compress: str | None, numel: int, key: int, world: int) -> None:
+        self.codec = make_compressor(compress)
+        # the payload's shapes and dtypes follow from the shard size alone: encode zeros once to learn them
+        self.buffers = [torch.empty(numel)] if self.codec is None else \
+            [torch.empty_like(t) for t in make_compressor(compress).encode(torch.zeros(numel), key, world)]
+        self.nbytes = payload_bytes(self.buffers)
+
+    def receive(self, links: Links, w: int) -> list:
+        return [links.recv(w, t) for t in self.buffers]
+
+
+def mean_gradient(inboxes: list[Inbox], numel: int, world: int) -> torch.Tensor:
+    """The mean of the received pushes, decoded: linear codes are summed first, the others decoded together."""
+    codec = inboxes[0].codec
+    if codec is None:
+        total = inboxes[0].buffers[0].clone()
+        for box in inboxes[1:]:
+            total += box.buffers[0]
+        return total.div_(world)
+    if codec.linear:  # fp16/bf16 were divided by the world size before the cast; sum in fp32
+        total = sum(box.buffers[0].float() for box in inboxes)
+        return codec.decode([total], numel, world)
+    return codec.decode([box.buffers for box in inboxes], numel, world)
 
 
 class Shard:
@@ -87,7 +116,8 @@ class SyncServer:
         links, log, workers = self.links, self.log, sorted(self.links.peers)
         self._send_all(self.shard.flat())  # the initial parameters: every worker starts from the same ones
         heads = {w: msg.empty_header() for w in workers}
-        grads = {w: torch.empty(self.shard.numel) for w in workers}
+        numel, world = self.shard.numel, len(workers)
+        inboxes = {w: Inbox(self.cfg.compress, numel, links.index, world) for w in workers}
         while True:
             msg.wait_all(links.recv(w, heads[w]) for w in workers)
             log.bytes_received += msg.HEADER_BYTES * len(workers)
@@ -97,12 +127,10 @@ class SyncServer:
             if set(kinds.values()) != {msg.PUSH}:
                 raise UserError(f"parameter server {links.index}: workers out of step ({kinds}): a worker "
                                 "stopped early; see its error")
-            msg.wait_all(links.recv(w, grads[w]) for w in workers)
-            log.bytes_received += 4 * self.shard.numel * len(workers)
-            total = grads[workers[0]].clone()
-            for w in workers[1:]:
-                total += grads[w]
-            self.shard.set_grad(total.div_(len(workers)))  # the mean, as DDP's all-reduce averages
+            msg.wait_all([work for w in workers for work in inboxes[w].receive(links, w)])
+            log.bytes_received += sum(box.nbytes for box in inboxes.values())
+            # the mean, as DDP's all-reduce averages
+            self.shard.set_grad(mean_gradient([inboxes[w] for w in workers], numel, world))
             self.optimizer.step()
             self.scheduler.step()
             log.updates += 1
@@ -157,7 +185,7 @@ class AsyncServer:
 
     def _serve(self, w: int) -> None:
         head, links, log = msg.empty_header(), self.links, self.log
-        grad = torch.empty(self.shard.numel)
+        inbox = Inbox(self.cfg.compress, self.shard.numel, links.index, 1)  # each push is applied alone
         try:
             while True:
                 links.recv(w, head).wait()
@@ -165,8 +193,9 @@ class AsyncServer:
                 with self.lock:
                     log.bytes_received += msg.HEADER_BYTES
                 if kind == msg.PUSH:
-                    links.recv(w, grad).wait()
-                    reply = self._apply(w, grad, read=int(head[1]))
+                    msg.wait_all(inbox.receive(links, w))
+                    grad = mean_gradient([inbox], self.shard.numel, 1)
+                    reply = self._apply(w, grad, read=int(head[1]), nbytes=inbox.nbytes)
                     links.send(w, reply).wait()
                 elif kind == msg.FETCH:
                     with self.lock:
@@ -185,11 +214,11 @@ class AsyncServer:
         except RuntimeError as e:  # the link broke: the worker process is gone (Downpour goes on without it)
             self._finish(w, "died", error=_link_error(e))
 
-    def _apply(self, w: int, grad: torch.Tensor, read: int) -> torch.Tensor:
+    def _apply(self, w: int, grad: torch.Tensor, read: int, nbytes: int) -> torch.Tensor:
         cfg, log = self.cfg, self.log
         with self.lock:
             staleness = self.version - read
-            log.bytes_received += 4 * grad.numel()
+            log.bytes_received += nbytes
             log.workers[w].pushes += 1
             log.staleness[staleness] += 1
             applied = cfg.max_staleness is None or staleness <= cfg.max_staleness
