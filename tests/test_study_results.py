@@ -120,3 +120,14 @@ def test_study_entries_keep_grid_order_and_contract_keys():
         assert keys <= set(e)
     assert entries[1]["status"] == "pending" and entries[1]["speedup"] is None
     assert entries[0]["config"] == {"nproc": 1, "epochs": 1}
+
+
+def test_a_parameter_server_series_counts_only_the_workers():
+    def ps(pid, nproc, seconds):
+        return point_entry(pid, {"nproc": nproc, "strategy": "ps-sync"},
+                           {"nproc": nproc, "strategy": "ps-sync", "ps_servers": 1}, [done(summary(seconds))])
+
+    entries = add_speedups([ps("nproc2", 2, 8.0), ps("nproc3", 3, 5.0), ps("nproc5", 5, 4.0)])
+    by_id = {e["id"]: e for e in entries}
+    assert by_id["nproc3"]["ideal_speedup"] == 2.0  # 2 workers against 1 (the server trains nothing)
+    assert by_id["nproc5"]["ideal_speedup"] == 4.0 and by_id["nproc5"]["efficiency"] == pytest.approx(0.5)

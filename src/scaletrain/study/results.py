@@ -54,7 +54,11 @@ def point_entry(point_id: str, axes: dict[str, Any], config: dict[str, Any],
 
 
 def _nproc(entry: dict[str, Any]) -> int:
-    return entry["axes"].get("nproc", entry["config"].get("nproc", 1))
+    """The processes that train: nproc, less the servers of a parameter-server point."""
+    nproc = entry["axes"].get("nproc", entry["config"].get("nproc", 1))
+    if str(entry["config"].get("strategy", "")).startswith("ps-"):
+        return max(1, nproc - entry["axes"].get("ps_servers", entry["config"].get("ps_servers", 1)))
+    return nproc
 
 
 def add_speedups(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
