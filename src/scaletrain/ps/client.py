@@ -26,7 +26,7 @@ class Client:
         # --compress: each shard's gradient is encoded (error feedback kept per shard), the server decodes
         self.compressor = make_compressor(compress, seed=seed)
         self.sent = 0  # bytes of the last push
-        self.params = [p for p in model.parameters()]
+        self.params = list(model.parameters())
         self.numel = sum(p.numel() for p in self.params)
         self.cuts = bounds(self.numel, links.layout.servers)
         self.servers = sorted(links.peers)

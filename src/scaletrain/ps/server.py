@@ -76,7 +76,7 @@ class Shard:
 
 def serve(cfg: TrainConfig, links: Links, model: torch.nn.Module) -> None:
     """Run this server until every worker is done; writes ps-server{s}.json in the run directory."""
-    params = [p for p in model.parameters()]
+    params = list(model.parameters())
     sizes = [p.numel() for p in params]
     cuts = bounds(sum(sizes), links.layout.servers)
     s = links.index
@@ -139,7 +139,7 @@ class SyncServer:
                 log.workers[w].pushes += 1
                 log.workers[w].applied += 1
             self._send_all(self.shard.flat())
-        for w, kind in kinds.items():
+        for w in workers:
             log.workers[w].state, log.workers[w].updates_at_end = "done", log.updates
         _write_log(self.cfg, log)
         chief = [w for w, kind in kinds.items() if kind == msg.WAIT]
