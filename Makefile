@@ -13,10 +13,16 @@ setup: $(STAMP)
 # The pinned CPU torch goes in first: a bare `torch` requirement would pull a multi-GB CUDA build.
 # On a GPU machine: make TORCH=torch==2.13.0 (or any CUDA build's requirement) setup
 $(STAMP): pyproject.toml
+	@echo "[1/3] creating the virtual environment $(VENV)"
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet $(TORCH)
-	$(PY) -m pip install --quiet -e '.[dev]'
+	@echo "[2/3] installing $(TORCH) (the CPU build here; about 200 MB)"
+	$(PY) -m pip install --progress-bar on $(TORCH) | grep -v "^Requirement already satisfied" || true
+	@$(PY) -c "import torch" || { echo "error: torch did not install: see the pip output above"; exit 1; }
+	@echo "[3/3] installing scaletrain and its dependencies (numpy, scikit-learn, matplotlib, rich, ...)"
+	$(PY) -m pip install --progress-bar on -e '.[dev]' | grep -v "^Requirement already satisfied" || true
+	@$(PY) -c "import scaletrain.cli" || { echo "error: scaletrain did not install: see the pip output above"; exit 1; }
 	touch $(STAMP)
+	@echo "installed: run commands as .venv/bin/scaletrain, or 'source .venv/bin/activate' to put scaletrain on PATH"
 
 demo: $(STAMP)
 	$(VENV)/bin/scaletrain train --config configs/demo.toml --out runs/demo-$$(date +%Y%m%d-%H%M%S)

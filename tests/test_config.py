@@ -235,7 +235,8 @@ def test_save_toml_round_trips_to_an_equal_config(tmp_path):
     p = tmp_path / "config.toml"
     save_toml(cfg, p)
     back = build_config(load_toml(p), {})
-    assert back == cfg
+    # the run's settings round-trip; the invocation's (resume, stop_after) are not the run's and stay out
+    assert back == dataclasses.replace(cfg, resume=False, stop_after=None)
     assert p.read_text().startswith("#")
 
 
@@ -247,7 +248,7 @@ def test_save_toml_omits_none_fields_and_round_trips(tmp_path):
     values = load_toml(p)
     none_fields = {f.name for f in dataclasses.fields(TrainConfig) if getattr(cfg, f.name) is None}
     assert none_fields and not none_fields & set(values)
-    assert set(values) == set(field_names()) - none_fields
+    assert set(values) == set(field_names()) - none_fields - {"resume"}
     assert build_config(values, {}) == cfg
 
 
@@ -267,7 +268,7 @@ def test_inject_parses_every_item():
 
 
 @pytest.mark.parametrize("spec, message", [("disk=1", "unknown item 'disk=1'"), ("data=fast", "cannot read"),
-                                           ("slow-rank=1", "cannot read"), ("comm=-1", "must not be negative")])
+                                           ("slow-rank=1", "cannot read"), ("comm=-1", "not negative")])
 def test_bad_inject_is_one_clear_line(spec, message):
     with pytest.raises(UserError, match=message):
         TrainConfig(inject=spec)

@@ -70,3 +70,30 @@ def check_compatible(ckpt: dict[str, Any], model: str, dataset: str, path: Path)
     if old["dataset"] != dataset:
         raise UserError(f"checkpoint {path} was written for dataset '{old['dataset']}', not '{dataset}': "
                         f"resume with --dataset {old['dataset']} or start a new run with another --out")
+
+
+# Settings a checkpoint's weights and optimizer state depend on: a resume may not change them. Everything
+# else (epochs, lr and its schedule, batch size, nproc, workers, ...) takes this invocation's value.
+IDENTITY = ("model", "dataset", "image_size", "stem", "width", "synthetic_samples", "synthetic_classes",
+            "optimizer", "strategy", "ps_servers", "compress")
+
+
+def identity_changes(saved: dict[str, Any], wanted: dict[str, Any], default_size) -> list[str]:
+    """`--width 2 (the run has 1.0)` for each IDENTITY setting that differs; image_size compared resolved."""
+    changes = []
+    for key in IDENTITY:
+        old, new = saved.get(key), wanted.get(key)
+        if key == "image_size":
+            old = old or default_size(saved.get("dataset", ""))
+            new = new or default_size(wanted.get("dataset", ""))
+        if key in saved and old != new:
+            changes.append(f"--{key.replace('_', '-')} {new} (the run has {old})")
+    return changes
+
+
+def check_resume(ckpt: dict[str, Any], wanted: dict[str, Any], path: Path, default_size) -> None:
+    """Refuse, before anything is written, a resume that changes what the checkpoint was trained as."""
+    changes = identity_changes(ckpt["config"], wanted, default_size)
+    if changes:
+        raise UserError(f"--resume cannot change {'; '.join(changes)}: resume with the run's own settings "
+                        f"(see {Path(path).parent / 'config.toml'}), or start a new run with another --out")

@@ -5,13 +5,18 @@ from __future__ import annotations
 import argparse
 import ast
 import inspect
+import os
 import sys
 import textwrap
 from dataclasses import fields
 from pathlib import Path
 
-import scaletrain
-from scaletrain.config import TrainConfig, build_config, load_toml
+# c10d's C++ log lines (a page of stack frames for a node that cannot connect yet) would bury our one-line
+# errors; they are read when torch loads, so this comes before anything imports it. Set it to WARNING to see them.
+os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "FATAL")
+
+import scaletrain  # noqa: E402
+from scaletrain.config import INVOCATION_ONLY, TrainConfig, build_config, load_toml
 from scaletrain.errors import UserError
 
 _TYPES = {"int": int, "float": float, "str": str}
@@ -53,8 +58,16 @@ def add_config_flags(p: argparse.ArgumentParser, lists: tuple[str, ...] = (), sk
                            help=f"{helps.get(f.name, '')} (default: {f.default})")
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """argparse whose usage errors are one line naming the problem and where the help is, exit 2
+    (argparse's own prints the whole usage first: 30 lines for `train`)."""
+
+    def error(self, message: str):
+        self.exit(2, f"error: {message}: see `{self.prog} --help`\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="scaletrain", description=scaletrain.__doc__)
+    parser = OneLineParser(prog="scaletrain", description=scaletrain.__doc__)
     parser.add_argument("--version", action="version", version=f"scaletrain {scaletrain.__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     add_train_args(sub.add_parser("train", help="train a model with data parallelism (DDP)"))
@@ -79,7 +92,17 @@ def build_parser() -> argparse.ArgumentParser:
     mk.add_argument("--copies", type=int, default=1, help="shifted copies of each training image")
     mk.add_argument("--seed", type=int, default=0)
     mk.add_argument("--quality", type=int, default=90, help="JPEG quality")
+    parser.commands = sub.choices  # name -> the command's parser, for its own error line
     return parser
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """Parse; an unknown flag is reported by its command's parser (`see scaletrain study --help`)."""
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        parser.commands[args.command].error(f"unrecognized arguments: {' '.join(extra)}")
+    return args
 
 
 def train_config(args: argparse.Namespace) -> TrainConfig:
@@ -92,7 +115,8 @@ def train_config(args: argparse.Namespace) -> TrainConfig:
             raise UserError("--resume needs --out DIR: the run directory to continue")
         saved = Path(out) / "config.toml"
         base = load_toml(saved) if saved.is_file() else {}
-        base.pop("stop_after", None)  # a per-invocation limit, not part of the run's identity
+        for key in INVOCATION_ONLY:  # an older run's config.toml may hold them; they are never inherited
+            base.pop(key, None)
         file_values = {**base, **file_values}
     cfg = build_config(file_values, overrides)
     if cfg.out is None:
@@ -102,7 +126,7 @@ def train_config(args: argparse.Namespace) -> TrainConfig:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    args = parse_args(argv)
     try:
         if args.command == "train":
             from scaletrain.launch import train

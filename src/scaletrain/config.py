@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
 import tomllib
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -104,6 +105,9 @@ class TrainConfig:
     """Rendezvous port; default: a free one (one node only; several nodes must name the same port)."""
     local_addr: str | None = None
     """Address the other nodes reach this node at (multi-node); default: what the hostname resolves to."""
+    timeout: float = 180.0
+    """Seconds to wait for a peer that does not answer (a rank stopped or hung, a node that never joins)
+    before the job ends naming it; applies to every collective and to the nodes' rendezvous."""
     progress: bool = True
     """Show the progress bar on rank 0."""
     strategy: str = "allreduce"
@@ -146,7 +150,8 @@ class TrainConfig:
     inject: str | None = None
     """Slow things down on purpose, to see a diagnosis: `data=S` (seconds per sample), `comm=S` (per
     gradient bucket), `slow-rank=R:S` (rank R sleeps S seconds per step), `kill-rank=R:STEP` (rank R kills
-    itself with SIGKILL at step STEP, to see a worker die); comma separated."""
+    itself with SIGKILL at step STEP, to see a worker die), `stop-rank=R:STEP` (rank R stops itself with
+    SIGSTOP at step STEP, to see a hung worker reported after --timeout); comma separated."""
 
     def __post_init__(self) -> None:
         _check_choice("optimizer", self.optimizer, OPTIMIZERS)
@@ -166,7 +171,7 @@ class TrainConfig:
         from scaletrain.comm.spec import check
         check(self.strategy, self.compress)
         self._check_ps()
-        if self.bucket_cap_mb is not None and not self.bucket_cap_mb > 0:
+        if self.bucket_cap_mb is not None and not 0 < self.bucket_cap_mb < math.inf:
             raise UserError(f"--bucket-cap-mb must be positive (got {self.bucket_cap_mb})")
         for name in ("nproc", "epochs", "batch_size", "ref_batch", "eval_every", "synthetic_samples",
                      "synthetic_classes"):
@@ -174,14 +179,22 @@ class TrainConfig:
                 raise UserError(f"--{_flag(name)} must be at least 1 (got {getattr(self, name)})")
         if self.workers < 0:
             raise UserError(f"--workers must be 0 or more (got {self.workers})")
-        if not self.lr > 0:  # also refuses NaN
-            raise UserError(f"--lr must be positive (got {self.lr})")
+        if not 0 < self.lr < math.inf:  # also refuses NaN
+            raise UserError(f"--lr must be a positive number (got {self.lr})")
+        if not 0 <= self.weight_decay < math.inf:
+            raise UserError(f"--weight-decay must be 0 or a positive number (got {self.weight_decay}): e.g. 5e-4")
+        if not 0 <= self.momentum < 1:
+            raise UserError(f"--momentum must be in [0, 1) (got {self.momentum}): e.g. 0.9")
+        if not 0 <= self.seed < 2 ** 32:
+            raise UserError(f"--seed must be in 0..{2 ** 32 - 1} (got {self.seed})")
+        if not 0 < self.timeout < math.inf:
+            raise UserError(f"--timeout must be a positive number of seconds (got {self.timeout}): e.g. 180")
         if not 0 <= self.warmup_epochs <= self.epochs:
             raise UserError(f"--warmup-epochs must be between 0 and --epochs ({self.epochs}), got {self.warmup_epochs}")
         if self.image_size is not None and self.image_size < 1:
             raise UserError(f"--image-size must be at least 1 (got {self.image_size})")
-        if not self.width > 0:
-            raise UserError(f"--width must be positive (got {self.width})")
+        if not 0 < self.width < math.inf:
+            raise UserError(f"--width must be a positive number (got {self.width})")
         if self.stop_after is not None and self.stop_after < 1:
             raise UserError(f"--stop-after must be at least 1 epoch (got {self.stop_after})")
         if self.threads is not None and self.threads < 1:
@@ -204,9 +217,6 @@ class TrainConfig:
             raise UserError(f"--max-staleness must be 0 or more (got {self.max_staleness})")
         if not self.strategy.startswith("ps-"):
             return
-        if self.resume:
-            raise UserError(f"--resume is not supported with --strategy {self.strategy} (the optimizer state "
-                            "lives on the servers and is not checkpointed): start a new run")
         if self.precision == "fp16":
             raise UserError(f"--precision fp16 is not supported with --strategy {self.strategy} (the "
                             "servers apply unscaled gradients): use --precision bf16 or fp32")
@@ -216,6 +226,12 @@ class TrainConfig:
     def check_launch(self) -> None:
         """What depends on the launch's shape (nproc x nnodes), checked when launching, not per study axis."""
         world = self.nproc * self.nnodes
+        inject = parse_inject(self.inject)
+        for what, rank in (("slow-rank", inject.slow_rank), ("kill-rank", inject.kill_rank),
+                           ("stop-rank", inject.stop_rank)):
+            if rank is not None and rank >= world:
+                raise UserError(f"--inject {what}={rank}:...: there are only {world} ranks (0..{world - 1}): "
+                                "name one of them")
         if self.strategy.startswith("ps-") and world - self.ps_servers < 1:
             raise UserError(f"--strategy {self.strategy} with --ps-servers {self.ps_servers} needs more "
                             f"processes than servers (got {world}): raise --nproc to at least {self.ps_servers + 1}")
@@ -245,6 +261,8 @@ class Injection:
     slow_rank_s: float = 0.0
     kill_rank: int | None = None
     kill_step: int = 0
+    stop_rank: int | None = None
+    stop_step: int = 0
 
 
 def parse_inject(spec: str | None) -> Injection:
@@ -263,16 +281,18 @@ def parse_inject(spec: str | None) -> Injection:
             elif key == "slow-rank":
                 rank, _, seconds = value.partition(":")
                 values["slow_rank"], values["slow_rank_s"] = int(rank), float(seconds)
-            elif key == "kill-rank":
+            elif key in ("kill-rank", "stop-rank"):
                 rank, _, step = value.partition(":")
-                values["kill_rank"], values["kill_step"] = int(rank), int(step)
+                kind = key.split("-")[0]
+                values[f"{kind}_rank"], values[f"{kind}_step"] = int(rank), int(step)
             else:
-                raise UserError(f"--inject: unknown item {item!r} (known: data, comm, slow-rank, kill-rank): "
+                raise UserError(f"--inject: unknown item {item!r} (known: data, comm, slow-rank, kill-rank, "
+                                f"stop-rank): "
                                 f"{example}")
         except ValueError:
             raise UserError(f"--inject: cannot read {item!r}: {example}") from None
-    if any(v < 0 for v in values.values() if v is not None):
-        raise UserError(f"--inject: values must not be negative ({spec!r})")
+    if any(not 0 <= v < math.inf for v in values.values() if v is not None):
+        raise UserError(f"--inject: values must be finite and not negative ({spec!r})")
     return Injection(**values)
 
 
@@ -323,11 +343,11 @@ def load_toml(path: str | Path) -> dict[str, Any]:
 
 def build_config(file_values: dict[str, Any], overrides: dict[str, Any]) -> TrainConfig:
     """Defaults < TOML file < command-line overrides; types are checked against the defaults."""
-    merged = {**file_values, **overrides}
-    for f in fields(TrainConfig):
-        if f.name in merged:
-            merged[f.name] = _coerce(f.name, merged[f.name], str(f.type))
-    return TrainConfig(**merged)
+    types = {f.name: str(f.type) for f in fields(TrainConfig)}
+    # every value is checked, also a file's value that a flag overrides: a wrong file stays wrong
+    file_values = {k: _coerce(k, v, types[k]) for k, v in file_values.items() if k in types}
+    overrides = {k: _coerce(k, v, types[k]) for k, v in overrides.items() if k in types}
+    return TrainConfig(**{**file_values, **overrides})
 
 
 _TYPES = {"int": int, "float": float, "str": str, "bool": bool}
@@ -346,9 +366,14 @@ def _coerce(name: str, value: Any, annotation: str) -> Any:
     return value
 
 
+# settings of one invocation, not of the run: never saved in config.toml, never inherited on --resume
+INVOCATION_ONLY = ("resume", "stop_after")
+
+
 def save_toml(config: TrainConfig, path: Path) -> None:
-    """Write the resolved config (None values omitted, as TOML has no null)."""
-    data = {k: v for k, v in config.to_dict().items() if v is not None}
+    """Write the run's resolved settings (None values omitted, as TOML has no null; nor the invocation's
+    own, INVOCATION_ONLY), so that `--config this-file --out NEW` reruns the run."""
+    data = {k: v for k, v in config.to_dict().items() if v is not None and k not in INVOCATION_ONLY}
     path.write_text("# resolved scaletrain configuration; rerun with --config this-file\n" + tomli_w.dumps(data))
 
 

@@ -97,12 +97,24 @@ def check_device_request(requested: str, nproc: int, precision: str) -> str:
     return device_type
 
 
+# Set by `scaletrain testbed run` in each host's environment: the cores that host's processes may use,
+# when several virtual hosts share one machine's cores.
+CORES_ENV = "SCALETRAIN_CORES"
+
+
+def machine_cores(env: dict[str, str] | None = None) -> int:
+    """Cores this node's ranks share: $SCALETRAIN_CORES when a testbed host sets it, else the affinity mask."""
+    env = os.environ if env is None else env
+    if env.get(CORES_ENV, "").strip().isdigit() and int(env[CORES_ENV]) > 0:
+        return int(env[CORES_ENV])
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
 def cpu_threads_per_rank(local_world_size: int, requested: int | None = None) -> int:
     """Intra-op threads so that the local ranks share the cores instead of oversubscribing them."""
     if requested:
         return requested
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    return max(1, cores // max(1, local_world_size))
+    return max(1, machine_cores() // max(1, local_world_size))
 
 
 def init_process_group(device: torch.device, rank: RankInfo, timeout_s: float = 300) -> str:

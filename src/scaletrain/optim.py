@@ -63,3 +63,22 @@ class LRSchedule:
 def build_scheduler(cfg: TrainConfig, optimizer: torch.optim.Optimizer, steps_per_epoch: int,
                     world_size: int) -> torch.optim.lr_scheduler.LambdaLR:
     return torch.optim.lr_scheduler.LambdaLR(optimizer, LRSchedule(cfg, steps_per_epoch, world_size))
+
+
+def resume_optimizer(optimizer: torch.optim.Optimizer, scheduler: torch.optim.lr_scheduler.LambdaLR,
+                     state: dict, step: int) -> None:
+    """Load a checkpoint's optimizer state (momentum buffers, Adagrad sums, ...) but keep this invocation's
+    settings: the groups' momentum, weight decay, ... as built, and the schedule as planned for the
+    configured epochs, continued at `step`.
+
+    `optimizer.load_state_dict` alone brings back the saved groups' hyperparameters, and LambdaLR's
+    state its total step count: a resume with other --epochs or --lr would silently keep the old ones
+    (a 2-epoch run extended to 3 trained its third epoch at LR 0)."""
+    built = [{k: v for k, v in g.items() if k != "params"} for g in optimizer.param_groups]
+    optimizer.load_state_dict(state)
+    for group, settings, base_lr, fn in zip(optimizer.param_groups, built, scheduler.base_lrs,
+                                            scheduler.lr_lambdas):
+        group.update(settings)
+        group["lr"] = base_lr * fn(step)
+    scheduler.last_epoch = step
+    scheduler._last_lr = [g["lr"] for g in optimizer.param_groups]

@@ -58,7 +58,40 @@ def check_out_dir(out: str, resume: bool) -> RunDir:
                             "or give the --out of the run to continue")
     elif run.checkpoint.exists() or _finished(run):
         raise UserError(f"--out {out} already holds a run: add --resume to continue it, or choose another --out")
+    elif run.root.is_dir() and any(run.root.iterdir()) and not _holds_run_files(run):
+        raise UserError(f"--out {out} is a folder with other files in it, not a scaletrain run: choose a new "
+                        "or empty folder for --out")
+    if run.root.is_dir():
+        _check_writable(run.root)
     return run
+
+
+# what a run directory may hold (docs/run-directory.md); a folder with none of them is someone else's
+_RUN_FILES = ("config.toml", "summary.json", "epochs.jsonl", "checkpoint.pt", "trace.json")
+
+
+def _holds_run_files(run: RunDir) -> bool:
+    return any((run.root / name).exists() for name in _RUN_FILES) or any(run.root.glob("metrics-rank*.jsonl"))
+
+
+def _check_writable(folder: Path) -> None:
+    """Try it (a temp file made and removed): permissions alone say nothing to root or on read-only mounts."""
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".write-check.", dir=folder)
+        os.close(fd)
+        os.unlink(tmp)
+    except OSError as e:
+        raise UserError(f"cannot write in {folder} ({e.strerror}): make it writable, or copy the run "
+                        "elsewhere and point --out there") from None
+
+
+def remove_stale_temps(run: RunDir) -> list[Path]:
+    """Temp files that a process killed mid-write left beside checkpoint.pt or summary.json (their atomic
+    writes never leave one otherwise); removed before a launch, when no rank of this run is writing."""
+    stale = [p for p in run.root.glob(".*.tmp") if p.is_file()]
+    for p in stale:
+        p.unlink(missing_ok=True)
+    return stale
 
 
 def _finished(run: RunDir) -> bool:

@@ -3,6 +3,6 @@
 from scaletrain.data.collate import BadSample, collate
 from scaletrain.data.delay import DelayedDataset
 from scaletrain.data.make_imagefolder import write_imagefolder
-from scaletrain.data.registry import DataBundle, build_datasets, dataset_names
+from scaletrain.data.registry import DataBundle, build_datasets, dataset_names, default_image_size
 
-__all__ = ["BadSample", "DataBundle", "DelayedDataset", "build_datasets", "collate", "dataset_names", "write_imagefolder"]
+__all__ = ["BadSample", "DataBundle", "DelayedDataset", "build_datasets", "collate", "dataset_names", "default_image_size", "write_imagefolder"]

@@ -6,8 +6,8 @@ from dataclasses import dataclass
 
 from torch.utils.data import Dataset
 
-from scaletrain.data.digits import DIGITS_CLASSES, build_digits
-from scaletrain.data.imagefolder import build_imagefolder
+from scaletrain.data.digits import DEFAULT_DIGITS_SIZE, DIGITS_CLASSES, build_digits
+from scaletrain.data.imagefolder import DEFAULT_IMAGEFOLDER_SIZE, build_imagefolder
 from scaletrain.data.synthetic import build_synthetic
 from scaletrain.errors import UserError
 
@@ -27,6 +27,11 @@ class DataBundle:
 def dataset_names() -> list[str]:
     """The accepted spec forms, for help text and error messages."""
     return ["digits", "imagefolder:PATH", "synthetic"]
+
+
+def default_image_size(spec: str) -> int:
+    """The image side a dataset uses when --image-size is not given."""
+    return DEFAULT_IMAGEFOLDER_SIZE if spec.startswith("imagefolder:") else DEFAULT_DIGITS_SIZE
 
 
 def _positive(value: int, what: str) -> int:

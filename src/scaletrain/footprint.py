@@ -1,0 +1,109 @@
+"""Memory a training request needs per process, estimated before anything large is allocated.
+
+The model is built on PyTorch's `meta` device (shapes only, no storage) and run forward once on a meta
+batch; the outputs of its leaf modules are the activations kept for backward. Parameters count four times
+over with a momentum optimizer (weights, gradients, momentum, the gradient bucket DDP keeps), five with
+AdamW. The digits dataset is held in memory resized to the image size, once per process.
+It is a floor, not a bound: the allocator, the framework and the loader add to it.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import torch
+
+from scaletrain.errors import UserError
+
+DIGITS_SAMPLES = 1797
+STATE_COPIES = {"sgd": 4, "nesterov": 4, "adagrad": 4, "adamw": 5}
+PRECISION_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
+
+
+@dataclass(frozen=True)
+class Footprint:
+    """Bytes per process: parameters with their training state, activations of one batch, the dataset."""
+
+    params: int = 0
+    activations: int = 0
+    dataset: int = 0
+
+    @property
+    def total(self) -> int:
+        return self.params + self.activations + self.dataset
+
+
+def dataset_bytes(dataset: str, image_size: int, channels: int = 1) -> int:
+    """Bytes a process holds for the dataset itself: digits is resized into memory, the others load lazily."""
+    return DIGITS_SAMPLES * channels * image_size * image_size * 4 if dataset == "digits" else 0
+
+
+def model_bytes(factory, batch_size: int, in_channels: int, image_size: int, optimizer: str,
+                precision: str) -> tuple[int, int] | None:
+    """(parameter bytes with training state, activation bytes of one batch), from a meta-device model;
+    None when the model cannot be built or run on the meta device (a user model may not allow it)."""
+    sizes: list[int] = []
+    try:
+        with torch.device("meta"):
+            model = factory()
+            hooks = [m.register_forward_hook(lambda _m, _i, out: sizes.append(_numel(out)))
+                     for m in model.modules() if not list(m.children())]
+            model(torch.empty(batch_size, in_channels, image_size, image_size))
+    except UserError:
+        raise
+    except Exception:  # noqa: BLE001 - whatever a model does on meta tensors, the estimate just stays silent
+        return None
+    for h in hooks:
+        h.remove()
+    params = sum(p.numel() for p in model.parameters())
+    act_bytes = PRECISION_BYTES.get(precision, 4)
+    return params * 4 * STATE_COPIES.get(optimizer, 4), (sum(sizes) + batch_size * in_channels * image_size ** 2) * act_bytes
+
+
+def _numel(out) -> int:
+    if isinstance(out, torch.Tensor):
+        return out.numel()
+    if isinstance(out, (list, tuple)):
+        return sum(_numel(o) for o in out)
+    return 0
+
+
+def available_bytes(device_type: str) -> int | None:
+    """Memory a process can hope for: the GPU's total on CUDA, MemAvailable (else total RAM) on CPU."""
+    if device_type == "cuda":
+        return torch.cuda.get_device_properties(0).total_memory
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def human(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
+        if n < 1024 or unit == "PiB":
+            return f"{n:.3g} {unit}" if unit != "B" else f"{int(n)} B"
+        n /= 1024
+    return f"{n:.3g} PiB"
+
+
+def check_fits(need: Footprint, processes: int, available: int | None, device_type: str, hint: str) -> None:
+    """Refuse a request whose floor estimate exceeds the memory there is (per GPU; shared RAM on a CPU)."""
+    if available is None:
+        return
+    total = need.total * (1 if device_type == "cuda" else processes)
+    if total <= available:
+        return
+    parts = [f"{name} {human(v)}" for name, v in (("parameters and optimizer state", need.params),
+                                                  ("activations", need.activations),
+                                                  ("dataset in memory", need.dataset)) if v]
+    where = "per GPU" if device_type == "cuda" else f"for {processes} process{'es' if processes > 1 else ''}"
+    raise UserError(f"this run needs at least {human(total)} of memory {where} ({', '.join(parts)} each) but "
+                    f"{human(available)} is available: {hint}")

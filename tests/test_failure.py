@@ -1,0 +1,172 @@
+"""A failure keeps its cause: the one line names the first cause, the traceback stays in the run directory."""
+
+from __future__ import annotations
+
+import json
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from conftest import scaletrain
+from scaletrain import failure
+
+
+def name(rank: int) -> str:
+    return f"parameter server 0 (rank {rank})" if rank == 2 else f"worker rank {rank}"
+
+
+def outcome(records=(), exitcodes=None, hung=None) -> failure.Outcome:
+    return failure.Outcome(list(records), exitcodes or {}, hung or {}, timeout_s=20)
+
+
+def test_a_rank_killed_by_a_signal_is_the_cause_not_the_peers_that_lost_it():
+    records = [{"rank": 0, "line": "RuntimeError: Connection closed by peer", "time": 1.0}]
+    line, bad_input = failure.explain(outcome(records, {2: -9, 0: 1}), name)
+    assert line.startswith("parameter server 0 (rank 2) was killed by SIGKILL")
+    assert not bad_input
+
+
+def test_a_rank_that_stopped_responding_is_named_with_the_timeout():
+    records = [{"rank": 0, "line": "RuntimeError: Timed out waiting 20000ms for recv", "time": 1.0}]
+    line, _ = failure.explain(outcome(records, {0: 1, 1: -9}, hung={1: 21.0}), name)
+    assert line.startswith("worker rank 1 stopped responding (no sign of life for 21 s)")
+    assert "worker rank 0 gave up waiting after --timeout 20 s" in line
+    assert "killed" not in line  # the watchdog's own SIGKILL is not the cause
+
+
+def test_the_first_rank_to_fail_is_reported_with_where_its_traceback_is():
+    records = [{"rank": 1, "line": "ValueError: boom (at nets.py:3 in forward)", "time": 1.0,
+                "traceback": "/r/errors/rank1.txt", "user_error": False},
+               {"rank": 0, "line": "RuntimeError: Connection reset by peer", "time": 2.0}]
+    line, bad_input = failure.explain(outcome(records, {0: 1, 1: 1}), name)
+    assert line == "worker rank 1 failed: ValueError: boom (at nets.py:3 in forward) [traceback: /r/errors/rank1.txt]"
+    assert not bad_input
+
+
+def test_bad_input_found_in_a_worker_keeps_exit_code_2():
+    records = [{"rank": 0, "line": "unreadable image x.jpg: replace it", "time": 1.0, "user_error": True}]
+    assert failure.explain(outcome(records, {0: 2}), name) == ("worker rank 0 failed: unreadable image x.jpg: "
+                                                               "replace it", True)
+
+
+def test_one_line_names_type_message_and_the_innermost_frame_outside_torch(tmp_path, monkeypatch):
+    (tmp_path / "badnet.py").write_text(textwrap.dedent("""
+        import torch
+        def forward(x):
+            return torch.nn.functional.linear(x, torch.zeros(5, 20))
+    """))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import badnet
+    import torch
+    with pytest.raises(RuntimeError) as info:
+        badnet.forward(torch.zeros(4, 10))
+    line = failure.one_line(info.value)
+    assert line.startswith("RuntimeError: mat1 and mat2 shapes cannot be multiplied")
+    assert line.endswith(f"(at {tmp_path / 'badnet.py'}:4 in forward)")
+    assert "\n" not in line
+    sys.modules.pop("badnet", None)
+
+
+def test_gloo_source_locations_are_dropped_from_the_message():
+    err = RuntimeError("[../third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:81] Timed out waiting 20000ms")
+    assert failure.one_line(err).startswith("RuntimeError: Timed out waiting 20000ms")
+
+
+def test_record_error_writes_the_traceback_to_the_run_and_a_line_for_the_launcher(tmp_path):
+    run, err = tmp_path / "run", tmp_path / "err"
+    err.mkdir()
+    try:
+        raise KeyError("missing")
+    except KeyError as e:
+        failure.record_error(err, run, 3, e, user_error=False)
+    record = json.loads((err / "rank3.json").read_text())
+    assert record["line"].startswith("KeyError: 'missing' (at ")
+    assert record["traceback"] == str(run / "errors" / "rank3.txt")
+    assert "Traceback (most recent call last)" in (run / "errors" / "rank3.txt").read_text()
+
+
+USER_MODEL = """
+import torch
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(20, 10)   # the digits give 32*32 = 1024 inputs: a shape error
+    def forward(self, x):
+        return self.fc(x.flatten(1))
+def make(num_classes, in_channels, image_size):
+    return Net()
+"""
+
+
+def test_a_user_model_that_raises_reports_type_message_and_its_own_line(tmp_path):
+    (tmp_path / "shapebug.py").write_text(USER_MODEL)
+    out = tmp_path / "run"
+    proc = scaletrain("train", "--model", "shapebug:make", "--epochs", "1", "--no-progress", "--out", str(out),
+                      env={"PYTHONPATH": str(tmp_path)})
+    assert proc.returncode == 1, proc.stderr
+    assert "Traceback" not in proc.stderr
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1, proc.stderr
+    line = errors[0]
+    assert "rank 0 failed: RuntimeError: mat1 and mat2 shapes cannot be multiplied" in line
+    assert "shapebug.py:8 in forward" in line
+    assert f"[traceback: {out / 'errors' / 'rank0.txt'}]" in line
+    assert "in forward" in (out / "errors" / "rank0.txt").read_text()
+
+
+@pytest.mark.slow
+def test_a_stopped_rank_is_named_within_the_timeout(tmp_path):
+    """SIGSTOP on rank 1 at its 3rd step: rank 0 waits --timeout 8 s, then the line names rank 1."""
+    proc = scaletrain("train", "--model", "mlp", "--nproc", "2", "--epochs", "2", "--timeout", "8",
+                      "--inject", "stop-rank=1:3", "--no-progress", "--out", str(tmp_path / "run"), timeout=90)
+    assert proc.returncode == 1, proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert lines[-1].startswith("error: rank 1 stopped responding"), proc.stderr
+    assert "rank 0 gave up waiting after --timeout 8 s" in lines[-1]
+    assert not any(line.startswith(("[W", "[E", "W1", "E1", "frame #")) for line in lines), proc.stderr
+
+
+@pytest.mark.slow
+def test_a_node_whose_node_0_never_comes_says_so_within_the_timeout(tmp_path):
+    import socket
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = scaletrain("train", "--model", "mlp", "--epochs", "1", "--nnodes", "2", "--node-rank", "1",
+                      "--master-port", str(port), "--timeout", "5", "--no-progress", "--out", str(tmp_path / "r"),
+                      timeout=90)
+    assert proc.returncode == 2, proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 2, proc.stderr  # the waiting note, then the error
+    assert lines[0].startswith("node 1 of 2: waiting up to 5 s")
+    assert lines[1].startswith(f"error: the nodes did not meet at 127.0.0.1:{port} within --timeout 5 s")
+
+
+def test_a_rank_briefly_silent_is_not_blamed_for_the_failure_of_another():
+    records = [{"rank": 0, "line": "unreadable image x.jpg: replace it", "time": 1.0, "user_error": True}]
+    line, bad_input = failure.explain(outcome(records, {0: 2, 1: -9}, hung={1: 6.0}), name)
+    assert line == "worker rank 0 failed: unreadable image x.jpg: replace it" and bad_input
+
+
+def test_the_watchdog_ends_a_silent_rank_once_another_has_failed(tmp_path):
+    import os
+    import subprocess
+    import time
+    sleeper = subprocess.Popen(["sleep", "60"])
+    try:
+        alive = tmp_path / "alive-rank1"
+        alive.write_text(str(sleeper.pid))
+        os.utime(alive, (time.time() - 30, time.time() - 30))
+        (tmp_path / "alive-rank0").write_text("1")  # rank 0 reported its failure: never touched
+        os.utime(tmp_path / "alive-rank0", (time.time() - 30, time.time() - 30))
+        (tmp_path / "rank0.json").write_text(json.dumps({"rank": 0, "line": "x", "time": 1.0}))
+        dog = failure.Watchdog(tmp_path)
+        assert sleeper.wait(timeout=10) == -9
+        dog.stop()
+        assert float((tmp_path / "hung-rank1").read_text()) >= 30
+        assert not (tmp_path / "hung-rank0").exists()
+    finally:
+        if sleeper.poll() is None:
+            sleeper.kill()
