@@ -48,10 +48,21 @@ def test_findings_are_ordered_by_share():
 
 def test_thresholds_come_from_config_and_can_be_overridden():
     limits = thresholds_from({"diag_input": 0.3}, {"diag_comm": 0.5})
-    assert limits == {"diag_input": 0.3, "diag_comm": 0.5, "diag_straggler": 0.10}
+    assert limits == {"diag_input": 0.3, "diag_comm": 0.5, "diag_straggler": 0.10, "diag_cpu_util": 0.6,
+                      "diag_cpu_spread": 3.0}
     findings = diagnose(_run(data_wait=0.02, forward=0.08), NO_STRAGGLERS, {}, limits)
     assert [f["kind"] for f in findings] == ["compute-bound"]  # 20% data wait is under a 30% threshold
 
 
 def test_unprofiled_run_gets_no_diagnosis():
     assert diagnose({"phases_mean_s": None, "step_time_mean_s": 0.1}, NO_STRAGGLERS, {}, DEFAULT_THRESHOLDS) == []
+
+
+def test_a_straggler_while_oversubscribed_comes_after_it_and_says_so():
+    stragglers = {"repeated": [{"rank": 1, "share": 0.9, "lag_mean_s": 0.06}]}
+    cpu = {"threads_per_rank": 2, "local_world_size": 2, "cpu_cores": 2, "utilisation": None, "spread": {}}
+    findings = diagnose({**_run(forward=0.02, backward=0.02), "cpu": cpu}, stragglers, {}, DEFAULT_THRESHOLDS)
+    assert [f["kind"] for f in findings] == ["cpu-oversubscribed", "straggler"]
+    assert "likely inflated by the CPU oversubscription" in findings[1]["message"]
+    assert diagnose({**_run(forward=0.02, backward=0.02), "cpu": None}, stragglers, {},
+                    DEFAULT_THRESHOLDS)[0]["kind"] == "straggler"

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import pytest
+
 from conftest import ROOT, assert_ok, scaletrain, summary
 
 
+@pytest.mark.slow  # the full demo run (about a minute): make test-slow
 def test_demo_configuration_reaches_097_top1(tmp_path):
     out = tmp_path / "demo"
     proc = scaletrain("train", "--config", str(ROOT / "configs" / "demo.toml"), "--out", str(out))

@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from scaletrain.profiler.timeline import PHASES, length, overlap, step_phases, union
+from scaletrain.profiler.timeline import PHASES, length, overlap, step_cpu, step_phases, union
 
 
 def test_union_merges_overlaps_and_drops_empty():
@@ -62,3 +62,25 @@ def test_phases_always_add_up_to_the_step(pairs, buckets):
     assert sum(out["phases_s"].values()) == pytest.approx(total, abs=1e-9)
     assert all(v >= -1e-12 for v in out["phases_s"].values())
     assert 0 <= out["comm_hidden_s"] <= out["comm_total_s"] + 1e-12
+
+
+def _cpu_spans(*triples):
+    """(name, wall, cpu) durations laid end to end: (name, begin, end, cpu_begin, cpu_end)."""
+    t = c = 0.0
+    spans = []
+    for name, d, dc in triples:
+        spans.append((name, t, t + d, c, c + dc))
+        t, c = t + d, c + dc
+    return spans
+
+
+def test_cpu_time_of_backward_splits_where_its_wall_time_does():
+    # backward: wall 3..8, CPU 4..9.5; buckets ready at 4 (CPU 5) and 6 (CPU 8): compute ends at CPU 8
+    spans = _cpu_spans(("data_wait", 1, 0.5), ("h2d", 0.5, 0.5), ("forward", 1.5, 3), ("backward", 5, 5.5),
+                       ("optimizer", 1, 2))
+    cpu = step_cpu(spans, [(4, 5.0), (6, 8.0)])
+    assert cpu["backward"] == pytest.approx(4) and cpu["comm_exposed"] == pytest.approx(1.5)
+    assert cpu["forward"] == pytest.approx(3) and cpu["data_wait"] == pytest.approx(0.5)
+    assert sum(cpu.values()) == pytest.approx(11.5)  # the step's CPU time, every phase accounted for
+    assert step_cpu(spans, [])["backward"] == pytest.approx(5.5)  # no buckets: all of it is backward
+    assert step_cpu(spans, [(6, None)])["backward"] == pytest.approx(5.5)  # no CPU reading: not split

@@ -11,6 +11,7 @@ import sys
 import pytest
 
 from conftest import assert_ok, scaletrain
+from scaletrain.testbed.cores import share_cores
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0 or shutil.which("ip") is None or shutil.which("tc") is None,
                                 reason="the testbed needs root and iproute2")
@@ -40,9 +41,15 @@ def test_up_run_down_and_a_training_across_two_hosts(clean, tmp_path):
     assert_ok(status)
     assert "10.77.0.2" in status.stdout and "tbf" in status.stdout and "rate 1Gbit" in status.stdout
     hosts = scaletrain("testbed", "run", "--", sys.executable, "-c",
-                       "import os; print('host', os.environ['SCALETRAIN_TESTBED_HOST'])", env=clean)
+                       "import os; print('host', os.environ['SCALETRAIN_TESTBED_HOST'], 'cores', "
+                       "os.environ['SCALETRAIN_CORES'], 'cpus', sorted(os.sched_getaffinity(0)))", env=clean)
     assert_ok(hosts)
-    assert "host 0" in hosts.stdout and "host 1" in hosts.stdout
+    # the two hosts share this machine's cores: each is told its share and, where they fit, pinned apart
+    share = share_cores(sorted(os.sched_getaffinity(0)), 2)
+    assert share.describe() in hosts.stdout
+    for i in range(2):
+        cpus = list(share.cpus[i]) if share.cpus else sorted(os.sched_getaffinity(0))
+        assert f"host {i} cores {share.per_host} cpus {cpus}" in hosts.stdout
     out = tmp_path / "two-hosts"
     proc = scaletrain("testbed", "run", "--", sys.executable, "-m", "scaletrain", "train", "--nproc", "1", "--model", "mlp",
                       "--dataset", "digits", "--epochs", "1", "--batch-size", "64", "--no-progress",
@@ -54,8 +61,10 @@ def test_up_run_down_and_a_training_across_two_hosts(clean, tmp_path):
     assert "bytes sent on the testbed links" in proc.stdout
     counted = [int(n.replace(",", "")) for n in re.findall(r"st-h\d (\d[\d,]*)", proc.stdout)]
     assert len(counted) == 2 and min(counted) > 1_000_000  # each host sent its gradients over its link
-    sent = [r["bytes_sent"] for r in map(json.loads, (out / "metrics-rank1.jsonl").read_text().splitlines())]
-    assert sum(sent) > 0
+    records = list(map(json.loads, (out / "metrics-rank1.jsonl").read_text().splitlines()))
+    assert sum(r["bytes_sent"] for r in records) > 0
+    # one rank per host sizes its threads for its host's share of the cores, not the whole machine's
+    assert {r["threads"] for r in records} == {share.per_host}
     assert_ok(scaletrain("testbed", "down", env=clean))
     assert _ours() == []
 

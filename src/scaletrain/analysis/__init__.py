@@ -9,6 +9,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from scaletrain.analysis.cpu import cpu_stats
 from scaletrain.analysis.diagnosis import DEFAULT_THRESHOLDS, diagnose, thresholds_from
 from scaletrain.analysis.steps import epoch_start_wait, run_means, steady
 from scaletrain.analysis.stragglers import slowest_by_step, straggler_stats
@@ -37,7 +38,10 @@ def load_records(run_dir: str | Path, world_size: int | None = None,
 def analyze_run(records_by_rank: dict[int, Records], config: dict[str, Any],
                 thresholds: dict[str, float] | None = None,
                 memory: list[tuple[int, int, str]] | None = None) -> dict[str, Any]:
-    """Phases, overlap, stragglers, memory and diagnosis of a run from its records."""
+    """Phases, overlap, stragglers, memory, CPU use and diagnosis of a run from its records.
+
+    Config keys read (all optional): workers, batch_size, bucket_cap_mb, strategy, ps_servers, precision,
+    device, threads_per_rank, local_world_size, cpu_cores, and the diag_* thresholds."""
     limits = thresholds_from(config, thresholds)
     steady_by_rank = {r: steady(recs) for r, recs in records_by_rank.items()}
     means = run_means(steady_by_rank)
@@ -54,7 +58,9 @@ def analyze_run(records_by_rank: dict[int, Records], config: dict[str, Any],
             rank_stats["peak_memory_bytes"] = by_rank.get(rank_stats["rank"], (None, None))[0]
         result["peak_memory_bytes"] = max(peak for _, peak, _ in memory)
         result["memory_kind"] = memory[0][2]
-    result["diagnosis"] = diagnose({**means, "epoch_start": result["epoch_start"]}, stragglers, config, limits)
+    result["cpu"] = cpu_stats(steady_by_rank, config, memory[0][2] if memory else None)
+    result["diagnosis"] = diagnose({**means, "epoch_start": result["epoch_start"], "cpu": result["cpu"]},
+                                   stragglers, config, limits)
     return result
 
 

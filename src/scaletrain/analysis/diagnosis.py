@@ -5,18 +5,30 @@ Findings (most severe first), shares being fractions of the mean step time:
                        first batch (loader workers starting) >= diag_input of an epoch
   communication-bound  comm_exposed share >= diag_comm (default 0.15)
   straggler            a rank slowest in most steps by >= diag_straggler (default 0.10) of a step
+  cpu-oversubscribed   on CPU: ranks x threads > cores, or forward+backward kept < diag_cpu_util (0.6) of
+                       their threads busy, or forward/backward p90 > diag_cpu_spread (3) x p10
   compute-bound        none of the above: forward + backward + optimizer dominate
+
+While the cores are oversubscribed, exposed communication and straggling are mostly ranks waiting for a
+descheduled peer: communication-bound and straggler findings then come after cpu-oversubscribed, and say so.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-DEFAULT_THRESHOLDS = {"diag_input": 0.15, "diag_comm": 0.15, "diag_straggler": 0.10}
+DEFAULT_THRESHOLDS = {"diag_input": 0.15, "diag_comm": 0.15, "diag_straggler": 0.10,
+                      "diag_cpu_util": 0.6, "diag_cpu_spread": 3.0}
+SPREAD_MATTERS = 0.10  # a spread counts when p90 - p10 is at least this share of the mean step
+WAITING = ("communication-bound", "straggler")  # what a descheduled peer inflates
 
 
 def thresholds_from(config: dict[str, Any], override: dict[str, float] | None = None) -> dict[str, float]:
     return {k: float((override or {}).get(k, config.get(k, v))) for k, v in DEFAULT_THRESHOLDS.items()}
+
+
+def _n(count: int, word: str) -> str:
+    return f"{count} {word}{'s' if count != 1 else ''}"
 
 
 def _ms(seconds: float) -> str:
@@ -25,7 +37,8 @@ def _ms(seconds: float) -> str:
 
 def diagnose(run: dict[str, Any], stragglers: dict[str, Any], config: dict[str, Any],
              thresholds: dict[str, float]) -> list[dict[str, Any]]:
-    """Findings for a run's means (`phases_mean_s`, `step_time_mean_s`, `overlap_ratio`)."""
+    """Findings for a run's means (`phases_mean_s`, `step_time_mean_s`, `overlap_ratio`) and, on CPU,
+    its CPU use (`cpu`, see analysis.cpu)."""
     phases, step = run.get("phases_mean_s"), run.get("step_time_mean_s")
     if not phases or not step:
         return []  # not profiled: nothing to say rather than a guess
@@ -84,6 +97,9 @@ def diagnose(run: dict[str, Any], stragglers: dict[str, Any], config: dict[str, 
                                     f"{_ms(s['lag_mean_s'])} ({share:.0%} of a step) on average; the others wait for it",
                          "lever": f"look at what slows rank {s['rank']}: other load on its host or device, its "
                                   "data-loader workers, uneven data, thermal limits"})
+    cpu = oversubscribed(run.get("cpu"), phases, step, thresholds)
+    if cpu is not None:
+        findings.append(cpu)
     if not findings:
         compute_s = phases["forward"] + phases["backward"] + phases["optimizer"]
         share = compute_s / step
@@ -97,4 +113,62 @@ def diagnose(run: dict[str, Any], stragglers: dict[str, Any], config: dict[str, 
                          "message": f"{share:.0%} of each step ({_ms(compute_s)} of {_ms(step)}) is forward, "
                                     "backward and optimizer compute; data and communication are not the limit",
                          "lever": lever})
-    return sorted(findings, key=lambda f: -f["share"])
+    return _ordered(findings)
+
+
+def _ordered(findings: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Largest share first; with cpu-oversubscribed, what it inflates comes after it, flagged."""
+    cpu = next((f for f in findings if f["kind"] == "cpu-oversubscribed"), None)
+    if cpu is None:
+        return sorted(findings, key=lambda f: -f["share"])
+    for f in findings:
+        if f["kind"] in WAITING:
+            f["message"] += "; likely inflated by the CPU oversubscription (ranks wait for a descheduled peer)"
+            f["inflated_by"] = "cpu-oversubscribed"
+
+    def key(f: dict[str, Any]) -> tuple[float, bool]:
+        waiting = f["kind"] in WAITING
+        return -(min(f["share"], cpu["share"]) if waiting else f["share"]), waiting
+
+    return sorted(findings, key=key)
+
+
+def oversubscribed(cpu: dict[str, Any] | None, phases: dict[str, float], step: float,
+                   thresholds: dict[str, float]) -> dict[str, Any] | None:
+    """The cpu-oversubscribed finding, or None (also when the run is not on CPU: `cpu` is None)."""
+    if not cpu:
+        return None
+    threads, ranks, cores = cpu.get("threads_per_rank"), cpu.get("local_world_size"), cpu.get("cpu_cores")
+    evidence, measured = [], []
+    if threads and ranks and cores and ranks * threads > cores:
+        evidence.append("threads")
+    used = (cpu.get("utilisation") or {}).get("forward+backward")
+    if used is not None and used < thresholds["diag_cpu_util"]:
+        evidence.append("cpu_time")
+        whose = f"their {threads} threads'" if threads and threads > 1 else "their thread's"
+        measured.append(f"forward+backward used {used:.0%} of {whose} CPU time")
+    spreads = [(phase, s) for phase, s in (cpu.get("spread") or {}).items() if s
+               and s["ratio"] > thresholds["diag_cpu_spread"] and s["p90_s"] - s["p10_s"] >= SPREAD_MATTERS * step]
+    if spreads:
+        evidence.append("spread")
+        measured.append(", ".join(f"{phase} p90 is {s['ratio']:.1f}x its p10 ({_ms(s['p90_s'])} vs "
+                                  f"{_ms(s['p10_s'])}, rank {s['rank']})" for phase, s in spreads))
+    if not evidence:
+        return None
+    head = f"{_n(ranks, 'rank')} x {_n(threads, 'thread')} on {_n(cores, 'core')}" if "threads" in evidence else ""
+    message = (head + ": " if head else "") + (", and ".join(measured) if measured else
+                                               "more busy threads than cores, so they take turns")
+    testbed = "on the testbed, fewer hosts or --cores-per-host"
+    if "threads" in evidence and ranks > cores:
+        lever = f"at most {cores} ranks per node on {_n(cores, 'core')}: --nproc {cores} --threads 1; {testbed}"
+    elif "threads" in evidence:
+        fit = cores // ranks
+        lever = f"--threads {fit} so that ranks x threads <= cores ({ranks} x {fit} <= {cores}); {testbed}"
+    else:
+        now = f" (now {threads})" if threads else ""
+        lever = ("give each process its own cores: on the testbed (hosts share this machine's cores) fewer hosts "
+                 f"or --cores-per-host; elsewhere stop other jobs on these cores, or lower --threads{now} so "
+                 "that all ranks' threads fit the free cores")
+    compute = (phases["forward"] + phases["backward"] + phases["optimizer"]) / step
+    return {"kind": "cpu-oversubscribed", "share": compute, "evidence": evidence,
+            "message": message, "lever": lever}

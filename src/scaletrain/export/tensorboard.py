@@ -22,7 +22,7 @@ def wanted(setting: str) -> bool:
 
 
 class ScalarSink:
-    """Writes each step record's loss, step time, throughput and phases; epochs via `epoch()`."""
+    """Writes each step record's loss, learning rate, step time, throughput and phases; epochs via `epoch()`."""
 
     def __init__(self, run_dir: Path, rank: int) -> None:
         from torch.utils.tensorboard import SummaryWriter
@@ -33,6 +33,8 @@ class ScalarSink:
         step, add = record["step"], self.writer.add_scalar
         if record.get("loss") is not None:
             add("train/loss", record["loss"], step)
+        if record.get("lr") is not None:
+            add("train/lr", record["lr"], step)
         add("step/time_s", record["step_time_s"], step)
         if record.get("samples_per_s"):
             add("step/samples_per_s", record["samples_per_s"], step)
@@ -44,7 +46,7 @@ class ScalarSink:
             add("comm/bytes_sent", record["bytes_sent"], step)
 
     def epoch(self, record: dict[str, Any]) -> None:
-        for key in ("epoch_time_s", "train_loss", "top1", "top5", "val_loss"):
+        for key in ("epoch_time_s", "train_loss", "lr", "top1", "top5", "val_loss"):
             if record.get(key) is not None:
                 self.writer.add_scalar(f"epoch/{key}", record[key], record["epoch"])
 

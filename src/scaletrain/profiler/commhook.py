@@ -24,6 +24,7 @@ class BucketTiming:
     wire: int
     done: Any = None
     raw_wire: int | None = None  # bytes sent without compression, when not an all-reduce's 2 (P-1)/P x nbytes
+    ready_cpu: float | None = None  # the process's CPU clock at `ready` (splits backward's CPU time too)
 
 
 @dataclass
@@ -58,7 +59,7 @@ def timed_hook(inner: Callable = default_hooks.allreduce_hook) -> Callable:
         recorder, inner_state = state
         buffer = bucket.buffer()
         nbytes = buffer.numel() * buffer.element_size()
-        timing = BucketTiming(ready=recorder.clock.mark(), nbytes=nbytes, wire=0)
+        timing = BucketTiming(ready=recorder.clock.mark(), nbytes=nbytes, wire=0, ready_cpu=time.process_time())
         recorder.buckets.append(timing)
         recorder._wire = None
         future = inner(inner_state, bucket)  # runs synchronously up to launching the exchange

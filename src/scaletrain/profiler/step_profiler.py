@@ -9,7 +9,9 @@
         prof.step_end(loss=loss, samples=len(y))
     prof.finish()                                              # summary.json with diagnosis, trace.json
 
-Anything outside a phase counts as `other`, so the phases add up to the step time exactly.
+Anything outside a phase counts as `other`, so the phases add up to the step time exactly. Beside each
+wall-time boundary the process's CPU clock is read (time.process_time: every thread of the process,
+intra-op threads included), giving each step's and each phase's CPU time.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from scaletrain.metrics import StepLog
 from scaletrain.profiler import commhook
 from scaletrain.profiler.clock import clock_for
 from scaletrain.profiler.resources import peak_memory
-from scaletrain.profiler.timeline import PHASES, step_phases
+from scaletrain.profiler.timeline import PHASES, step_cpu, step_phases
 from scaletrain.profiler.torch_window import TorchProfileWindow
 from scaletrain.rundir import RunDir
 
@@ -63,9 +65,10 @@ class StepProfiler:
             if torch_profile else None
         self._clock_offset = _clock_offset(self.world_size)
         self._pending: deque[dict] = deque()
-        self._spans: list[tuple[str, Any, Any]] = []
+        self._spans: list[tuple[str, Any, Any, float, float]] = []  # (phase, mark, mark, cpu, cpu)
         self._start: Any = None
         self._last: Any = None
+        self._start_cpu = self._last_cpu = 0.0  # process CPU seconds at _start and _last
         self._host_start = 0.0
         self._closed = False
         self._epoch, self._in_epoch = -1, 0  # each pass through data() is an epoch
@@ -116,7 +119,8 @@ class StepProfiler:
             yield commhook.BucketTiming(ready=None, nbytes=raw, wire=wire, raw_wire=raw)  # not recorded
             return
         self._mark("other")
-        timing = commhook.BucketTiming(ready=self._last, nbytes=raw, wire=wire, raw_wire=raw)
+        timing = commhook.BucketTiming(ready=self._last, nbytes=raw, wire=wire, raw_wire=raw,
+                                       ready_cpu=self._last_cpu)
         yield timing
         self._mark("comm_exposed")
         timing.done = self._last
@@ -138,9 +142,10 @@ class StepProfiler:
         self._mark("other")
         raw = {"step": self.step, "fields": fields, "loss": loss, "samples": samples, "spans": self._spans,
                "start": self._start, "end": self._last, "host_start": self._host_start,
-               "buckets": self.recorder.take()}
+               "cpu_start": self._start_cpu, "cpu_end": self._last_cpu, "buckets": self.recorder.take()}
         self._pending.append(raw)
         self._spans, self._start, self._host_start = [], self._last, time.perf_counter()
+        self._start_cpu = self._last_cpu
         self._advance()
         resolved = []
         while len(self._pending) > self.clock.lag:
@@ -158,7 +163,11 @@ class StepProfiler:
     def finish(self, summary: dict[str, Any] | None = None, config: dict[str, Any] | None = None,
                thresholds: dict[str, float] | None = None) -> dict[str, Any] | None:
         """Collective: close files, gather peak memory; rank 0 analyses all ranks' files and writes
-        summary.json (merged into `summary`) and trace.json. Returns the summary on rank 0."""
+        summary.json (merged into `summary`) and trace.json. Returns the summary on rank 0.
+
+        `config` feeds the diagnosis (see analysis.analyze_run for its keys: e.g. workers, batch_size,
+        and for the CPU checks local_world_size, threads_per_rank, cpu_cores); `device` defaults to
+        this profiler's."""
         from scaletrain.analysis import analyze_run, load_records
         from scaletrain.export.trace import write_trace
 
@@ -170,7 +179,8 @@ class StepProfiler:
             return None
         notes: list[str] = []  # a worker that died (ps-async) may have left half a last line
         records = load_records(self.run_dir.root, self.world_size, notes)
-        analysis = analyze_run(records, config or {}, thresholds, memory=memory)
+        # the device decides which measures apply (CPU time says nothing of a GPU's work)
+        analysis = analyze_run(records, {"device": self.device.type, **(config or {})}, thresholds, memory=memory)
         result = {**(summary or {}), "profile": "on" if self.enabled else "off", **analysis}
         if notes:
             result["notes"] = notes
@@ -196,6 +206,7 @@ class StepProfiler:
         self._host_start = time.perf_counter()
         if self.enabled:
             self._start = self._last = self.clock.mark()
+            self._start_cpu = self._last_cpu = time.process_time()
             self._spans = []
             self.recorder.take()  # nothing from between epochs belongs to the first step
         if self.window is not None:
@@ -209,21 +220,25 @@ class StepProfiler:
             self.window.step_begins(self.step)
 
     def _mark(self, name: str) -> None:
-        now = self.clock.mark()
-        self._spans.append((name, self._last, now))
-        self._last = now
+        now, cpu = self.clock.mark(), time.process_time()  # a syscall: about 1 us, a few per step
+        self._spans.append((name, self._last, now, self._last_cpu, cpu))
+        self._last, self._last_cpu = now, cpu
 
     def _resolve(self, raw: dict) -> dict:
         clock, origin = self.clock, raw["start"]
         clock.wait(raw["end"])
-        spans = [(name, clock.seconds(origin, a), clock.seconds(origin, b)) for name, a, b in raw["spans"]]
-        buckets = []
+        spans = [(name, clock.seconds(origin, a), clock.seconds(origin, b), ca, cb)
+                 for name, a, b, ca, cb in raw["spans"]]
+        buckets, readies = [], []
         for b in raw["buckets"]:
             if b.done is not None:
                 clock.wait(b.done)  # on CUDA: recorded on the reduction's stream, normally long complete
                 buckets.append((clock.seconds(origin, b.ready), clock.seconds(origin, b.done)))
+                readies.append((buckets[-1][0], b.ready_cpu))
         step_time = clock.seconds(origin, raw["end"])
-        timing = step_phases(spans, buckets)
+        timing = step_phases([span[:3] for span in spans], buckets)
+        # on CUDA the CPU time is the host's (launching kernels, waiting), not the GPU's work
+        cpu = step_cpu(spans, readies)
         samples = raw["samples"]
         return {
             "step": raw["step"], **raw["fields"], "loss": _to_float(raw["loss"]), "samples": samples,
@@ -231,6 +246,9 @@ class StepProfiler:
             "samples_per_s": round(samples * self.world_size / step_time, 3) if step_time > 0 else None,
             "t_start_s": round(time.time() - time.perf_counter() + raw["host_start"] + self._clock_offset, 6),
             "phases_s": {k: round(timing["phases_s"][k], _ROUND) for k in PHASES},
+            "cpu_time_s": round(raw["cpu_end"] - raw["cpu_start"], _ROUND),
+            "phases_cpu_s": {k: round(cpu[k], _ROUND) for k in PHASES},
+            "threads": torch.get_num_threads(),
             "comm_total_s": round(timing["comm_total_s"], _ROUND),
             "comm_hidden_s": round(timing["comm_hidden_s"], _ROUND),
             "overlap_ratio": None if timing["overlap_ratio"] is None else round(timing["overlap_ratio"], 4),

@@ -75,3 +75,23 @@ def step_phases(spans: Sequence[tuple[str, float, float]], buckets: Sequence[tup
     hidden = overlap(comm, compute)
     return {"phases_s": phases, "comm_total_s": total, "comm_hidden_s": hidden,
             "overlap_ratio": hidden / total if total > 0 else None}
+
+
+def step_cpu(spans: Sequence[tuple[str, float, float, float, float]],
+             readies: Sequence[tuple[float, float | None]]) -> dict[str, float]:
+    """CPU seconds of the process (all its threads) in each phase of one step, split like step_phases.
+
+    spans: (name, begin, end, cpu_begin, cpu_end), wall marks as in step_phases and the process CPU
+    clock read at the same marks. readies: (ready, cpu_at_ready) of each bucket, the CPU clock read when
+    the hook was called; a `backward` span is split at the last bucket ready in it, as its wall time is.
+    """
+    cpu = dict.fromkeys(PHASES, 0.0)
+    for name, begin, end, cpu_begin, cpu_end in spans:
+        inside = [(r, c) for r, c in readies if begin <= r <= end and c is not None] if name == "backward" else []
+        if inside:
+            split = min(max(max(inside)[1], cpu_begin), cpu_end)
+            cpu["backward"] += split - cpu_begin
+            cpu["comm_exposed"] += cpu_end - split
+        else:
+            cpu[name] += cpu_end - cpu_begin
+    return cpu

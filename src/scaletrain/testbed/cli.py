@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 
 from scaletrain.errors import UserError
 
@@ -18,6 +19,9 @@ def add_testbed_args(p: argparse.ArgumentParser) -> None:
     run = sub.add_parser("run", help="run a command on every host (scaletrain train/commbench get their node "
                                      "flags); with --hosts, on a testbed made for it and removed afterwards")
     _shape_args(run, required=False)
+    run.add_argument("--cores-per-host", type=int, default=None, metavar="N",
+                     help="cores each host's processes may use (SCALETRAIN_CORES; each host pinned to its own CPUs "
+                          "where they fit); default: the machine's cores // hosts, at least 1")
     run.add_argument("argv", nargs=argparse.REMAINDER, metavar="-- COMMAND", help="the command, e.g. -- scaletrain train ...")
 
 
@@ -73,6 +77,7 @@ def _run(console, net, args, make_testbed) -> int:
     if not command:
         raise UserError("testbed run needs a command after --, e.g. scaletrain testbed run -- scaletrain train "
                         "--nproc 1 --out runs/x")
+    from scaletrain.testbed.cores import share_cores
     from scaletrain.testbed.run import run_on_hosts
 
     tb, made = net.current(), False
@@ -80,14 +85,17 @@ def _run(console, net, args, make_testbed) -> int:
         if args.hosts is None:
             raise UserError("no testbed is up: run `scaletrain testbed up --hosts 2` first, or give --hosts to "
                             "make one for this command only")
-        tb = make_testbed(args.hosts, args.rate, args.delay)
-        net.up(tb)
-        made = True
+        tb, made = make_testbed(args.hosts, args.rate, args.delay), True
     elif args.hosts is not None and args.hosts != tb.hosts:
         raise UserError(f"a testbed of {tb.hosts} hosts is up, not {args.hosts}: `scaletrain testbed down` first")
+    # the hosts share this machine's cores: each is told (and pinned to) its share
+    share = share_cores(sorted(os.sched_getaffinity(0)), tb.hosts, args.cores_per_host)
+    if made:
+        net.up(tb)
+    print(share.describe(), flush=True)
     try:
         before = net.tx_bytes(tb)
-        code = run_on_hosts(tb, command)
+        code = run_on_hosts(tb, command, share)
         after = net.tx_bytes(tb)
         sent = ", ".join(f"{h} {after[h] - before[h]:,}" for h in after)
         print(f"bytes sent on the testbed links during the command (interface counters): {sent}", flush=True)

@@ -8,6 +8,7 @@ import signal
 import subprocess
 import time
 
+from scaletrain.testbed.cores import CoreShare
 from scaletrain.testbed.plan import IFACE, Testbed
 
 MULTI_NODE = ("train", "commbench")  # scaletrain commands that take --nnodes/--node-rank
@@ -30,21 +31,24 @@ def _scaletrain_subcommand(argv: list[str]) -> str | None:
     return None
 
 
-def host_env(tb: Testbed, i: int) -> dict[str, str]:
-    """Collectives must use the testbed link, not whatever the hostname resolves to."""
+def host_env(tb: Testbed, i: int, share: CoreShare | None = None) -> dict[str, str]:
+    """Collectives must use the testbed link, not whatever the hostname resolves to; with `share`, the
+    host's processes are told their share of the cores (SCALETRAIN_CORES)."""
     env = {k: v for k, v in os.environ.items()
            if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "SLURM_PROCID",
                         "SLURM_NTASKS")}
     return {**env, "GLOO_SOCKET_IFNAME": IFACE, "NCCL_SOCKET_IFNAME": IFACE, "TP_SOCKET_IFNAME": IFACE,
             "SCALETRAIN_TESTBED_HOST": str(i), "SCALETRAIN_TESTBED_HOSTS": str(tb.hosts),
-            "SCALETRAIN_TESTBED_MASTER": tb.address(0)}
+            "SCALETRAIN_TESTBED_MASTER": tb.address(0), **(share.env() if share else {})}
 
 
-def run_on_hosts(tb: Testbed, command: list[str]) -> int:
+def run_on_hosts(tb: Testbed, command: list[str], share: CoreShare | None = None) -> int:
     """Start the command on every host, wait; when one fails (or on Ctrl-C) stop the others. Exit code of
-    the first failure, else 0."""
+    the first failure, else 0. With `share`, each host is told its cores, and pinned to its CPUs where
+    the share has them (its processes inherit the affinity)."""
     port = random.randint(20000, 59000)
-    procs = [subprocess.Popen(host_command(tb, i, command, port), env=host_env(tb, i), start_new_session=True)
+    procs = [subprocess.Popen(host_command(tb, i, command, port), env=host_env(tb, i, share), start_new_session=True,
+                              preexec_fn=_pin(share.cpus[i]) if share and share.cpus else None)
              for i in range(tb.hosts)]
     code = 0
     try:
@@ -61,6 +65,11 @@ def run_on_hosts(tb: Testbed, command: list[str]) -> int:
     finally:
         _stop(procs)
     return code
+
+
+def _pin(cpus: tuple[int, ...]):
+    """Runs in the child between fork and exec: this host's processes only get these CPUs."""
+    return lambda: os.sched_setaffinity(0, cpus)
 
 
 def _stop(procs: list[subprocess.Popen]) -> None:
