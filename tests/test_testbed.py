@@ -13,8 +13,9 @@ import pytest
 from conftest import assert_ok, scaletrain
 from scaletrain.testbed.cores import share_cores
 
-pytestmark = pytest.mark.skipif(os.geteuid() != 0 or shutil.which("ip") is None or shutil.which("tc") is None,
-                                reason="the testbed needs root and iproute2")
+pytestmark = [pytest.mark.slow,  # hosts in network namespaces, real trainings over shaped links: make test-slow
+              pytest.mark.skipif(os.geteuid() != 0 or shutil.which("ip") is None or shutil.which("tc") is None,
+                                 reason="the testbed needs root and iproute2")]
 
 
 def _ours():
@@ -106,10 +107,26 @@ def test_a_parameter_server_on_its_own_host_carries_n_per_worker_per_step(clean,
     steps = summary["steps"]
     counted = [int(n.replace(",", "")) for n in re.findall(r"st-h\d (\d[\d,]*)", proc.stdout)]
     # interface counters, not our bookkeeping: each worker pushes N per step; the server (host 3) sends
-    # N to each of the 2 workers per step, plus the initial parameters once (TCP/IP headers: a few %)
+    # N to each of the 2 workers per step, plus the initial parameters once, plus its state (shard and
+    # optimizer state, serialized) to worker 0 for the checkpoint at each epoch end (TCP/IP headers: a few %)
+    state = sum(len(torch_state_bytes(server)) for server in torch_checkpoint(out)["ps"]["servers"])
     assert counted[0] == pytest.approx(steps * n_bytes, rel=0.05)
     assert counted[1] == pytest.approx(steps * n_bytes, rel=0.05)
-    assert counted[2] == pytest.approx((steps + 1) * 2 * n_bytes, rel=0.05)
+    assert counted[2] == pytest.approx((steps + 1) * 2 * n_bytes + summary["epochs"] * state, rel=0.05)
+
+
+def torch_checkpoint(run_dir):
+    import torch
+    return torch.load(run_dir / "checkpoint.pt", map_location="cpu", weights_only=True)
+
+
+def torch_state_bytes(server_state) -> bytes:
+    import io
+
+    import torch
+    buffer = io.BytesIO()
+    torch.save(server_state, buffer)
+    return buffer.getvalue()
 
 
 def torch_weights(run_dir):

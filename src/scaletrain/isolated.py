@@ -26,7 +26,12 @@ def launch_isolated(cfg: TrainConfig, run: RunDir, port: int) -> int:
     threads = cfg.threads or cpu_threads_per_rank(n)  # the ranks share this machine's cores
     command = [sys.executable, "-m", "scaletrain", "train", "--config", str(run.config), "--nproc", "1",
                "--nnodes", str(n), "--master-addr", "127.0.0.1", "--master-port", str(port),
-               "--threads", str(threads)]
+               "--threads", str(threads), "--out", str(run.root)]
+    # config.toml holds the run's settings; what only this invocation asks for goes on the command line
+    if cfg.resume:
+        command.append("--resume")
+    if cfg.stop_after is not None:
+        command += ["--stop-after", str(cfg.stop_after)]
     env = {**os.environ, AGENT_OF_ISOLATED: "1"}
     procs, files = [], []
     try:

@@ -76,6 +76,9 @@ def preflight(cfg: TrainConfig) -> RunDir:
 def _note_world_change(ckpt: dict, cfg: TrainConfig) -> None:
     """A resume on another number of processes is allowed, but it is not the same run: say so."""
     before, now = ckpt.get("world_size"), cfg.nproc * cfg.nnodes
+    if cfg.strategy.startswith("ps-"):  # shards and data order depend on the layout: refused before launching
+        from scaletrain.ps.resume import saved_state
+        saved_state(cfg, now)
     if before is None or before == now:
         return
     batch = ckpt["config"].get("batch_size")
@@ -171,7 +174,8 @@ def _launch_local(cfg: TrainConfig, run: RunDir, port: int) -> int:
             if cfg.node_rank == 0:
                 _write_failed_summary(run, cfg, message)
             print(f"error: {message}", file=sys.stderr)
-            _print_resume_hint(run, cfg)
+            if not bad_input:  # bad input is fixed first; the hint would repeat a refused command
+                _print_resume_hint(run, cfg)
             return 2 if bad_input else 1
         except (KeyboardInterrupt, SignalException) as e:
             signum = getattr(e, "sigval", signal.SIGINT)

@@ -23,19 +23,19 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, DistributedSampler
 
 import scaletrain
-from scaletrain import checkpoint
+from scaletrain import checkpoint, failure
 from scaletrain.comm import setup as comm_setup
 from scaletrain.config import TrainConfig, config_from_dict, parse_inject, torch_profile_window
 from scaletrain.data import DelayedDataset, build_datasets, collate
 from scaletrain.dist import (RankInfo, barrier, choose_device, cpu_threads_per_rank, gather_objects,
-                             init_process_group, shutdown)
+                             init_process_group, machine_cores, shutdown)
 from scaletrain.errors import UserError
 from scaletrain.evaluate import ShardSampler, evaluate
 from scaletrain.export import tensorboard
 from scaletrain.export.tensorboard import ScalarSink
 from scaletrain.metrics import steady_samples_per_s
 from scaletrain.models import build_model
-from scaletrain.optim import build_optimizer, build_scheduler, peak_lr
+from scaletrain.optim import build_optimizer, build_scheduler, peak_lr, resume_optimizer
 from scaletrain.profiler import StepProfiler
 from scaletrain.progress import EpochBar, SilentBar
 from scaletrain.rundir import RunDir, keep_epochs_before, read_jsonl
@@ -47,11 +47,17 @@ AUTOCAST = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
 def worker_main(cfg_dict: dict[str, Any], error_dir: str) -> None:
     """Entry point the elastic agent starts in each worker; a UserError becomes one line for the parent."""
     rank = RankInfo.from_env()
+    cfg = config_from_dict(cfg_dict)
+    heartbeat = failure.Heartbeat(error_dir, rank.rank)  # the launcher tells a stopped rank by its silence
     try:
-        run(config_from_dict(cfg_dict), rank)
+        run(cfg, rank)
     except UserError as e:
-        Path(error_dir, f"rank{rank.rank}.txt").write_text(str(e))
+        failure.record_error(error_dir, None, rank.rank, e, user_error=True)
         sys.exit(2)
+    except Exception as e:  # a bug, a user model's error, a peer gone: keep the cause and the traceback
+        failure.record_error(error_dir, cfg.out, rank.rank, e, user_error=False)
+        sys.exit(1)
+    heartbeat.stop()  # (a failed rank beats on until it has exited: the watchdog leaves it alone)
 
 
 def run(cfg: TrainConfig, rank: RankInfo) -> dict[str, Any] | None:
@@ -61,7 +67,7 @@ def run(cfg: TrainConfig, rank: RankInfo) -> dict[str, Any] | None:
     device = choose_device(cfg.device, rank)
     if device.type == "cpu":
         torch.set_num_threads(cpu_threads_per_rank(rank.local_world_size, cfg.threads))
-    backend = init_process_group(device, rank)
+    backend = init_process_group(device, rank, timeout_s=cfg.timeout)
     try:
         return Trainer(cfg, rank, device, backend).fit()
     finally:
@@ -71,8 +77,11 @@ def run(cfg: TrainConfig, rank: RankInfo) -> dict[str, Any] | None:
 def _run_ps(cfg: TrainConfig, rank: RankInfo) -> dict[str, Any] | None:
     """A parameter-server job: the last --ps-servers ranks serve shards, the others train (ps/)."""
     from scaletrain.ps import links as ps_links
+    from scaletrain.ps.resume import saved_state
     from scaletrain.ps.server import serve
 
+    # a resume that cannot continue (another layout) is refused on every rank alike, before any rank waits
+    saved = saved_state(cfg, rank.world_size) if cfg.resume else None
     is_server = ps_links.Layout(rank.world_size, cfg.ps_servers).is_server(rank.rank)
     device = torch.device("cpu") if is_server else choose_device(cfg.device, rank)
     if device.type == "cpu":
@@ -82,7 +91,7 @@ def _run_ps(cfg: TrainConfig, rank: RankInfo) -> dict[str, Any] | None:
                           device=device)
     try:
         if links.is_server:
-            serve(cfg, links, build_data_and_model(cfg)[1])
+            serve(cfg, links, build_data_and_model(cfg)[1], saved["servers"][links.index] if saved else None)
             return None
         return Trainer(cfg, links.rank, device, backend, ps=links).fit()
     finally:
@@ -137,6 +146,7 @@ class Trainer:
         inject = parse_inject(cfg.inject)
         self.slow_s = inject.slow_rank_s if inject.slow_rank == rank.rank else 0.0
         self.kill_step = inject.kill_step if inject.kill_rank == rank.rank else None
+        self.stop_step = inject.stop_step if inject.stop_rank == rank.rank else None
         if inject.data_s:
             self.data = dataclasses.replace(self.data, train=DelayedDataset(self.data.train, inject.data_s))
 
@@ -213,7 +223,7 @@ class Trainer:
         if main and ps_end is not None:
             base |= self._ps_summary(*ps_end)
         # collective: rank 0 adds phases, stragglers and diagnosis from every rank's file, writes summary.json
-        summary = self.prof.finish(base, config={**cfg.to_dict(), "device": self.device.type})
+        summary = self.prof.finish(base, config={**cfg.to_dict(), **self._placement()})
         barrier()  # all ranks leave together: a rank tearing down gloo while a peer still uses it can abort
         return summary
 
@@ -263,6 +273,8 @@ class Trainer:
                 self.scheduler.step()
             if self.kill_step is not None and epoch * self.steps_per_epoch + i + 1 >= self.kill_step:
                 os.kill(os.getpid(), signal.SIGKILL)  # --inject kill-rank: this worker dies, as a crash would
+            if self.stop_step is not None and epoch * self.steps_per_epoch + i + 1 == self.stop_step:
+                os.kill(os.getpid(), signal.SIGSTOP)  # --inject stop-rank: this worker hangs, its peers wait
             # records come back resolved: at once on CPU, one step late on CUDA (no GPU sync per step)
             for record in prof.step_end(loss=loss.detach(), samples=len(y), epoch=epoch, step_in_epoch=i, lr=lr,
                                         **extra):
@@ -297,9 +309,11 @@ class Trainer:
             h.best_top1 = max(h.best_top1 or 0.0, result.top1)
         rngs = gather_objects(checkpoint.rng_state())  # every rank's RNG, so a resume replays all of them
         comm_states = gather_objects(self.comm.state_dict())  # compressor residuals differ per rank
+        # the servers' shards and optimizer state (ps-sync: every worker takes part, see ps/client.py)
+        ps_state = self.ps.checkpoint(chief=self.rank.is_main) if self.ps is not None else None
         skipped = gather_objects(h.bad_images_skipped)
         if self.rank.is_main:
-            self._save_checkpoint(epoch + 1, rngs, comm_states)
+            self._save_checkpoint(epoch + 1, rngs, comm_states, ps_state)
             record = {"epoch": epoch, "epoch_time_s": epoch_time, "train_loss": self.epoch_loss,
                       "lr": self.optimizer.param_groups[0]["lr"], "bad_images_skipped": sum(skipped)}
             if result is not None:
@@ -311,14 +325,14 @@ class Trainer:
             print(epoch_line(record, self.cfg.epochs), flush=True)
         barrier()  # nobody races ahead while rank 0 writes the checkpoint
 
-    def _save_checkpoint(self, epochs_done: int, rngs: list, comm_states: list) -> None:
+    def _save_checkpoint(self, epochs_done: int, rngs: list, comm_states: list, ps_state: dict | None) -> None:
         checkpoint.save_atomic({
             "format": checkpoint.FORMAT, "epoch": epochs_done, "global_step": self.global_step,
             "model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
             "scheduler": self.scheduler.state_dict(),
             "scaler": self.scaler.state_dict() if self.scaler is not None else None,
             "rng": rngs, "comm": comm_states, "world_size": self.rank.world_size, "config": self.cfg.to_dict(),
-            "history": vars(self.history).copy(),
+            "history": vars(self.history).copy(), "ps": ps_state,
         }, self.run_dir.checkpoint)
 
     def _restore(self) -> None:
@@ -329,18 +343,24 @@ class Trainer:
         except RuntimeError:
             raise UserError(f"checkpoint {self.run_dir.checkpoint} does not fit this model (its shapes differ: "
                             "another --width/--image-size/--stem?): resume with the original settings") from None
-        self.optimizer.load_state_dict(ckpt["optimizer"])
-        self.scheduler.load_state_dict(ckpt["scheduler"])
+        # the optimizer's state continues; its settings and the LR schedule are this invocation's
+        # (a resume with --epochs 3 re-plans the schedule for 3 epochs, from the current step)
+        self.start_epoch, self.global_step = ckpt["epoch"], ckpt["global_step"]
+        # the schedule's position counts epochs done, in this invocation's steps per epoch (the same as
+        # global_step unless the number of processes changed)
+        resume_optimizer(self.optimizer, self.scheduler, ckpt["optimizer"], self.start_epoch * self.steps_per_epoch)
         if self.scaler is not None and ckpt["scaler"] is not None:
             self.scaler.load_state_dict(ckpt["scaler"])
-        self.start_epoch, self.global_step = ckpt["epoch"], ckpt["global_step"]
         self.history = History(**ckpt["history"])
-        if ckpt["world_size"] == self.rank.world_size:
+        # (ps-async workers share no group: the checkpoint holds worker 0's RNG alone)
+        if ckpt["world_size"] == self.rank.world_size and self.rank.rank < len(ckpt["rng"]):
             checkpoint.set_rng_state(ckpt["rng"][self.rank.rank])
             if ckpt.get("comm"):
                 self.comm.load_state_dict(ckpt["comm"][self.rank.rank], self.device)
         else:  # a different world size cannot replay the same data order anyway
             torch.manual_seed(self.cfg.seed + 1 + self.rank.rank + 7919 * self.start_epoch)
+        if self.ps is not None:  # the servers loaded their part of ckpt["ps"] before sending parameters
+            self.ps.resume(ckpt["ps"], self.rank.rank, self.global_step)
         if self.rank.is_main:
             keep_epochs_before(self.run_dir.epochs, self.start_epoch)
         keep_epochs_before(self.run_dir.metrics(self.rank.rank), self.start_epoch)
@@ -354,6 +374,13 @@ class Trainer:
         if self.independent:
             out["replicas_identical"] = None  # asynchronous replicas differ by design
         return out
+
+    def _placement(self) -> dict[str, Any]:
+        """How this run sat on its machine: what tells a starved or oversubscribed CPU run (docs/metrics.md)."""
+        cpu = self.device.type == "cpu"
+        return {"device": self.device.type, "local_world_size": self.rank.local_world_size,
+                "threads_per_rank": torch.get_num_threads() if cpu else None,
+                "cpu_cores": machine_cores() if cpu else None}
 
     def _summary(self, status: str, wall_time: float, digests: list[str]) -> dict[str, Any]:
         cfg, world, h = self.cfg, self.rank.world_size, self.history
@@ -369,6 +396,7 @@ class Trainer:
             "val_samples": len(self.data.val), "bad_images_skipped": h.bad_images_skipped,
             "bad_images": sorted(self.bad_paths)[:20],
             "param_digests": digests, "replicas_identical": len(set(digests)) == 1,
+            **{k: v for k, v in self._placement().items() if k != "device"},
             "wall_time_s": wall_time, "scaletrain_version": scaletrain.__version__,
             "torch_version": torch.__version__, "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         }

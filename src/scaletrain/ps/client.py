@@ -3,6 +3,11 @@
 The model's gradients are flattened into one vector in `model.parameters()` order and cut at the
 servers' boundaries (ps/shard.py); what comes back is written into the parameters in place. The local
 optimizer is never stepped: the servers own the update.
+
+A checkpoint's `ps` entry (`Client.checkpoint`, loaded back by ps/resume.py and `Client.resume`):
+    {"workers": P, "servers": [each server's state, by index], "clients": [each worker's state, by rank]}
+A worker's state is its compressor's (error-feedback residuals per shard, QSGD's generator); ps-async
+workers share no group to gather them, so there `clients` holds worker 0's alone.
 """
 
 from __future__ import annotations
@@ -12,13 +17,16 @@ from typing import Any
 import torch
 
 from scaletrain.comm.compress import make_compressor, payload_bytes
+from scaletrain.dist import gather_objects
 from scaletrain.ps import protocol as msg
 from scaletrain.ps.links import Links
 from scaletrain.ps.shard import bounds
 
 
 class Client:
-    """Common to both modes: the flat views, HELLO, the end of the run."""
+    """Common to both modes: the flat views, HELLO, checkpoints, the end of the run."""
+
+    lockstep = True  # ps-sync: the servers wait for every worker at each step, checkpoints included
 
     def __init__(self, links: Links, model: torch.nn.Module, steps_per_epoch: int, compress: str | None = None,
                  seed: int = 0) -> None:
@@ -77,6 +85,41 @@ class Client:
         msg.wait_all(self.links.recv(s, r) for s, r in zip(self.servers, replies))
         return int(replies[0][0]), max(int(r[1]) for r in replies)
 
+    def checkpoint(self, chief: bool) -> dict[str, Any] | None:
+        """The `ps` entry of the checkpoint, on worker 0 (None elsewhere). ps-sync: every worker calls it
+        at the same point (a collective among the workers, and a round of the servers' loop)."""
+        if not (chief or self.lockstep):
+            return None
+        clients = gather_objects(self.state_dict())  # ps-async: no group, so worker 0's alone
+        servers = self.server_states(reply=chief)
+        if not chief:
+            return None
+        return {"workers": self.links.layout.workers, "servers": servers, "clients": clients}
+
+    def server_states(self, reply: bool) -> list[dict[str, Any]] | None:
+        """STATE to every server; with `reply`, receive each one's state (a copy of its shard, optimizer
+        state and counters: about 2-3 x its shard's fp32 bytes)."""
+        self._all(msg.header(msg.STATE, int(reply)))
+        if not reply:
+            return None
+        heads = [msg.empty_header() for _ in self.servers]
+        msg.wait_all(self.links.recv(s, h) for s, h in zip(self.servers, heads))
+        packed = [torch.empty(int(h[0]), dtype=torch.uint8) for h in heads]
+        msg.wait_all(self.links.recv(s, p) for s, p in zip(self.servers, packed))
+        return [msg.unpack(p) for p in packed]
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"compressor": self.compressor.state_dict() if self.compressor is not None else {}}
+
+    def resume(self, saved: dict[str, Any], rank: int, step: int) -> None:
+        """After the model was loaded from the checkpoint: this worker's state (if it was saved), and the
+        parameters the servers sent again (theirs is the state that continues: in ps-async they may be
+        newer than worker 0's copy in the checkpoint)."""
+        clients = saved["clients"]
+        if rank < len(clients) and self.compressor is not None:
+            self.compressor.load_state_dict(clients[rank]["compressor"])
+        self.load()
+
     def _all(self, head: torch.Tensor) -> None:
         msg.wait_all([self.links.send(s, head) for s in self.servers])
 
@@ -103,6 +146,8 @@ class SyncClient(Client):
 class AsyncClient(Client):
     """ps-async (Downpour): accumulate gradients, push every n_push steps, fetch every n_fetch steps."""
 
+    lockstep = False  # only worker 0 asks for the servers' state; the others go on
+
     def __init__(self, links: Links, model: torch.nn.Module, steps_per_epoch: int, n_fetch: int, n_push: int,
                  compress: str | None = None, seed: int = 0):
         super().__init__(links, model, steps_per_epoch, compress, seed)
@@ -127,6 +172,10 @@ class AsyncClient(Client):
             self.fetch()
             out["fetched"] = True
         return out
+
+    def resume(self, saved: dict[str, Any], rank: int, step: int) -> None:
+        super().resume(saved, rank, step)
+        self.steps = step  # pushes and fetches keep their cadence across the break
 
     def push(self, step: int) -> tuple[list[int], int]:
         links = self.links

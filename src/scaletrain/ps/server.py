@@ -6,6 +6,10 @@ ps-async (Downpour SGD): one thread per worker; each push is applied on arrival 
 `--ps-optimizer`), with the learning rate divided by the gradient's staleness under `--staleness-lr`,
 and dropped if older than `--max-staleness`; each fetch gets the shard as it is now. A worker whose link
 breaks is recorded as died and the others go on.
+
+At each checkpoint worker 0 asks every server for its state (protocol STATE): the shard's values, the
+optimizer state (momentum buffers, Adagrad sums), the schedule's position (ps-sync: its step; ps-async:
+the version) and the counters of ps-server{s}.json. A resumed server loads it before serving anything.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ import torch
 from scaletrain.comm.compress import make_compressor, payload_bytes
 from scaletrain.config import TrainConfig
 from scaletrain.errors import UserError
-from scaletrain.optim import LRSchedule, build_scheduler, optimizer_for, peak_lr
+from scaletrain.optim import LRSchedule, build_scheduler, optimizer_for, peak_lr, resume_optimizer
 from scaletrain.ps import protocol as msg
 from scaletrain.ps.links import Links
 from scaletrain.ps.shard import Piece, bounds, pieces
@@ -67,6 +71,15 @@ class Shard:
     def flat(self) -> torch.Tensor:
         return torch.cat([t.detach() for t in self.tensors])
 
+    def load(self, values: list[torch.Tensor]) -> None:
+        """The values a checkpoint saved (`tensors`, one per piece)."""
+        if [v.shape for v in values] != [t.shape for t in self.tensors]:
+            raise UserError("the checkpoint's parameter-server shards do not fit this model (their shapes "
+                            "differ: another --width/--image-size/--stem?): resume with the original settings")
+        with torch.no_grad():
+            for t, v in zip(self.tensors, values):
+                t.copy_(v)
+
     def set_grad(self, grad: torch.Tensor) -> None:
         offset = 0
         for t in self.tensors:
@@ -74,8 +87,9 @@ class Shard:
             offset += t.numel()
 
 
-def serve(cfg: TrainConfig, links: Links, model: torch.nn.Module) -> None:
-    """Run this server until every worker is done; writes ps-server{s}.json in the run directory."""
+def serve(cfg: TrainConfig, links: Links, model: torch.nn.Module, saved: dict | None = None) -> None:
+    """Run this server until every worker is done; writes ps-server{s}.json in the run directory.
+    `saved`: this server's state from the checkpoint being resumed (see `Server.state_dict`)."""
     params = list(model.parameters())
     sizes = [p.numel() for p in params]
     cuts = bounds(sum(sizes), links.layout.servers)
@@ -85,6 +99,8 @@ def serve(cfg: TrainConfig, links: Links, model: torch.nn.Module) -> None:
                     workers={w: WorkerLog() for w in range(links.layout.workers)})
     steps_per_epoch = _hello(links, log)
     server = (SyncServer if cfg.strategy == "ps-sync" else AsyncServer)(cfg, links, shard, log, steps_per_epoch)
+    if saved is not None:
+        server.load_state_dict(saved)
     server.run()
 
 
@@ -104,13 +120,52 @@ def _write_log(cfg: TrainConfig, log: ServerLog) -> None:
     write_json_atomic(RunDir(Path(cfg.out)).ps_server(log.server), log.to_dict())
 
 
-class SyncServer:
-    def __init__(self, cfg: TrainConfig, links: Links, shard: Shard, log: ServerLog, steps_per_epoch: int):
+class Server:
+    """What both modes share: the shard, the optimizer, the log, and their state for a checkpoint."""
+
+    optimizer: torch.optim.Optimizer
+
+    def __init__(self, cfg: TrainConfig, links: Links, shard: Shard, log: ServerLog) -> None:
         self.cfg, self.links, self.shard, self.log = cfg, links, shard, log
+
+    def state_dict(self) -> dict:
+        """Live references, as nn.Module's: serialize at once (`protocol.pack`) for a snapshot."""
+        return {"mode": self.cfg.strategy, "server": self.log.server,
+                "values": [t.detach() for t in self.shard.tensors],
+                "optimizer": self.optimizer.state_dict(), "log": self.log.to_dict()}
+
+    def load_state_dict(self, saved: dict) -> None:
+        self.shard.load(saved["values"])
+        self.log.resume(saved["log"])
+
+    def _send_state(self, w: int, packed: torch.Tensor) -> None:
+        """Not counted in bytes_sent, which is the training's traffic."""
+        self.links.send(w, msg.header(packed.numel())).wait()
+        self.links.send(w, packed).wait()
+
+
+class SyncServer(Server):
+    def __init__(self, cfg: TrainConfig, links: Links, shard: Shard, log: ServerLog, steps_per_epoch: int):
+        super().__init__(cfg, links, shard, log)
         workers = links.layout.workers
         # the optimizer and schedule of an all-reduce run with the same global batch
         self.optimizer = optimizer_for(cfg, shard.tensors, [p.decay for p in shard.parts], peak_lr(cfg, workers))
         self.scheduler = build_scheduler(cfg, self.optimizer, steps_per_epoch, workers)
+
+    def state_dict(self) -> dict:
+        return {**super().state_dict(), "step": self.scheduler.last_epoch}
+
+    def load_state_dict(self, saved: dict) -> None:
+        super().load_state_dict(saved)
+        # as a worker resumes: the saved momentum buffers, this invocation's settings and schedule
+        resume_optimizer(self.optimizer, self.scheduler, saved["optimizer"], saved["step"])
+
+    def update(self, grad: torch.Tensor) -> None:
+        """One step of the run's optimizer and schedule with the workers' mean gradient."""
+        self.shard.set_grad(grad)
+        self.optimizer.step()
+        self.scheduler.step()
+        self.log.updates += 1
 
     def run(self) -> None:
         links, log, workers = self.links, self.log, sorted(self.links.peers)
@@ -124,16 +179,19 @@ class SyncServer:
             kinds = {w: int(h[0]) for w, h in heads.items()}
             if set(kinds.values()) <= {msg.DONE, msg.WAIT}:
                 break
+            if set(kinds.values()) == {msg.STATE}:  # a checkpoint: all workers come, worker 0 takes it
+                packed = msg.pack(self.state_dict())
+                for w in workers:
+                    if int(heads[w][1]):
+                        self._send_state(w, packed)
+                continue
             if set(kinds.values()) != {msg.PUSH}:
                 raise UserError(f"parameter server {links.index}: workers out of step ({kinds}): a worker "
                                 "stopped early; see its error")
             msg.wait_all([work for w in workers for work in inboxes[w].receive(links, w)])
             log.bytes_received += sum(box.nbytes for box in inboxes.values())
             # the mean, as DDP's all-reduce averages
-            self.shard.set_grad(mean_gradient([inboxes[w] for w in workers], numel, world))
-            self.optimizer.step()
-            self.scheduler.step()
-            log.updates += 1
+            self.update(mean_gradient([inboxes[w] for w in workers], numel, world))
             log.staleness[0] += len(workers)
             for w in workers:
                 log.workers[w].pushes += 1
@@ -158,9 +216,9 @@ def _link_error(e: Exception) -> str:
     return m.group(1) if m else text[:160]
 
 
-class AsyncServer:
+class AsyncServer(Server):
     def __init__(self, cfg: TrainConfig, links: Links, shard: Shard, log: ServerLog, steps_per_epoch: int):
-        self.cfg, self.links, self.shard, self.log = cfg, links, shard, log
+        super().__init__(cfg, links, shard, log)
         self.lr = peak_lr(cfg, 1)  # each update carries one worker's batch
         kind = "adagrad" if cfg.ps_optimizer == "adagrad" else "plain-sgd"
         self.optimizer = optimizer_for(cfg, shard.tensors, [p.decay for p in shard.parts], self.lr, kind=kind)
@@ -170,6 +228,18 @@ class AsyncServer:
         self.lock = threading.Lock()
         self.finished = threading.Condition(self.lock)
         self.version = 0
+
+    def state_dict(self) -> dict:
+        return {**super().state_dict(), "version": self.version}  # the schedule is a function of it
+
+    def load_state_dict(self, saved: dict) -> None:
+        super().load_state_dict(saved)
+        self.version = saved["version"]
+        # the saved Adagrad sums, this invocation's settings (the LR is set at every update anyway)
+        built = [{k: v for k, v in g.items() if k != "params"} for g in self.optimizer.param_groups]
+        self.optimizer.load_state_dict(saved["optimizer"])
+        for group, settings in zip(self.optimizer.param_groups, built):
+            group.update(settings)
 
     def run(self) -> None:
         threads = [threading.Thread(target=self._serve, args=(w,), name=f"ps-worker{w}", daemon=True)
@@ -204,6 +274,11 @@ class AsyncServer:
                         log.bytes_sent += msg.HEADER_BYTES + 4 * flat.numel()
                     links.send(w, msg.header(version)).wait()
                     links.send(w, flat).wait()
+                elif kind == msg.STATE:
+                    with self.lock:  # a consistent snapshot: no update half applied; the others wait
+                        packed = msg.pack(self.state_dict())
+                    if int(head[1]):
+                        self._send_state(w, packed)
                 elif kind in (msg.DONE, msg.WAIT):
                     self._finish(w, "done")
                     if kind == msg.WAIT:

@@ -36,6 +36,17 @@ class ServerLog:
                 "workers": {str(w): vars(log) for w, log in sorted(self.workers.items())},
                 "bytes_sent": self.bytes_sent, "bytes_received": self.bytes_received}
 
+    def resume(self, saved: dict[str, Any]) -> None:
+        """Continue the counters of a checkpointed run (`saved` as `to_dict` wrote it): the figures then
+        cover the whole run, as the workers' records do. Every worker starts again, so none is done or died."""
+        self.updates, self.dropped_stale = saved["updates"], saved["dropped_stale"]
+        self.staleness = Counter({int(k): v for k, v in saved["staleness_hist"].items()})
+        self.bytes_sent, self.bytes_received = saved["bytes_sent"], saved["bytes_received"]
+        for w, old in saved["workers"].items():
+            if int(w) in self.workers:
+                log = self.workers[int(w)]
+                log.pushes, log.applied, log.fetches = old["pushes"], old["applied"], old["fetches"]
+
 
 def summarize(servers: list[dict[str, Any]]) -> dict[str, Any]:
     """The run's parameter-server figures from every server's record: staleness over all updates,

@@ -1,0 +1,91 @@
+"""Resuming a parameter-server run through the real CLI: ps-sync continues bit for bit, ps-async
+continues the servers' versions; a resume on another layout is refused in one line."""
+
+import json
+
+import pytest
+import torch
+
+from conftest import assert_ok, scaletrain, summary
+from scaletrain import checkpoint
+from scaletrain.analysis import load_records
+
+BASE = ("train", "--model", "lenet5", "--dataset", "digits", "--batch-size", "32", "--no-progress")
+SYNC = (*BASE, "--strategy", "ps-sync", "--nproc", "3", "--ps-servers", "1", "--epochs", "2", "--lr", "0.05",
+        "--optimizer", "nesterov", "--warmup-epochs", "0.5", "--compress", "topk:0.1")
+
+
+def _ckpt(run):
+    return torch.load(run / "checkpoint.pt", map_location="cpu", weights_only=True)
+
+
+@pytest.fixture(scope="module")  # three launches: about 50 s on 2 busy cores
+def sync_runs(tmp_path_factory):
+    """2 workers + 1 server, 2 epochs, with and without a break after the first (top-k: error feedback
+    on the workers; nesterov and warm-up: momentum and schedule on the server)."""
+    base = tmp_path_factory.mktemp("ps-resume")
+    straight, broken = base / "straight", base / "broken"
+    assert_ok(scaletrain(*SYNC, "--out", str(straight)))
+    assert_ok(scaletrain(*SYNC, "--stop-after", "1", "--out", str(broken)))
+    assert summary(broken)["status"] == "stopped"
+    first = _ckpt(broken)
+    assert_ok(scaletrain("train", "--resume", "--out", str(broken)))
+    return straight, broken, first
+
+
+@pytest.mark.slow
+def test_ps_sync_resume_equals_an_uninterrupted_run(sync_runs):
+    straight, broken, first = sync_runs
+    ps = first["ps"]
+    assert ps["workers"] == 2 and len(ps["servers"]) == 1 and len(ps["clients"]) == 2
+    server = ps["servers"][0]
+    assert server["step"] == first["global_step"] and server["log"]["updates"] == first["global_step"]
+    assert server["optimizer"]["state"] and all(s["momentum_buffer"] is not None
+                                                for s in server["optimizer"]["state"].values())
+    assert ps["clients"][1]["compressor"]["residuals"]  # top-k's error feedback, per worker
+    a, b = _ckpt(straight), _ckpt(broken)
+    for name in a["model"]:
+        assert torch.equal(a["model"][name], b["model"][name]), name
+    for x, y in zip(a["ps"]["servers"][0]["values"], b["ps"]["servers"][0]["values"]):
+        assert torch.equal(x, y)
+    sa, sb = summary(straight), summary(broken)
+    assert sb["status"] == "completed" and sb["epochs"] == 2 and sa["top1"] == sb["top1"]
+    assert sb["ps"]["updates_per_shard"] == [sb["steps"]] == [sa["steps"]]  # the servers' counters continue
+    assert [r["loss"] for r in load_records(broken)[1]] == [r["loss"] for r in load_records(straight)[1]]
+
+
+def test_ps_resume_on_another_layout_is_refused(tmp_path):
+    """Every rank refuses before the ranks meet: one line, no rank left waiting for a peer."""
+    config = {"model": "lenet5", "dataset": "digits", "strategy": "ps-sync", "nproc": 3, "nnodes": 1,
+              "ps_servers": 1}
+    ps = {"workers": 2, "servers": [{}], "clients": [{}, {}]}
+    checkpoint.save_atomic({"format": checkpoint.FORMAT, "config": config, "ps": ps}, tmp_path / "checkpoint.pt")
+    proc = scaletrain(*BASE, "--strategy", "ps-sync", "--resume", "--out", str(tmp_path), "--nproc", "4",
+                      timeout=120)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    first_line = proc.stderr.splitlines()[0]
+    assert first_line.startswith("error: ") and "holds 1 parameter server for 2 workers" in first_line
+    assert first_line.endswith("resume with --nproc 3 --ps-servers 1 as the run was started")
+
+
+@pytest.mark.slow
+def test_ps_async_resume_continues_the_servers_versions(tmp_path):
+    run = tmp_path / "run"
+    args = (*BASE, "--strategy", "ps-async", "--nproc", "3", "--epochs", "2", "--lr", "0.01", "--out", str(run))
+    assert_ok(scaletrain(*args, "--stop-after", "1"))
+    first = _ckpt(run)
+    version = first["ps"]["servers"][0]["version"]
+    assert first["epoch"] == 1 and version > 0 and len(first["ps"]["clients"]) == 1
+    assert_ok(scaletrain("train", "--resume", "--out", str(run)))
+    s = summary(run)
+    assert s["status"] == "completed" and s["epochs"] == 2
+    records = load_records(run)
+    per_epoch = s["steps"] // 2
+    for rank in (0, 1):  # every worker ran epoch 2 again from the checkpoint, each step once
+        assert [r["step"] for r in records[rank] if r["epoch"] == 1] == list(range(per_epoch, 2 * per_epoch))
+    # the version went on from the checkpoint's: the resumed epoch's pushes (2 workers) came on top of it
+    assert s["ps"]["updates_per_shard"] == [version + 2 * per_epoch]
+    server = json.loads((run / "ps-server0.json").read_text())
+    assert min(w["updates_at_end"] for w in server["workers"].values()) > version
+    # the workers fetched the continued versions: a push is never counted as `version` updates stale
+    assert max(r["staleness"] for r in records[0] if r["epoch"] == 1) < 10
