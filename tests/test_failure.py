@@ -170,3 +170,59 @@ def test_the_watchdog_ends_a_silent_rank_once_another_has_failed(tmp_path):
     finally:
         if sleeper.poll() is None:
             sleeper.kill()
+
+
+def _launch(tmp_path, *args):
+    import os
+    import subprocess
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR",
+                                                           "MASTER_PORT", "SLURM_PROCID", "SLURM_NTASKS")}
+    env["TMPDIR"] = str(tmp_path)  # the launcher's heartbeat folder lands here, where the test can see it
+    return subprocess.Popen([sys.executable, "-m", "scaletrain", "train", *args], env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
+def _wait_for(predicate, seconds: float) -> None:
+    import time
+    end = time.time() + seconds
+    while not predicate():
+        assert time.time() < end, "timed out"
+        time.sleep(0.2)
+
+
+@pytest.mark.slow
+def test_a_killed_parameter_server_is_named_as_the_server(tmp_path):
+    import os
+    import signal
+    proc = _launch(tmp_path, "--strategy", "ps-sync", "--nproc", "3", "--model", "mlp", "--epochs", "20",
+                   "--batch-size", "32", "--no-progress", "--out", str(tmp_path / "run"))
+    try:
+        _wait_for(lambda: list(tmp_path.glob("scaletrain-err-*/alive-rank2")) and
+                  (tmp_path / "run" / "metrics-rank0.jsonl").exists(), 120)
+        os.kill(int(next(tmp_path.glob("scaletrain-err-*/alive-rank2")).read_text()), signal.SIGKILL)
+        _out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 1, err
+    errors = [line for line in err.splitlines() if line.startswith("error: ")]
+    assert errors == ["error: parameter server 0 (rank 2) was killed by SIGKILL (out of memory? see `dmesg`); "
+                      "the other ranks ended with it"], err
+
+
+@pytest.mark.slow
+def test_sigterm_ends_with_143_and_the_resume_command(tmp_path):
+    import signal
+    run = tmp_path / "run"
+    proc = _launch(tmp_path, "--model", "mlp", "--epochs", "50", "--batch-size", "16", "--no-progress",
+                   "--out", str(run))
+    try:
+        _wait_for(lambda: (run / "checkpoint.pt").exists(), 120)
+        proc.send_signal(signal.SIGTERM)
+        _out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 143, err
+    assert f"scaletrain train --resume --out {run}" in err
+    assert json.loads((run / "summary.json").read_text())["status"] == "failed"
