@@ -29,3 +29,13 @@ def test_fit_never_returns_negative_latency():
     rows = [{"world": 2, "size": s, "time_s": s / 1e9, "strategy": "x"} for s in (1 << 10, 1 << 20, 1 << 24)]
     alpha, beta = fit_alpha_beta(rows)
     assert alpha >= 0 and beta > 0
+
+
+def test_sizes_under_one_element_are_not_rounded_up():
+    # the CLI refuses them; measuring 4 bytes for `--sizes 0` would answer another question
+    assert [parse_size(s) for s in ("0", "3", "-1K")] == [0, 0, -1024]
+    for bad in ("nan", "K", "big"):
+        with pytest.raises(ValueError):
+            parse_size(bad)
+    with pytest.raises(OverflowError):
+        parse_size("inf")

@@ -70,3 +70,44 @@ def test_points_only_in_one_study():
     assert cmp["rows"][-1]["status"] == "absent"
     assert cmp["verdict"].endswith("; 2 points only in B")
     assert compare.compare_studies(a.points, a.points[:4], a.axes)["verdict"].endswith("; 2 points only in A")
+
+
+# ------------------------------------------------------------------ configuration differences
+
+def test_config_differences_in_key_order_with_absent_as_none():
+    a = {"model": "lenet5", "nproc": 1, "precision": "fp32", "lr": 0.1}
+    b = {"model": "lenet5", "nproc": 2, "precision": "bf16", "lr": 0.1, "threads": 1}
+    assert compare.config_differences(a, b) == [("nproc", 1, 2), ("precision", "fp32", "bf16"), ("threads", None, 1)]
+    assert compare.config_differences(a, dict(a)) == []
+
+
+def test_run_settings_leave_out_where_a_run_was_written_and_add_how_it_ran():
+    config = {"model": "lenet5", "nproc": 2, "out": "/tmp/p1", "resume": False, "progress": False}
+    summary = {"model": "lenet5", "world_size": 2, "threads_per_rank": 1, "cpu_cores": 2, "torch_version": "2.13"}
+    assert compare.run_settings(config, summary) == {"model": "lenet5", "nproc": 2, "threads_per_rank": 1,
+                                                      "cpu_cores": 2, "torch_version": "2.13"}
+    # no config.toml: what summary.json says of the configuration
+    assert compare.run_settings({}, {"model": "mlp", "precision": "bf16", "world_size": 4}) == \
+        {"model": "mlp", "precision": "bf16", "world_size": 4}
+    assert compare.run_settings({}, None) == {}
+
+
+def test_study_settings_are_the_axes_the_shared_settings_and_repeats():
+    points = [{"axes": {"nproc": n}, "config": {"nproc": n, "model": "mlp", "epochs": 1, "lr": lr}}
+              for n, lr in ((1, 0.1), (2, 0.2))]
+    assert compare.study_settings(points, {"axes": {"nproc": [1, 2]}, "repeats": 2}) == \
+        {"nproc (axis)": [1, 2], "model": "mlp", "epochs": 1, "repeats": 2}  # lr differs between points: not shared
+    assert compare.study_settings([], {"axes": {"nproc": [1]}, "train": {"epochs": 3, "out": "x"}}) == \
+        {"nproc (axis)": [1], "epochs": 3}
+
+
+def test_compare_carries_the_differences_when_given_settings():
+    a, b = load_run(DATA / "run-a"), load_run(DATA / "run-b")
+    settings = (compare.run_settings(a.config, a.summary), {**compare.run_settings(b.config, b.summary), "nproc": 1})
+    cmp = compare.compare_runs(overview(a), overview(b), settings)
+    assert cmp["config"] == [("nproc", 2, 1)]
+    assert compare.compare_runs(overview(a), overview(b))["config"] is None  # not compared, not "the same"
+    sa, sb = load_study(DATA / "study-a"), load_study(DATA / "study-b")
+    same = compare.compare_studies(sa.points, sb.points, sa.axes, (compare.study_settings(sa.points, sa.spec),
+                                                                   compare.study_settings(sb.points, sb.spec)))
+    assert same["config"] == []

@@ -79,10 +79,11 @@ def test_run_summary_of_a_fixture():
 def test_study_points_table():
     study = load_study(DATA / "study-a")
     g = tables.study_points(study.points, study.axes)
-    assert g.columns[:3] == ["nproc", "workers", "epoch time"]
-    assert g.rows[0] == ["1", "0", "0:00:40", "40.00", "1.00x", "1.00x", "100%", "90.0%", "baseline"]
-    assert g.rows[2][:7] == ["2", "0", "0:00:22", "22.00", "1.82x", "2.00x", "91%"]
-    assert g.rows[5] == ["4", "2", "-", "-", "-", "4.00x", "-", "-", "failed"]  # shown, not dropped
+    assert g.columns[:4] == ["nproc", "workers", "threads/rank", "epoch time"]
+    # threads per rank: not recorded by these runs, and no --threads given: "?", never a made-up number
+    assert g.rows[0] == ["1", "0", "?", "0:00:40", "40.00", "1.00x", "1.00x", "100%", "90.0%", "baseline"]
+    assert g.rows[2][:8] == ["2", "0", "?", "0:00:22", "22.00", "1.82x", "2.00x", "91%"]
+    assert g.rows[5] == ["4", "2", "?", "-", "-", "-", "4.00x", "-", "-", "failed"]  # shown, not dropped
     assert "nproc4-workers2 failed: rank 3 exited with code 1" in g.note
 
 
@@ -106,3 +107,45 @@ def test_compare_tables():
     assert sg.rows[3][:6] == ["2", "2", "16.00 s", "14.00 s", "-12.5%", "1.88x"]
     assert sg.rows[5][-1] == "A: failed (rank 3 exited with code 1: RuntimeError: out of memory)"
     assert "efficiency B" in text(sg)
+
+
+def flagged_study_points() -> list[dict]:
+    """study-a, as if nproc2-workers0 had run 11x faster than its baseline, with threads per rank recorded."""
+    points = load_study(DATA / "study-a").points
+    for p in points:
+        p["threads_per_rank"], p["cpu_cores"] = (2 if p["axes"]["nproc"] == 1 else 1), 2
+    points[2].update(epoch_time_s=40.0 / 11.02, speedup=11.02, efficiency=5.51)
+    return points
+
+
+def test_study_points_flag_efficiency_above_one_and_list_threads():
+    points = flagged_study_points()
+    g = tables.study_points(points, ["nproc", "workers"])
+    assert [r[2] for r in g.rows] == ["2", "2", "1", "1", "1", "1"]
+    assert g.rows[2][-1] == "above ideal: see below" and g.rows[3][-1] == ""
+    flags = tables.study_flags(points)
+    assert len(flags.rows) == 1
+    point, efficiency, threads, message = flags.rows[0]
+    assert (point, efficiency, threads) == ("nproc2-workers0", "5.51", "1 (2)")
+    assert message.startswith("efficiency 5.51 above 1.0 at nproc=2, workers=0 (speedup 11.02x, ideal 2.00x): "
+                              "not a real speedup — the baseline (nproc=1, workers=0) ran 2 threads/rank vs 1 here")
+    assert tables.study_flags(load_study(DATA / "study-a").points).rows == []
+
+
+def test_run_summary_lists_threads_per_rank():
+    ov = overview(load_run(DATA / "run-a"))
+    rows = {r[0]: r[1] for r in tables.run_summary(ov, "x").rows}
+    assert rows["threads per rank"] == "unknown (not recorded by this run, and --threads was not set)"
+    rows = {r[0]: r[1] for r in tables.run_summary({**ov, "threads_per_rank": 1, "cpu_cores": 2,
+                                                    "threads_recorded": True}, "x").rows}
+    assert rows["threads per rank"] == "1, 2 cores shared by the node's ranks"
+    rows = {r[0]: r[1] for r in tables.run_summary({**ov, "threads_per_rank": None, "device": "cuda"}, "x").rows}
+    assert rows["threads per rank"] == "- (GPU run)"
+
+
+def test_compare_config_grid():
+    g = tables.compare_config({"config": [("nproc", 1, 2), ("threads", None, 1), ("threads_per_rank", None, 1),
+                                          ("nproc (axis)", [1, 2], [1, 2, 4]), ("augment", True, False)]})
+    assert g.rows == [["nproc", "1", "2"], ["threads", "not set", "1"], ["threads_per_rank", "not recorded", "1"],
+                      ["nproc (axis)", "1, 2", "1, 2, 4"], ["augment", "true", "false"]]
+    assert tables.compare_config({"config": []}).note == "none: A and B ran with the same configuration"

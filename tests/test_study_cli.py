@@ -23,7 +23,7 @@ from scaletrain.study.cli import add_study_args, spec_from_args
 from scaletrain.study.grid import resolve_spec
 from scaletrain.study.runner import (JOIN_VARS, StudyDir, check_study_dir, child_env, error_line, run_state,
                                      train_command, write_spec)
-from scaletrain.study.view import hms, plan_table, results_table
+from scaletrain.study.view import flag_lines, hms, plan_table, results_table
 
 HAS_REPORT = hasattr(report_package, "write_study_report")  # helper B's; the study calls it at the end
 CONTRACT_KEYS = {"id", "axes", "config", "runs", "status", "epoch_time_s", "epoch_time_std_s", "samples_per_s",
@@ -74,7 +74,30 @@ def test_bad_axis_value_is_one_line_and_exit_2_before_anything_is_written(tmp_pa
 def test_a_bad_point_stops_the_study_before_launching(tmp_path, capsys):
     out = tmp_path / "study"
     assert main(["study", "--nproc", "1,2", "--epochs", "1", "--warmup-epochs", "2", "--out", str(out)]) == 2
-    assert "study point nproc1: --warmup-epochs" in capsys.readouterr().err
+    assert "study point nproc1 (nproc=1): --warmup-epochs" in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_a_point_that_cannot_run_stops_the_study_before_any_launch(tmp_path, capsys):
+    out = tmp_path / "study"
+    # lenet5 is fine; nosuchnet passes the config checks but names no model: found before lenet5 trains
+    assert main(["study", "--model", "lenet5,nosuchnet", "--dataset", "digits", "--epochs", "1",
+                 "--out", str(out)]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1
+    assert err[0].startswith("error: study point nproc1-model_nosuchnet (nproc=1, dataset=digits, model=nosuchnet): "
+                             "unknown model 'nosuchnet'")
+    assert not out.exists()  # nothing launched, nothing written
+
+
+def test_points_are_validated_once_per_model_data_and_shape(tmp_path, capsys, monkeypatch):
+    import scaletrain.launch
+
+    checked = []
+    monkeypatch.setattr(scaletrain.launch, "validate", lambda cfg: checked.append((cfg.nproc, cfg.workers)))
+    out = tmp_path / "study"
+    assert main(["study", "--nproc", "1,2", "--workers", "0,2", *TINY, "--out", str(out), "--dry-run"]) == 0
+    assert sorted(n for n, _ in checked) == [1, 2]  # the workers=2 twins need no second check
     assert not out.exists()
 
 
@@ -123,6 +146,8 @@ def test_run_state(tmp_path):
     assert run_state(run) == "unfinished"
     (run / "summary.json").write_text('{"status": "failed", "error": "interrupted"}')  # Ctrl-C: resumable
     assert run_state(run) == "unfinished"
+    (run / "summary.json").write_text('{"status": "failed", "error": "interrupted (SIGTERM)"}')  # as train says now
+    assert run_state(run) == "unfinished"
     (run / "summary.json").write_text('{"status": "failed", "error": "boom"}')
     assert run_state(run) == "failed"
     (run / "summary.json").write_text('{"status": "completed"}')
@@ -162,6 +187,31 @@ def test_results_table_shows_std_scaling_and_diagnosis():
     for needle in ("0:00:02", "±", "0.1", "1,234", "1.60x", "2.00x", "80%", "communication-bound"):
         assert needle in text
     assert "status" not in text  # all completed: no status column
+
+
+def test_results_table_lists_threads_per_rank_and_flags_efficiency_above_one():
+    base = {"id": "nproc1", "axes": {"nproc": 1}, "config": {"nproc": 1}, "status": "completed",
+            "epoch_time_s": 40.0, "speedup": 1.0, "ideal_speedup": 1.0, "efficiency": 1.0, "baseline": "nproc1",
+            "threads_per_rank": 2, "cpu_cores": 2}
+    fast = {**base, "id": "nproc2", "axes": {"nproc": 2}, "config": {"nproc": 2}, "epoch_time_s": 40.0 / 11.02,
+            "speedup": 11.02, "ideal_speedup": 2.0, "efficiency": 5.51, "threads_per_rank": 1}
+    old = {**base, "id": "nproc4", "axes": {"nproc": 4}, "config": {"nproc": 4}, "threads_per_rank": None,
+           "efficiency": 0.5}
+    console = Console(width=200, record=True)
+    console.print(results_table([base, fast, old], ["nproc"], "t"))
+    text = console.export_text()
+    rows = {line.split()[0]: line.split() for line in text.splitlines() if line.strip()[:1].isdigit()}
+    assert "threads/rank" in text
+    assert rows["1"][1] == "2" and rows["2"][1] == "1" and rows["4"][1] == "?"  # ? = not recorded
+    assert "551% !" in " ".join(rows["2"])
+    lines = flag_lines([base, fast, old])
+    assert len(lines) == 1
+    console = Console(width=400, record=True)
+    console.print(lines[0])
+    assert console.export_text().strip() == (
+        "warning: efficiency 5.51 above 1.0 at nproc=2 (speedup 11.02x, ideal 2.00x): not a real speedup — the "
+        "baseline (nproc=1) ran 2 threads/rank vs 1 here, or the machine was busy while the baseline ran; rerun "
+        "with --threads 1 for every point")
 
 
 def test_plan_table_says_what_each_point_needs():
@@ -226,19 +276,43 @@ def test_study_end_to_end_resume_and_refusal(tmp_path):
     assert [e["status"] for e in study_json(out)] == ["completed", "completed"]
 
 
+BROKEN_MODEL = """
+import torch
+
+
+class Broken(torch.nn.Module):
+    def __init__(self, num_classes=10):
+        super().__init__()
+        self.fc = torch.nn.Linear(1, num_classes)
+
+    def forward(self, x):
+        if not x.is_meta:  # builds, and passes the memory estimate on the meta device: only a run fails
+            raise RuntimeError("broken forward pass")
+        return self.fc(x.flatten(1)[:, :1])
+
+
+def build(num_classes=10):
+    return Broken(num_classes)
+"""
+
+
 def test_a_failing_point_is_recorded_and_the_others_complete(tmp_path):
+    # every check before launching passes (the model builds); what fails is found by the run alone
+    (tmp_path / "brokennet.py").write_text(BROKEN_MODEL)
+    env = {"PYTHONPATH": os.pathsep.join(p for p in (str(tmp_path), os.environ.get("PYTHONPATH")) if p)}
     out = tmp_path / "study"
-    # a batch larger than the training split passes config validation but fails in the run
-    proc = scaletrain("study", "--batch-size", "64,100000", *TINY, "--out", str(out))
+    argv = ["study", "--model", "mlp,brokennet:build", "--dataset", "digits", "--epochs", "1", "--out", str(out)]
+    proc = scaletrain(*argv, env=env)
     assert proc.returncode == 1, proc.stderr
     entries = study_json(out)
     assert [e["status"] for e in entries] == ["completed", "failed"]
-    assert "more than the 1437 training samples" in entries[1]["error"]
+    bad = entries[1]["id"]
+    assert bad.startswith("nproc1-model_brokennet_build") and "broken forward pass" in entries[1]["error"]
     assert entries[1]["epoch_time_s"] is None and entries[1]["speedup"] is None
     err = proc.stderr.strip().splitlines()[-1]
-    assert err.startswith("error: 1 of 2 points failed: nproc1-batch_size100000") and "rerun" in err
-    assert "✗ nproc1-batch_size100000 failed" in proc.stdout
-    dry = scaletrain("study", "--batch-size", "64,100000", *TINY, "--out", str(out), "--dry-run")
+    assert err.startswith(f"error: 1 of 2 points failed: {bad}") and "rerun" in err
+    assert f"✗ {bad} failed" in proc.stdout
+    dry = scaletrain(*argv, "--dry-run", env=env)
     assert_ok(dry)
     assert "rerun (failed)" in dry.stdout and "1 done, 1 to run" in dry.stdout
 

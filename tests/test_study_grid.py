@@ -10,7 +10,7 @@ import pytest
 from scaletrain.config import TrainConfig
 from scaletrain.errors import UserError
 from scaletrain.study.grid import (AXES, StudySpec, load_spec_file, parse_axis, point_id, points, resolve_spec,
-                                   spec_difference, spec_toml)
+                                   spec_difference, spec_toml, validate_points)
 
 
 def write(tmp_path: Path, text: str) -> Path:
@@ -63,7 +63,7 @@ def test_study_file_reads_axes_train_and_repeats(tmp_path):
     ("epochs = 1\n", "unknown key 'epochs'"),
     ("repeats = 0\n", "repeats"),
     ("[axes]\nnproc = [1]\n[train]\nnproc = 2\n", "both in [axes] and [train]"),
-    ("[axes]\nnproc = ['x']\n", "'nproc' must be a int"),
+    ("[axes]\nnproc = ['x']\n", 'nproc takes integers, got "x" (a string)'),
     ("[axes\n", "not valid TOML"),
 ])
 def test_bad_study_files_are_user_errors(tmp_path, text, needle):
@@ -116,7 +116,7 @@ def test_points_span_the_grid_with_nproc_fastest():
 def test_each_point_is_validated_before_anything_runs():
     # each value is fine alone; the combination with the fixed settings is not
     spec = resolve_spec(None, {"nproc": [1, 2]}, {"epochs": 1, "warmup_epochs": 3.0}, None)
-    with pytest.raises(UserError, match="study point nproc1: --warmup-epochs"):
+    with pytest.raises(UserError, match=r"study point nproc1 \(nproc=1\): --warmup-epochs"):
         points(spec)
     with pytest.raises(UserError, match="'lr' must be a float"):
         points(resolve_spec(None, {}, {"lr": "fast"}, None))
@@ -151,3 +151,50 @@ def test_a_different_axis_or_setting_is_named():
                                                                                    {"epochs": 1}, 1))
     assert "epochs: 1 there, 2 here" == spec_difference(a, resolve_spec(None, {"nproc": [1, 2]}, {"epochs": 2}, 1))
     assert "workers" in spec_difference(a, StudySpec(axes={"nproc": [1, 2], "workers": [0]}, train={"epochs": 1}))
+
+
+# ------------------------------------------------------------------ every point checked before any launch
+
+def test_every_point_is_validated_once_per_model_data_and_shape():
+    spec = resolve_spec(None, {"nproc": [1, 2], "workers": [0, 2], "model": ["lenet5", "mlp"]}, {"epochs": 1}, None)
+    grid = points(spec)
+    seen = []
+    assert validate_points(grid, lambda cfg: seen.append((cfg.model, cfg.nproc, cfg.workers))) == 4
+    # workers is not something validate reads: the workers=2 twin of each point is not built again
+    assert sorted((m, n) for m, n, _ in seen) == [("lenet5", 1), ("lenet5", 2), ("mlp", 1), ("mlp", 2)]
+    assert len(grid) == 8
+
+
+def test_the_first_bad_point_is_named_with_its_axis_values():
+    spec = resolve_spec(None, {"nproc": [1, 2], "model": ["lenet5", "nosuchnet"]}, {"epochs": 1}, None)
+
+    def validate(cfg):
+        if cfg.model == "nosuchnet":
+            raise UserError("unknown model 'nosuchnet'")
+
+    with pytest.raises(UserError) as e:
+        validate_points(points(spec), validate)
+    assert str(e.value) == "study point nproc1-model_nosuchnet (nproc=1, model=nosuchnet): unknown model 'nosuchnet'"
+
+
+@pytest.mark.parametrize("text, needle", [
+    ("[axes]\nfoo = [1]\n", "'foo' in [axes] of {path} is not a study axis (axes: nproc, workers, batch_size, "
+                            "precision, dataset, model, strategy, compress, ps_servers): vary one of those, or "
+                            "drop it"),
+    ("[axes]\nthreads = [1, 2]\n", "'threads' in [axes] of {path} is not a study axis (axes: nproc, workers, "
+                                   "batch_size, precision, dataset, model, strategy, compress, ps_servers): put a "
+                                   "fixed value under [train]"),
+    ("[axes]\nworkers = [0, 1.5]\n", "[axes] of {path}: workers takes integers, got 1.5 (a number): write e.g. "
+                                     "workers = [0] (study axes: nproc, workers, batch_size, precision, dataset, "
+                                     "model, strategy, compress, ps_servers)"),
+    ("[axes]\nmodel = [3]\n", '[axes] of {path}: model takes strings, got 3 (an integer): write e.g. model = '
+                              '["resnet20"] (study axes:'),
+    ("[axes]\nnproc = [[1, 2]]\n", "[axes] of {path}: nproc takes integers, got [1, 2] (a list)"),
+    ("[axes]\nnproc = [true]\n", "[axes] of {path}: nproc takes integers, got true (true/false)"),
+    ("axes = [1]\n", "'axes' in {path} must be a [axes] table of key = value lines (study axes: nproc, workers"),
+])
+def test_unknown_axes_and_values_of_the_wrong_type_name_the_known_axes(tmp_path, text, needle):
+    path = write(tmp_path, text)
+    with pytest.raises(UserError) as e:
+        load_spec_file(path)
+    assert needle.format(path=path) in str(e.value) and "\n" not in str(e.value)

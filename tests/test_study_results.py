@@ -6,7 +6,8 @@ import math
 
 import pytest
 
-from scaletrain.study.results import add_speedups, point_entry, point_status, run_epoch_time, study_entries
+from scaletrain.study.results import (above_ideal, add_speedups, point_entry, point_status, run_epoch_time,
+                                      scaling_flags, study_entries)
 
 
 def summary(*epoch_times: float, rate: float | None = 1000.0, top1: float = 0.9, **extra) -> dict:
@@ -131,3 +132,70 @@ def test_a_parameter_server_series_counts_only_the_workers():
     by_id = {e["id"]: e for e in entries}
     assert by_id["nproc3"]["ideal_speedup"] == 2.0  # 2 workers against 1 (the server trains nothing)
     assert by_id["nproc5"]["ideal_speedup"] == 4.0 and by_id["nproc5"]["efficiency"] == pytest.approx(0.5)
+
+
+# ------------------------------------------------------------------ efficiency above 1.0
+
+def test_a_point_records_how_it_ran_threads_cores_and_device():
+    e = entry("nproc1", {"nproc": 1}, done(summary(1.0, threads_per_rank=2, cpu_cores=2, device="cpu")))
+    assert (e["threads_per_rank"], e["cpu_cores"], e["device"]) == (2, 2, "cpu")
+    older = point_entry("nproc1", {"nproc": 1}, {"nproc": 1, "threads": 3}, [done(summary(1.0))])
+    assert (older["threads_per_rank"], older["cpu_cores"]) == (3, None)  # --threads, when the run did not say
+    assert entry("nproc1", {"nproc": 1}, done(summary(1.0)))["threads_per_rank"] is None
+
+
+def series_of(base_threads, threads, cores=2, **extra) -> list[dict]:
+    """A 1-process baseline of 40 s and a 2-process point of 3.63 s: efficiency 5.51."""
+    return add_speedups([
+        {**entry("nproc1", {"nproc": 1}, done(summary(40.0))), "threads_per_rank": base_threads, "cpu_cores": cores,
+         **extra},
+        {**entry("nproc2", {"nproc": 2}, done(summary(40.0 / 11.02))), "threads_per_rank": threads,
+         "cpu_cores": cores, **extra},
+    ])
+
+
+def test_efficiency_above_one_is_flagged_with_the_thread_difference():
+    [flag] = scaling_flags(series_of(2, 1))
+    assert flag["id"] == "nproc2" and flag["baseline"] == "nproc1"
+    assert (flag["threads_per_rank"], flag["baseline_threads_per_rank"], flag["rerun_threads"]) == (1, 2, 1)
+    assert flag["message"] == ("efficiency 5.51 above 1.0 at nproc=2 (speedup 11.02x, ideal 2.00x): not a real "
+                               "speedup — the baseline (nproc=1) ran 2 threads/rank vs 1 here, or the machine was "
+                               "busy while the baseline ran; rerun with --threads 1 for every point")
+
+
+def test_a_starved_baseline_is_named():
+    [flag] = scaling_flags(series_of(1, 1, cores=8))
+    assert flag["causes"][0] == "the baseline used 1 of the 8 cores (starved)"
+    assert flag["rerun_threads"] == 4 and flag["message"].endswith("rerun with --threads 4 for every point")
+
+
+def test_unknown_threads_say_so_rather_than_guess():
+    [flag] = scaling_flags(series_of(None, None, cores=None))
+    assert flag["causes"][0].startswith("the threads per rank of this point or its baseline are unknown")
+    assert flag["message"].endswith("rerun with --threads 1 for every point")
+
+
+def test_gpu_points_blame_the_machine_not_threads():
+    [flag] = scaling_flags(series_of(None, None, cores=None, device="cuda"))
+    assert flag["rerun_threads"] is None and "--threads" not in flag["message"]
+    assert flag["message"].endswith("rerun the series on an otherwise idle machine")
+
+
+def test_efficiency_at_or_below_one_is_not_flagged():
+    entries = add_speedups([entry("nproc1", {"nproc": 1}, done(summary(8.0))),
+                            entry("nproc2", {"nproc": 2}, done(summary(4.0))),  # exactly ideal
+                            entry("nproc4", {"nproc": 4}, done(summary(2.01)))])
+    assert scaling_flags(entries) == []
+    assert [above_ideal(x) for x in (None, 1.0, 1.004, 1.006, 5.51)] == [False, False, False, True, True]
+
+
+def test_only_the_flagged_point_of_a_study_is_named_in_its_own_series():
+    entries = add_speedups([
+        entry("nproc1-workers0", {"nproc": 1, "workers": 0}, done(summary(8.0))),
+        entry("nproc2-workers0", {"nproc": 2, "workers": 0}, done(summary(5.0))),
+        entry("nproc1-workers2", {"nproc": 1, "workers": 2}, done(summary(8.0))),
+        entry("nproc2-workers2", {"nproc": 2, "workers": 2}, done(summary(2.0))),
+    ])
+    [flag] = scaling_flags(entries)
+    assert flag["id"] == "nproc2-workers2" and flag["baseline"] == "nproc1-workers2"
+    assert "at nproc=2, workers=2 (speedup 4.00x, ideal 2.00x)" in flag["message"]

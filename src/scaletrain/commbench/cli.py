@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import time
 from pathlib import Path
@@ -11,6 +12,7 @@ from pathlib import Path
 from scaletrain.errors import UserError
 
 DEFAULT_SIZES = "1K,4K,16K,64K,256K,1M,4M,16M,64M"
+STRATEGIES = ("allreduce", "ring", "ps")
 
 
 def add_commbench_args(p: argparse.ArgumentParser) -> None:
@@ -19,9 +21,11 @@ def add_commbench_args(p: argparse.ArgumentParser) -> None:
                      "model fitted to it (docs/commbench.md).")
     p.add_argument("--strategies", default="allreduce,ring",
                    help="comma list of allreduce, ring, ps (one parameter server, the last rank; default: allreduce,ring)")
-    p.add_argument("--sizes", default=DEFAULT_SIZES, help=f"message sizes (default: {DEFAULT_SIZES})")
+    p.add_argument("--sizes", default=DEFAULT_SIZES, help=f"comma list of message sizes, each once, at least 4 bytes "
+                                                          f"(default: {DEFAULT_SIZES})")
     p.add_argument("--nproc", default=None, help="comma list of processes per node (default: 2..cores, at least 2)")
-    p.add_argument("--seconds", type=float, default=0.3, help="time spent on each measurement (default: 0.3)")
+    p.add_argument("--seconds", type=float, default=0.3,
+                   help="time spent on each measurement, more than 0 (default: 0.3)")
     p.add_argument("--out", default=None, help="directory for commbench.json (default: runs/commbench-<time>)")
     p.add_argument("--nnodes", type=int, default=1, help="nodes (run the same command on each; see testbed)")
     p.add_argument("--node-rank", type=int, default=0)
@@ -30,25 +34,92 @@ def add_commbench_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--local-addr", default=None)
 
 
-def run_commbench(args: argparse.Namespace) -> int:
+def _comma_list(flag: str, text: str, parse, example: str, noun: str, unit: str = "") -> list:
+    """A comma list, each item parsed; an empty item, a bad one or a duplicate is one line naming it."""
+    items = [t.strip() for t in text.split(",")]
+    if not all(items):
+        raise UserError(f"{flag} {text!r} has an empty item: give a comma list such as {flag} {example}")
+    values = []
+    for item in items:
+        try:
+            value = parse(item)
+        except (ValueError, OverflowError):
+            raise UserError(f"{flag} {text}: {item!r} is not {noun}: give a comma list such as {flag} {example}") \
+                from None
+        if value in values:
+            first = items[values.index(value)]
+            same = f"{item!r} twice" if first == item else f"{first!r} and {item!r}, both {value}{unit}"
+            raise UserError(f"{flag} {text} lists {same}: give each once")
+        values.append(value)
+    return values
+
+
+def _size(item: str) -> int:
     from scaletrain.commbench.model import parse_size
 
-    strategies = [s.strip() for s in args.strategies.split(",") if s.strip()]
-    bad = [s for s in strategies if s not in ("allreduce", "ring", "ps")]
-    if bad or not strategies:
-        raise UserError(f"--strategies: unknown {', '.join(bad) or '(none)'}: use allreduce, ring, ps")
-    try:
-        sizes = [parse_size(s) for s in args.sizes.split(",")]
-        procs = ([int(n) for n in args.nproc.split(",")] if args.nproc
-                 else list(range(2, max(2, os.cpu_count() or 2) + 1)))
-    except ValueError:
-        raise UserError("--sizes takes sizes like 1K,64M and --nproc numbers like 2,3,4") from None
+    size = parse_size(item)
+    if size < 4:  # the buffer holds float32 elements
+        raise UserError(f"--sizes: {item!r} is less than 4 bytes: a message holds whole float32 elements "
+                        "(4 bytes each); give sizes such as 4,1K,64M")
+    return size
+
+
+def check_request(args: argparse.Namespace) -> tuple[list[str], list[int], list[int]]:
+    """(strategies, sizes in bytes, processes per node) from the flags; every impossible value is a UserError.
+
+    Nothing is created or launched before this has passed."""
+    strategies = _comma_list("--strategies", args.strategies, str, "allreduce,ring", "a strategy")
+    bad = [s for s in strategies if s not in STRATEGIES]
+    if bad:
+        raise UserError(f"--strategies: unknown {', '.join(bad)}: use {', '.join(STRATEGIES)}")
+    sizes = _comma_list("--sizes", args.sizes, _size, "1K,64M", "a size",
+                        unit=" bytes (sizes round down to whole 4-byte float32 elements)")
+    if args.nproc:
+        procs = _comma_list("--nproc", args.nproc, int, "2,4", "a whole number")
+    else:
+        procs = list(range(2, max(2, os.cpu_count() or 2) + 1))
+    if args.nnodes < 1:
+        raise UserError(f"--nnodes {args.nnodes}: give at least 1")
+    if not 0 <= args.node_rank < args.nnodes:
+        places = "the only node is 0" if args.nnodes == 1 else f"nodes are 0 to {args.nnodes - 1}"
+        raise UserError(f"--node-rank {args.node_rank}: with --nnodes {args.nnodes} {places}")
     if min(procs) < 1 or args.nnodes * min(procs) < 2:
         raise UserError("a collective needs at least 2 ranks: --nproc 2 or more (or --nnodes 2)")
     if args.nnodes > 1 and (len(procs) > 1 or args.master_port is None):
         raise UserError("several nodes: give one --nproc per node and --master-port (the same on every node)")
+    if not (args.seconds > 0 and math.isfinite(args.seconds)):
+        raise UserError(f"--seconds {args.seconds}: give the time per measurement in seconds, more than 0 "
+                        "(e.g. --seconds 0.3)")
+    if args.master_port is not None and not 1 <= args.master_port <= 65535:
+        raise UserError(f"--master-port {args.master_port}: give a port from 1 to 65535 (or leave it out)")
+    memory = _memory_bytes()
+    if memory and max(sizes) > memory:
+        raise UserError(f"--sizes: {max(sizes)} bytes is more than this machine's memory ({memory} bytes): "
+                        "give smaller sizes")
+    return strategies, sizes, procs
+
+
+def _memory_bytes() -> int | None:
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def _out_dir(args: argparse.Namespace) -> Path:
     out = Path(args.out or f"runs/commbench-{time.strftime('%Y%m%d-%H%M%S')}")
-    out.mkdir(parents=True, exist_ok=True)
+    if out.exists() and not out.is_dir():
+        raise UserError(f"--out {out} is a file, not a directory: choose another --out")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise UserError(f"--out {out}: cannot create it ({e.strerror}): choose another --out") from None
+    return out
+
+
+def run_commbench(args: argparse.Namespace) -> int:
+    strategies, sizes, procs = check_request(args)
+    out = _out_dir(args)
     rows_path = out / "rows.jsonl"
     rows_path.unlink(missing_ok=True) if args.node_rank == 0 else None
     for nproc in procs:
@@ -62,8 +133,9 @@ def _launch(args, nproc: int, strategies: list[str], sizes: list[int], rows_path
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import elastic_launch
 
+    from scaletrain import failure
     from scaletrain.commbench.measure import worker_main
-    from scaletrain.launch import describe_failure, free_port, launch_config, quiet_agent_logs
+    from scaletrain.launch import free_port, launch_config, quiet_agent_logs
 
     quiet_agent_logs()
     port = args.master_port or free_port(args.master_addr)
@@ -71,8 +143,11 @@ def _launch(args, nproc: int, strategies: list[str], sizes: list[int], rows_path
     print(f"measuring {', '.join(strategies)} on {nproc * args.nnodes} ranks ...", flush=True)
     try:
         elastic_launch(cfg, worker_main)(strategies, sizes, args.seconds, str(rows_path))
-    except ChildFailedError as e:
-        raise UserError(f"commbench: {describe_failure(e)}") from None
+    except ChildFailedError as e:  # the workers record no error file: the exit codes (or signals) say it
+        exitcodes = {rank: f.exitcode for rank, f in e.failures.items()}
+        message, _ = failure.explain(failure.Outcome(records=[], exitcodes=exitcodes, hung_s={}, timeout_s=0.0),
+                                     lambda rank: f"rank {rank}")
+        raise UserError(f"commbench: {message}") from None
 
 
 def _report(rows_path: Path, out: Path) -> int:

@@ -6,14 +6,13 @@ only the file it is given); every other file is read, never changed.
 
 from __future__ import annotations
 
-import os
 import tempfile
 from pathlib import Path
 
-from scaletrain.errors import UserError
 from scaletrain.report import plots, series, tables
 from scaletrain.report.html import Section, page, write_page
 from scaletrain.report.load import Run, Study, axis_values, load_run, load_study, overview
+from scaletrain.report.output import check_report_dir, writing
 
 REPORT = "report.html"
 PLOTS = "plots"
@@ -29,13 +28,6 @@ def write_study_report(study_dir: str | Path) -> Path:
     return render_study(load_study(study_dir))
 
 
-def _check_writable(root: Path) -> None:
-    """Say so up front when the report cannot be written, rather than fail half-way."""
-    if not os.access(root, os.W_OK) or ((root / PLOTS).exists() and not os.access(root / PLOTS, os.W_OK)):
-        raise UserError(f"cannot write {REPORT} and {PLOTS}/ in {root} (not writable): copy the directory "
-                        "somewhere you can write and report the copy")
-
-
 def run_grids(run: Run) -> list[tables.Grid]:
     """The run's tables, in reading order: summary, phases, communication, ranks, diagnosis."""
     a = run.analysis
@@ -45,7 +37,12 @@ def run_grids(run: Run) -> list[tables.Grid]:
 
 def render_run(run: Run) -> Path:
     """Draw the run's plots into RUN/plots/ and write RUN/report.html."""
-    _check_writable(run.root)
+    check_report_dir(run.root, REPORT, PLOTS)
+    with writing(run.root / REPORT):
+        return _render_run(run)
+
+
+def _render_run(run: Run) -> Path:
     a = run.analysis
     out = run.root / PLOTS
     summary, phases, comm, ranks, diagnosis = run_grids(run)
@@ -63,6 +60,9 @@ def render_run(run: Run) -> Path:
         notes.append("phase plots are left out: phases were not recorded (the run used --profile off)")
     step_fig = (plots.step_time_lines(series.step_times(run.records), out / "step-time.png"),
                 "step time of every step, per rank (the first steps of each epoch include loader start-up)")
+    curves, curve_notes = series.training_curves(run.records, run.epochs)
+    curve_figs = [(plots.line_plot(c.lines, out / f"{c.name}.png", c.title, c.xlabel, c.ylabel, markers=c.markers),
+                   c.caption) for c in curves]
     top = (a.get("diagnosis") or [None])[0]
     sections = [
         Section("summary", lead=f"{top['kind']}: {top['message']}. Try: {top['lever']}." if top else None,
@@ -70,6 +70,7 @@ def render_run(run: Run) -> Path:
         Section("diagnosis", grids=[diagnosis]),
         Section("where the time goes", grids=[phases, comm], figures=phase_figs),
         Section("ranks and stragglers", grids=[ranks], figures=[step_fig]),
+        Section("training: loss, accuracy, learning rate", figures=curve_figs, notes=curve_notes),
     ]
     if notes:
         sections.append(Section("notes", notes=notes))
@@ -80,9 +81,9 @@ def render_run(run: Run) -> Path:
 
 
 def study_grids(study: Study) -> list[tables.Grid]:
-    """The study's tables: the scaling table, phases per point, diagnosis per point."""
-    return [tables.study_points(study.points, study.axes), tables.study_phases(study.points),
-            tables.study_diagnosis(study.points)]
+    """The study's tables: the scaling table, points above the ideal, phases per point, diagnosis per point."""
+    return [tables.study_points(study.points, study.axes), tables.study_flags(study.points),
+            tables.study_phases(study.points), tables.study_diagnosis(study.points)]
 
 
 def _sweep_note(study: Study, axis: str, what: str, lines) -> str | None:
@@ -99,7 +100,12 @@ def _sweep_note(study: Study, axis: str, what: str, lines) -> str | None:
 
 def render_study(study: Study) -> Path:
     """Draw the study's plots (those whose axis is swept) into STUDY/plots/ and write STUDY/report.html."""
-    _check_writable(study.root)
+    check_report_dir(study.root, REPORT, PLOTS)
+    with writing(study.root / REPORT):
+        return _render_study(study)
+
+
+def _render_study(study: Study) -> Path:
     pts, axes, out = study.points, study.axes, study.root / PLOTS
     scaling_figs, phase_figs, notes = [], [], []
     epoch_lines = series.study_lines(pts, axes, "nproc", "epoch_time_s")
@@ -128,11 +134,12 @@ def render_study(study: Study) -> Path:
                            "mean milliseconds per step of each phase, per point"))
     else:
         notes.append("phases per point: not drawn, no point recorded phases")
-    points_grid, phases_grid, diag_grid = study_grids(study)
+    points_grid, flags_grid, phases_grid, diag_grid = study_grids(study)
     failed = sum(1 for p in pts if p.get("status") == "failed")
     done = sum(1 for p in pts if p.get("status") == "completed")
     sections = [
-        Section("scaling", grids=[points_grid], figures=scaling_figs),
+        Section("scaling", grids=[points_grid, flags_grid] if flags_grid.rows else [points_grid],
+                figures=scaling_figs),
         Section("where the time goes", grids=[phases_grid], figures=phase_figs),
         Section("diagnosis", grids=[diag_grid]),
     ]
@@ -145,6 +152,11 @@ def render_study(study: Study) -> Path:
 
 def render_compare(cmp: dict, a: Run | Study, b: Run | Study, path: str | Path) -> Path:
     """The comparison as one self-contained page at `path` (its plot is drawn in a temporary folder)."""
+    with writing(path):
+        return _render_compare(cmp, a, b, path)
+
+
+def _render_compare(cmp: dict, a: Run | Study, b: Run | Study, path: str | Path) -> Path:
     grid = tables.compare_runs(cmp) if cmp["kind"] == "runs" else tables.compare_studies(cmp)
     with tempfile.TemporaryDirectory() as tmp:
         figures = []
@@ -162,5 +174,6 @@ def render_compare(cmp: dict, a: Run | Study, b: Run | Study, path: str | Path) 
                                                 "processes (nproc)", "epoch time (s)"),
                                 "epoch time against the number of processes, each series of A and of B"))
         html = page(f"compare {a.root.resolve().name} and {b.root.resolve().name}", f"A = {a.root}; B = {b.root}",
-                    [Section("comparison", lead=cmp["verdict"], grids=[grid], figures=figures)])
+                    [Section("configuration", grids=[tables.compare_config(cmp)]),
+                     Section("comparison", lead=cmp["verdict"], grids=[grid], figures=figures)])
     return write_page(path, html)

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 from rich.console import Console
 
 from scaletrain.errors import UserError
 from scaletrain.report import build, compare, tables
 from scaletrain.report.load import Run, kind_of, load, overview
+from scaletrain.report.output import check_page_path, check_report_dir
 
 
 def add_report_args(p: argparse.ArgumentParser) -> None:
@@ -21,6 +21,7 @@ def add_report_args(p: argparse.ArgumentParser) -> None:
 def run_report(args: argparse.Namespace) -> int:
     console = Console()
     target = load(args.dir)
+    check_report_dir(target.root, build.REPORT, build.PLOTS)  # before any table is printed
     if isinstance(target, Run):
         grids = build.run_grids(target)
         for grid in grids:
@@ -29,8 +30,10 @@ def run_report(args: argparse.Namespace) -> int:
             console.print(f"note: {note}")
         path = build.render_run(target)
     else:
-        points, _, diagnosis = build.study_grids(target)
+        points, flags, _, diagnosis = build.study_grids(target)
         console.print(tables.rich_table(points))
+        for *_, message in flags.rows:  # whole lines, so that they read (and grep) as one sentence each
+            console.print(f"warning: {message}", soft_wrap=True, highlight=False, markup=False)
         console.print(tables.rich_table(diagnosis))
         path = build.render_study(target)
     console.print(f"report: {path}", soft_wrap=True, highlight=False)
@@ -45,21 +48,24 @@ def add_compare_args(p: argparse.ArgumentParser) -> None:
 
 
 def run_compare(args: argparse.Namespace) -> int:
-    if args.html and not Path(args.html).resolve().parent.is_dir():
-        raise UserError(f"--html {args.html}: its folder does not exist; create it or write the page elsewhere")
+    if args.html:
+        check_page_path(args.html, "--html")  # before anything is read or drawn
     kind_a, kind_b = kind_of(args.a), kind_of(args.b)
     if kind_a != kind_b:
         raise UserError(f"cannot compare a {kind_a} ({args.a}) with a {kind_b} ({args.b}): "
                         "give two run directories or two study directories")
     a, b = load(args.a), load(args.b)
     if isinstance(a, Run) and isinstance(b, Run):
-        cmp = compare.compare_runs(overview(a), overview(b))
+        settings = (compare.run_settings(a.config, a.summary), compare.run_settings(b.config, b.summary))
+        cmp = compare.compare_runs(overview(a), overview(b), settings)
         grid = tables.compare_runs(cmp)
     else:
         axes = a.axes + [x for x in b.axes if x not in a.axes]
-        cmp = compare.compare_studies(a.points, b.points, axes)
+        settings = (compare.study_settings(a.points, a.spec), compare.study_settings(b.points, b.spec))
+        cmp = compare.compare_studies(a.points, b.points, axes, settings)
         grid = tables.compare_studies(cmp)
     console = Console()
+    console.print(tables.rich_table(tables.compare_config(cmp)))  # what was asked differently, then what differs
     console.print(tables.rich_table(grid))
     console.print(cmp["verdict"], soft_wrap=True, highlight=False)
     if args.html:

@@ -1,4 +1,7 @@
-"""Differences between two runs or two studies, as data (pure functions; the verdict is one sentence)."""
+"""Differences between two runs or two studies, as data (pure functions; the verdict is one sentence).
+
+First what was asked for differently (the configuration), then what was measured differently.
+"""
 
 from __future__ import annotations
 
@@ -28,8 +31,50 @@ class Row:
         return None if self.delta is None or not self.a else self.delta / self.a
 
 
-def compare_runs(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
-    """Side by side from two run overviews (load.overview): every phase mean, then the headline numbers."""
+PER_RUN_SETTINGS = ("out", "resume", "progress", "stop_after")
+"""Settings that differ between any two runs by construction (where they were written): never a difference."""
+SUMMARY_FACTS = ("threads_per_rank", "cpu_cores", "backend", "torch_version", "scaletrain_version")
+"""What a run's summary.json records of how it ran, beyond its config.toml."""
+FROM_SUMMARY = ("model", "dataset", "precision", "device")
+"""Settings read from summary.json when a run has no config.toml."""
+
+
+def run_settings(config: dict[str, Any], summary: dict[str, Any] | None) -> dict[str, Any]:
+    """A run's configuration: config.toml (or summary.json's copy of it), then what summary.json says of the run."""
+    s = summary or {}
+    settings = {k: v for k, v in config.items() if k not in PER_RUN_SETTINGS} or \
+        {k: s[k] for k in FROM_SUMMARY if s.get(k) is not None}
+    if "nproc" not in settings and s.get("world_size") is not None:
+        settings["world_size"] = s["world_size"]
+    return {**settings, **{k: s[k] for k in SUMMARY_FACTS if s.get(k) is not None}}
+
+
+def study_settings(points: list[dict[str, Any]], spec: dict[str, Any]) -> dict[str, Any]:
+    """A study's configuration: each axis with its values, the settings every point shares, and repeats."""
+    axes: dict[str, list[Any]] = {a: list(v) for a, v in (spec.get("axes") or {}).items()}
+    for p in points:
+        for a, v in p.get("axes", {}).items():
+            if v not in axes.setdefault(a, []):
+                axes[a].append(v)
+    configs = [p.get("config") or {} for p in points]
+    shared = {k: v for k, v in (configs[0] if configs else {}).items()
+              if k not in axes and k not in PER_RUN_SETTINGS and all(c.get(k) == v for c in configs)}
+    if not configs:
+        shared = {k: v for k, v in (spec.get("train") or {}).items() if k not in PER_RUN_SETTINGS}
+    repeats = {"repeats": spec["repeats"]} if spec.get("repeats") is not None else {}
+    return {**{f"{a} (axis)": v for a, v in axes.items()}, **shared, **repeats}
+
+
+def config_differences(a: dict[str, Any], b: dict[str, Any]) -> list[tuple[str, Any, Any]]:
+    """(setting, A's value, B's value) for every setting that differs; a setting one side lacks is None there."""
+    return [(k, a.get(k), b.get(k)) for k in dict.fromkeys([*a, *b]) if a.get(k) != b.get(k)]
+
+
+def compare_runs(a: dict[str, Any], b: dict[str, Any],
+                 settings: tuple[dict[str, Any], dict[str, Any]] | None = None) -> dict[str, Any]:
+    """Side by side from two run overviews (load.overview): every phase mean, then the headline numbers.
+
+    With `settings` (run_settings of A and B), `config` lists what was configured differently."""
     pa, pb = a.get("phases_mean_s"), b.get("phases_mean_s")
     rows = [Row(PHASE_LABELS.get(p, p), "time", (pa or {}).get(p), (pb or {}).get(p), phase=p)
             for p in phase_names([pa, pb])]
@@ -42,6 +87,7 @@ def compare_runs(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
     ]
     largest = _largest_phase_change(rows)
     return {"kind": "runs", "a": a["name"], "b": b["name"], "rows": rows,
+            "config": config_differences(*settings) if settings else None,
             "largest_phase": largest.phase if largest else None, "verdict": _run_verdict(rows, largest, pa, pb)}
 
 
@@ -67,8 +113,11 @@ def _key(axes: dict[str, Any]) -> tuple:
     return tuple(sorted((k, repr(v)) for k, v in axes.items()))
 
 
-def compare_studies(a_points: list[dict], b_points: list[dict], axes: list[str]) -> dict[str, Any]:
-    """Points matched by their axis values: epoch time, speedup and efficiency of A and B side by side."""
+def compare_studies(a_points: list[dict], b_points: list[dict], axes: list[str],
+                    settings: tuple[dict[str, Any], dict[str, Any]] | None = None) -> dict[str, Any]:
+    """Points matched by their axis values: epoch time, speedup and efficiency of A and B side by side.
+
+    With `settings` (study_settings of A and B), `config` lists what was configured differently."""
     b_by_key = {_key(p.get("axes", {})): p for p in b_points}
     matched: set[tuple] = set()
     rows = []
@@ -78,7 +127,8 @@ def compare_studies(a_points: list[dict], b_points: list[dict], axes: list[str])
         matched.add(key)
         rows.append(_point_row(pa, pb))
     rows += [_point_row(None, pb) for pb in b_points if _key(pb.get("axes", {})) not in matched]
-    return {"kind": "studies", "axes": axes, "rows": rows, "verdict": _study_verdict(rows)}
+    return {"kind": "studies", "axes": axes, "rows": rows,
+            "config": config_differences(*settings) if settings else None, "verdict": _study_verdict(rows)}
 
 
 def _point_row(pa: dict | None, pb: dict | None) -> dict[str, Any]:

@@ -45,6 +45,17 @@ def factor(x: float | None) -> str:
     return DASH if x is None else f"{x:.2f}x"
 
 
+def setting(x: object) -> str:
+    """A configuration value as written in config.toml: `true`, `0.1`, `1, 2, 4`; unset is "not set"."""
+    if x is None:
+        return "not set"
+    if isinstance(x, bool):
+        return "true" if x else "false"
+    if isinstance(x, list):
+        return ", ".join(setting(v) for v in x)
+    return f"{x:g}" if isinstance(x, float) else str(x)
+
+
 def value(kind: str, x: float | None) -> str:
     """Format by kind: 'time', 'rate', 'share', 'factor', 'seconds'."""
     if kind == "time":

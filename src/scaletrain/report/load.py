@@ -13,13 +13,20 @@ from typing import Any
 
 from scaletrain.analysis import RANK_FILE, analyze_run, load_records
 from scaletrain.errors import UserError
+from scaletrain.report import schema
 from scaletrain.metrics import steady_samples_per_s, warmup_steps
 from scaletrain.rundir import read_jsonl
 
 # the profiler's keys of summary.json (docs/run-directory.md), recomputed from metrics files when possible
 ANALYSIS_KEYS = ("phases_mean_s", "step_time_mean_s", "overlap_ratio", "comm_total_mean_s", "comm_hidden_mean_s",
                  "bytes_sent_per_step", "ranks", "stragglers", "peak_memory_bytes", "memory_kind", "diagnosis")
+PLACEMENT_KEYS = ("device", "local_world_size", "threads_per_rank", "cpu_cores")
+"""How the run sat on its machine (summary.json); the analysis reads them as the trainer passed them."""
 WHAT_TO_GIVE = "give the --out directory of `scaletrain train` or `scaletrain study`"
+FIX_SUMMARY = "fix that value, or delete summary.json to report from the metrics files alone"
+FIX_CONFIG = "fix that value in config.toml, or delete config.toml to report without it"
+FIX_LINE = "fix or delete that line"
+FIX_STUDY = "fix that value, or rerun the study to rewrite study.json"
 
 
 @dataclass
@@ -78,19 +85,21 @@ def load_run(path: str | Path) -> Run:
     if kind_of(root) != "run":
         raise UserError(f"{root} is a study, not a run: give one of its runs (points/<id>/r0) or report the study")
     notes: list[str] = []
-    summary = _read_json(root / "summary.json") if (root / "summary.json").is_file() else None
-    if summary is not None and not isinstance(summary, dict):
-        raise UserError(f"{root / 'summary.json'} is not a JSON object: the file is damaged; delete it to "
-                        "report from the metrics files alone")
+    summary = _read_checked_json(root / "summary.json", schema.SUMMARY, FIX_SUMMARY) \
+        if (root / "summary.json").is_file() else None
     if summary is None:
         notes.append("no summary.json (the run did not finish): everything shown comes from the metrics files")
     records = load_records(root, notes=notes)
+    for rank, recs in records.items():
+        _check_lines(recs, root / f"metrics-rank{rank}.jsonl", schema.STEP_RECORD)
     if not any(records.values()):
         why = f" (the run failed: {summary['error']})" if summary and summary.get("error") else ""
         raise UserError(f"{root} has no metrics lines in metrics-rank*.jsonl{why}: the run recorded no training "
                         "step; train it (or resume it) before reporting")
     config = _read_toml(root / "config.toml") if (root / "config.toml").is_file() else {}
+    schema.check(config, schema.CONFIG, str(root / "config.toml"), FIX_CONFIG)
     epochs = read_jsonl(root / "epochs.jsonl", notes)
+    _check_lines(epochs, root / "epochs.jsonl", schema.EPOCH_RECORD)
     analysis, source = _analysis(records, config, summary)
     return Run(root, config, summary, records, epochs, analysis, source, notes)
 
@@ -107,7 +116,9 @@ def _analysis(records: dict[int, list[dict]], config: dict, summary: dict | None
         memory = [(r["rank"], r["peak_memory_bytes"], summary["memory_kind"])
                   for r in (summary or {}).get("ranks") or []
                   if r.get("peak_memory_bytes") is not None and (summary or {}).get("memory_kind")]
-        return analyze(records, config, memory=memory or None), "recomputed from the metrics files"
+        # as the trainer analysed it: config.toml's settings plus the device, ranks and threads it ran with
+        placed = {**config, **{k: (summary or {})[k] for k in PLACEMENT_KEYS if (summary or {}).get(k) is not None}}
+        return analyze(records, placed, memory=memory or None), "recomputed from the metrics files"
     if summary and any(k in summary for k in ANALYSIS_KEYS):
         return {k: summary[k] for k in ANALYSIS_KEYS if k in summary}, "summary.json"
     return {}, "none"
@@ -144,6 +155,8 @@ def overview(run: Run) -> dict[str, Any]:
         "samples_per_s": samples_per_s, "epoch_times_s": times,
         "epoch_time_median_s": median(times) if times else None,
         "step_time_mean_s": step_time, "steps": sum(len(r) for r in run.records.values()) // max(len(run.records), 1),
+        "threads_per_rank": s.get("threads_per_rank", c.get("threads")), "cpu_cores": s.get("cpu_cores"),
+        "threads_recorded": "threads_per_rank" in s,
         "profiled": run.profiled, "phases_mean_s": run.analysis.get("phases_mean_s"),
         "overlap_ratio": run.analysis.get("overlap_ratio"),
     }
@@ -158,8 +171,14 @@ def load_study(path: str | Path) -> Study:
     if not isinstance(points, list) or not all(isinstance(p, dict) and "id" in p for p in points):
         raise UserError(f"{root / 'study.json'} is not a list of points with an 'id' each: the file is damaged; "
                         "rerun the study to rewrite it")
+    for i, p in enumerate(points, 1):
+        name = f" ({p['id']})" if isinstance(p["id"], str) else ""
+        schema.check(p, schema.STUDY_POINT, f"{root / 'study.json'} point {i}{name}", FIX_STUDY)
     spec = _read_toml(root / "study.toml") if (root / "study.toml").is_file() else {}
-    axes = list((spec.get("axes") or {}).keys())
+    schema.check(spec, schema.STUDY_TOML, str(root / "study.toml"), "fix that value in study.toml")
+    # a hand-written study.toml may give an axis one bare value: it is a list of one
+    spec["axes"] = {a: v if isinstance(v, list) else [v] for a, v in (spec.get("axes") or {}).items()}
+    axes = list(spec["axes"].keys())
     for p in points:
         axes += [a for a in p.get("axes", {}) if a not in axes]
     return Study(root, spec, points, axes)
@@ -173,6 +192,18 @@ def axis_values(study: Study, axis: str) -> list[Any]:
         if v is not None and v not in seen:
             seen.append(v)
     return seen
+
+
+def _read_checked_json(path: Path, spec: Any, fix: str) -> Any:
+    data = _read_json(path)
+    schema.check(data, spec, str(path), fix)
+    return data
+
+
+def _check_lines(lines: list[Any], path: Path, spec: Any) -> None:
+    """Each JSON line against `spec`; lines count as read_jsonl counts them (blank lines left out)."""
+    for i, line in enumerate(lines, 1):
+        schema.check(line, spec, f"{path} line {i}", FIX_LINE)
 
 
 def _read_json(path: Path) -> Any:

@@ -92,17 +92,22 @@ def phase_share_area(steps: list[int], shares: dict[str, list[float]], path: str
     return _save(fig, path)
 
 
+MAX_TICKS = 12
+
+
 def line_plot(lines: Sequence[Line], path: str | Path, title: str, xlabel: str, ylabel: str,
-              reference: Sequence[Line] = ()) -> Path:
-    """Lines with markers (one per series); `reference` lines (e.g. ideal speedup) dashed in grey."""
+              reference: Sequence[Line] = (), markers: bool = True) -> Path:
+    """Lines (one per series, with markers unless `markers` is off); `reference` lines (e.g. ideal speedup)
+    dashed in grey. Up to MAX_TICKS distinct x values get a tick each (nproc 1, 2, 4); more, matplotlib's."""
     fig = Figure(figsize=(6.5, 4.0))
     ax = fig.subplots()
     for line in reference:
         ax.plot(line.xs, line.ys, linestyle="--", color="0.5", label=line.label)
     for line in lines:
-        ax.plot(line.xs, line.ys, marker="o", label=line.label)
+        ax.plot(line.xs, line.ys, marker="o" if markers or len(line.xs) == 1 else None, label=line.label)
     xs = sorted({x for line in [*lines, *reference] for x in line.xs})
-    ax.set_xticks(xs)
+    if len(xs) <= MAX_TICKS:
+        ax.set_xticks(xs)
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     ax.set_title(title)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 from statistics import mean
@@ -85,3 +86,90 @@ def ideal_lines(points: list[dict], axes: list[str]) -> list[Line]:
         xy = sorted(pairs)
         return [Line("ideal", [x for x, _ in xy], [y for _, y in xy])] if xy else []
     return per_series
+
+
+@dataclass(frozen=True)
+class Curve:
+    """One training-curve plot to draw: file stem, labels, lines; per-epoch curves get markers."""
+
+    name: str
+    title: str
+    xlabel: str
+    ylabel: str
+    lines: list[Line]
+    caption: str
+    markers: bool = True
+
+
+def _finite(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _points(rows: list[dict], x_key: str, y_key: str, label: str, scale: float = 1.0,
+            shift: int = 0) -> tuple[Line | None, int]:
+    """y_key against x_key over the rows that have it; also how many had it but not as a finite number."""
+    have = [r for r in rows if r.get(y_key) is not None]
+    good = [r for r in have if _finite(r[y_key])]
+    line = Line(label, [r[x_key] + shift for r in good], [scale * r[y_key] for r in good]) if good else None
+    return line, len(have) - len(good)
+
+
+def training_curves(records_by_rank: dict[int, list[dict]],
+                    epochs: list[dict]) -> tuple[list[Curve], list[str]]:
+    """Loss per step and per epoch, validation top-1/top-5 per epoch, learning rate per step (or per epoch).
+
+    Per-step values come from the lowest rank's records (rank 0: every rank has the same lr, and DDP
+    ranks' losses differ only by their data). Epochs count from 1. What cannot be drawn is a note."""
+    rank = min((r for r, recs in records_by_rank.items() if recs), default=None)
+    steps = records_by_rank[rank] if rank is not None else []
+    curves: list[Curve] = []
+    notes: list[str] = []
+    bad_total = 0
+
+    loss, bad = _points(steps, "step", "loss", f"training loss (rank {rank})")
+    bad_total += bad
+    if loss:
+        curves.append(Curve("loss-per-step", "training loss per step", "step", "loss", [loss],
+                            f"training loss of every step on rank {rank}", markers=False))
+    else:
+        notes.append("training loss per step: not drawn, the metrics lines have no loss")
+
+    per_epoch = []
+    for key, label in (("train_loss", "training loss (epoch mean)"), ("val_loss", "validation loss")):
+        line, bad = _points(epochs, "epoch", key, label, shift=1)
+        bad_total += bad
+        per_epoch += [line] if line else []
+    if per_epoch:
+        curves.append(Curve("loss-per-epoch", "loss per epoch", "epoch", "loss", per_epoch,
+                            "training loss (mean over the epoch) and validation loss, per epoch"))
+    else:
+        notes.append("loss per epoch: not drawn, epochs.jsonl has no train_loss or val_loss (no epoch finished)")
+
+    accuracy = []
+    for key, label in (("top1", "top-1"), ("top5", "top-5")):
+        line, bad = _points(epochs, "epoch", key, label, scale=100.0, shift=1)
+        bad_total += bad
+        accuracy += [line] if line else []
+    if accuracy:
+        curves.append(Curve("accuracy", "validation accuracy per epoch", "epoch", "accuracy (%)", accuracy,
+                            "validation top-1 and top-5 accuracy after each evaluated epoch"))
+    else:
+        notes.append("validation accuracy: not drawn, no epoch was evaluated (epochs.jsonl has no top1 or top5)")
+
+    lr, bad = _points(steps, "step", "lr", "learning rate")
+    if lr:
+        curves.append(Curve("lr", "learning rate per step", "step", "learning rate", [lr],
+                            f"learning rate of every step (rank {rank})", markers=False))
+    else:
+        lr, bad = _points(epochs, "epoch", "lr", "learning rate", shift=1)
+        if lr:
+            curves.append(Curve("lr", "learning rate per epoch", "epoch", "learning rate", [lr],
+                                "learning rate per epoch (the metrics lines have no per-step lr)"))
+        else:
+            notes.append("learning rate: not drawn, neither the metrics lines nor epochs.jsonl have an lr")
+    bad_total += bad
+    if bad_total:
+        values = "value was" if bad_total == 1 else "values were"
+        notes.append(f"{bad_total} loss, accuracy or learning-rate {values} not finite (nan or inf): left out "
+                     "of the curves")
+    return curves, notes

@@ -12,8 +12,10 @@ from rich.table import Table
 from rich.text import Text
 
 from scaletrain.report import fmt
-from scaletrain.report.compare import Row
+from scaletrain.report.compare import SUMMARY_FACTS, Row
 from scaletrain.report.series import PHASE_LABELS, phase_names
+from scaletrain.study.results import above_ideal, scaling_flags
+from scaletrain.study.view import threads_text
 
 
 @dataclass
@@ -32,7 +34,9 @@ def rich_table(grid: Grid) -> Table | Text:
     """The grid as a rich Table; a grid without rows is just its title and note (no empty box)."""
     if not grid.rows:
         return Text(f"{grid.title}: {grid.note or 'nothing to show'}")
-    t = Table(title=grid.title, show_header=grid.header, caption=grid.note, caption_justify="left")
+    # a narrow table is widened to its title rather than wrap the title over several lines
+    t = Table(title=grid.title, show_header=grid.header, caption=grid.note, caption_justify="left",
+              min_width=len(grid.title))
     for i, col in enumerate(grid.columns):
         if i in grid.text_columns:  # text wraps between words; a word breaks only beyond 20 characters
             words = [w for text in (col, *(r[i] for r in grid.rows)) for w in text.split()]
@@ -64,9 +68,22 @@ def run_summary(ov: dict[str, Any], analysis_source: str) -> Grid:
          "not measured (too few steps)"],
         ["epoch time", _epoch_time(ov["epoch_time_median_s"], len(times)) if times else "no epoch finished"],
         ["step time (steady mean)", fmt.duration(ov.get("step_time_mean_s"))],
+        ["threads per rank", _threads(ov)],
         ["analysis", analysis_source],
     ]
     return g
+
+
+def _threads(ov: dict[str, Any]) -> str:
+    """Torch intra-op threads each CPU rank used, and the cores its node's ranks shared."""
+    t, cores = ov.get("threads_per_rank"), ov.get("cpu_cores")
+    if t is None:
+        if str(ov.get("device") or "").startswith("cuda"):
+            return "- (GPU run)"
+        return "unknown (not recorded by this run, and --threads was not set)"
+    where = f", {cores} cores shared by the node's ranks" if cores else ""
+    how = "" if ov.get("threads_recorded") else " (--threads; the run did not record it)"
+    return f"{t}{where}{how}"
 
 
 def _epoch_time(median_s: float, n: int) -> str:
@@ -174,8 +191,8 @@ def study_points(points: list[dict], axes: list[str]) -> Grid:
     fixed_note = "; ".join(f"{a} = {points[0].get('axes', {}).get(a)}" for a in fixed) if points else ""
     axes = [a for a in axes if a not in fixed]
     g = Grid("scaling: epoch time, speedup and efficiency per point",
-             [*axes, "epoch time", "seconds", "speedup", "ideal", "efficiency", "top-1", "note"],
-             text_columns=(*range(len(axes)), len(axes) + 6))
+             [*axes, "threads/rank", "epoch time", "seconds", "speedup", "ideal", "efficiency", "top-1", "note"],
+             text_columns=(*range(len(axes)), len(axes) + 7))
     errors = []
     for p in points:
         ok = p.get("status") == "completed" and p.get("epoch_time_s") is not None
@@ -183,17 +200,32 @@ def study_points(points: list[dict], axes: list[str]) -> Grid:
         secs = (f"{p['epoch_time_s']:.2f}" + (f" ± {std:.2f}" if std and (p.get("repeats") or 1) > 1 else "")
                 if ok else fmt.DASH)
         note = "baseline" if ok and p.get("baseline") == p.get("id") else ("" if ok else p.get("status", "pending"))
+        if ok and above_ideal(p.get("efficiency")):
+            note = "above ideal: see below"
         if p.get("error"):
             errors.append(f"{p['id']} failed: {p['error']}")
-        g.rows.append([*(str(p.get("axes", {}).get(a, fmt.DASH)) for a in axes),
+        g.rows.append([*(str(p.get("axes", {}).get(a, fmt.DASH)) for a in axes), threads_text(p),
                        fmt.hms(p["epoch_time_s"]) if ok else fmt.DASH, secs,
                        fmt.factor(p.get("speedup")) if ok else fmt.DASH, fmt.factor(p.get("ideal_speedup")),
                        fmt.share(p.get("efficiency"), 0) if ok else fmt.DASH,
                        fmt.share(p.get("top1"), 1) if ok else fmt.DASH, note])
     g.note = ("speedup = baseline epoch time / epoch time, within a series (the points sharing every axis value "
               "but nproc; its baseline is the point with the fewest processes); ideal = nproc / baseline nproc; "
-              "efficiency = speedup / ideal" + "".join(f". {e}" for e in errors)
+              "efficiency = speedup / ideal; threads/rank = torch intra-op threads of each CPU rank (? = not "
+              "recorded)" + "".join(f". {e}" for e in errors)
               + (f". Same for every point: {fixed_note}" if fixed_note else ""))
+    return g
+
+
+def study_flags(points: list[dict]) -> Grid:
+    """The points whose efficiency is above 1.0, with the likely cause (study.results.scaling_flags)."""
+    by_id = {p["id"]: p for p in points}
+    g = Grid("efficiency above 1.0: not a real speedup", ["point", "efficiency", "threads/rank (baseline)",
+                                                          "likely cause and fix"], text_columns=(0, 2, 3))
+    for f in scaling_flags(points):
+        base = by_id.get(f["baseline"]) or {}
+        g.rows.append([f["id"], f"{f['efficiency']:.2f}",
+                       f"{threads_text(by_id[f['id']])} ({threads_text(base) if base else fmt.DASH})", f["message"]])
     return g
 
 
@@ -232,6 +264,21 @@ def study_diagnosis(points: list[dict]) -> Grid:
 
 # ---- compare ----
 
+def compare_config(cmp: dict[str, Any]) -> Grid:
+    """What was configured differently in A and B (compare.config_differences), shown before any measurement."""
+    g = Grid("configuration: the settings that differ", ["setting", "A", "B"], text_columns=(0, 1, 2))
+    if cmp.get("config") is None:
+        g.note = "not compared"
+        return g
+    def cell(key: str, value: Any) -> str:  # absent: a setting left at its default, or a fact not recorded
+        return "not recorded" if value is None and key in SUMMARY_FACTS else fmt.setting(value)
+
+    g.rows = [[key, cell(key, a), cell(key, b)] for key, a, b in cmp["config"]]
+    if not g.rows:
+        g.note = "none: A and B ran with the same configuration"
+    return g
+
+
 def compare_runs(cmp: dict[str, Any]) -> Grid:
     g = Grid(f"A = {cmp['a']}   B = {cmp['b']}", ["measure", "A", "B", "B - A", "change"])
     for r in cmp["rows"]:
@@ -260,6 +307,8 @@ def compare_studies(cmp: dict[str, Any]) -> Grid:
         notes = [f"{side}: {st}" + (f" ({err})" if err else "")
                  for side, st, err in (("A", r["status"], r["error_a"]), ("B", r["status_b"], r["error_b"]))
                  if st != "completed"]
+        notes += [f"{side}: efficiency above 1.0, not a real speedup (see `scaletrain report` of {side})"
+                  for side, eff in (("A", e.a), ("B", e.b)) if above_ideal(eff)]
         g.rows.append([*(str(r["axes"].get(a, fmt.DASH)) for a in axes), fmt.value("seconds", t.a),
                        fmt.value("seconds", t.b), fmt.change(t.relative), fmt.factor(s.a), fmt.factor(s.b),
                        fmt.share(e.a, 0), fmt.share(e.b, 0), "; ".join(notes)])

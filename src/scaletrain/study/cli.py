@@ -12,7 +12,8 @@ from typing import Any
 
 from scaletrain.config import TrainConfig
 from scaletrain.errors import UserError
-from scaletrain.study.grid import AXES, STUDY_OWNED, StudySpec, load_spec_file, parse_axis, points, resolve_spec
+from scaletrain.study.grid import (AXES, STUDY_OWNED, StudySpec, load_spec_file, parse_axis, points, resolve_spec,
+                                   validate_points)
 from scaletrain.study.results import failed_points, study_entries
 from scaletrain.study.runner import (StudyDir, check_study_dir, child_env, initial_record, run_point, run_state,
                                      terminate_as_interrupt, write_results, write_spec)
@@ -48,10 +49,16 @@ def spec_from_args(args: argparse.Namespace) -> StudySpec:
 def run_study(args: argparse.Namespace) -> int:
     from rich.console import Console
 
+    from scaletrain.launch import validate
+
     spec = spec_from_args(args)
-    grid = points(spec)  # every point's config is validated here, before anything is launched
+    grid = points(spec)  # every point's config is checked here, before anything is launched
     study = StudyDir(args.out)
     resuming = check_study_dir(study, spec)
+    # and every point still to run against its model, data and launch shape: a bad point found after
+    # hours of good ones is a wasted night (nothing is written by this)
+    validate_points([p for p in grid if any(run_state(study.run(p.id, k)) != "completed"
+                                            for k in range(spec.repeats))], validate)
     console = Console(highlight=False)
     if not console.is_terminal:  # a log file or pipe: keep the table's columns whole instead of 80 wide
         console = Console(highlight=False, width=160)
@@ -120,7 +127,7 @@ def _run_all(console, study: StudyDir, spec: StudySpec, grid: list, runs: dict[s
 
 def _finish(console, study: StudyDir, spec: StudySpec, grid: list, runs: dict[str, list[dict[str, Any]]]) -> int:
     from scaletrain.report import write_study_report
-    from scaletrain.study.view import results_table
+    from scaletrain.study.view import flag_lines, results_table
 
     entries = study_entries(grid, runs)
     write_results(study, entries)
@@ -128,6 +135,8 @@ def _finish(console, study: StudyDir, spec: StudySpec, grid: list, runs: dict[st
     shown = [a for a, values in spec.axes.items() if a == "nproc" or len(values) > 1]
     fixed = ", ".join(f"{a}={values[0]}" for a, values in spec.axes.items() if a not in shown)
     console.print(results_table(entries, shown, f"study {study.root}", fixed or None))
+    for line in flag_lines(entries):
+        console.print(line)
     console.print(f"study.json: {study.results}")
     try:
         console.print(f"report: {write_study_report(study.root)}")

@@ -5,7 +5,9 @@ from __future__ import annotations
 import difflib
 import hashlib
 import itertools
+import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -21,6 +23,9 @@ STUDY_OWNED = ("out", "resume", "progress", "stop_after")
 """Train settings the study sets itself per run, so they are not fixed settings of the spec."""
 PER_RUN = ("out", "resume", "progress")
 """Launch mechanics the runner sets for each run; left out of a point's recorded settings."""
+VALIDATION_BLIND = ("workers", "compress")
+"""Settings launch.validate does not read: points that differ only in these are validated once."""
+KIND_WORDS = {"int": "integers", "float": "numbers", "str": "strings", "bool": "true or false"}
 
 
 @dataclass
@@ -73,10 +78,29 @@ def _convert(name: str, text: str, item: str) -> Any:
     return item
 
 
+def _type_ok(kind: str, value: Any) -> bool:
+    if kind == "bool":
+        return isinstance(value, bool)
+    want = {"int": int, "float": (int, float), "str": str}[kind]
+    return isinstance(value, want) and not isinstance(value, bool)
+
+
+def _example(name: str) -> str:
+    value = getattr(TrainConfig(), name)
+    return f"{name} = [{json.dumps(value) if value is not None else '...'}]"
+
+
 def check_axis_values(name: str, values: list[Any], where: str) -> None:
-    """Each value must be valid on its own (TrainConfig's checks) and listed once."""
+    """Each value must be of the field's type, valid on its own (TrainConfig's checks) and listed once."""
     if not values:
         raise UserError(f"{where}: {name} has no values; give at least one")
+    kind = _kind(name)
+    wrong = next((v for v in values if not _type_ok(kind, v)), None)
+    if wrong is not None:
+        what = {bool: "true/false", int: "an integer", float: "a number", str: "a string", list: "a list",
+                dict: "a table"}.get(type(wrong), type(wrong).__name__)
+        raise UserError(f"{where}: {name} takes {KIND_WORDS[kind]}, got {json.dumps(wrong, default=str)} ({what}): "
+                        f"write e.g. {_example(name)} (study axes: {', '.join(AXES)})")
     for value in values:
         try:
             build_config({}, {name: value})
@@ -121,13 +145,15 @@ def load_spec_file(path: str | Path) -> dict[str, Any]:
                         "(train settings go under [train])")
     for table in ("axes", "train"):
         if not isinstance(raw.get(table, {}), dict):
-            raise UserError(f"'{table}' in {path} must be a [{table}] table of key = value lines")
+            known = f" (study axes: {', '.join(AXES)})" if table == "axes" else ""
+            raise UserError(f"'{table}' in {path} must be a [{table}] table of key = value lines{known}")
     axes: dict[str, list[Any]] = {}
     for key, value in raw.get("axes", {}).items():
         name = key.replace("-", "_")
         if name not in AXES:
+            close = difflib.get_close_matches(name, AXES, n=1)
             hint = ("put a fixed value under [train]" if name in field_names()
-                    else f"did you mean '{(difflib.get_close_matches(name, AXES, n=1) or ['?'])[0]}'?")
+                    else f"did you mean '{close[0]}'?" if close else "vary one of those, or drop it")
             raise UserError(f"'{key}' in [axes] of {path} is not a study axis (axes: {', '.join(AXES)}): {hint}")
         axes[name] = value if isinstance(value, list) else [value]
         check_axis_values(name, axes[name], f"[axes] of {path}")
@@ -193,9 +219,33 @@ def points(spec: StudySpec) -> list[Point]:
         try:
             cfg = build_config(spec.train, values)
         except UserError as e:
-            raise UserError(f"study point {pid}: {e}") from None
+            raise UserError(f"{point_name(pid, values)}: {e}") from None
         result.append(Point(id=pid, axes=values, config=cfg))
     return result
+
+
+def point_name(pid: str, values: dict[str, Any]) -> str:
+    """`study point nproc2-model_x (nproc=2, model=x)`, as errors name a point."""
+    return f"study point {pid} ({', '.join(f'{k}={v}' for k, v in values.items())})"
+
+
+def validate_points(grid: list[Point], validate: Callable[[TrainConfig], None]) -> int:
+    """`validate` (launch.validate: model, data, batch, launch shape) on every point before any is launched.
+
+    It builds the model and the data, so points that differ only in VALIDATION_BLIND settings are checked
+    once. The first failure is a UserError naming the point; returns how many checks ran."""
+    seen: set[str] = set()
+    for p in grid:
+        key = json.dumps({k: v for k, v in p.settings().items() if k not in VALIDATION_BLIND}, sort_keys=True,
+                         default=str)
+        if key in seen:
+            continue
+        seen.add(key)
+        try:
+            validate(p.config)
+        except UserError as e:
+            raise UserError(f"{point_name(p.id, p.axes)}: {e}") from None
+    return len(seen)
 
 
 def spec_difference(old: StudySpec, new: StudySpec) -> str | None:
@@ -223,4 +273,4 @@ def spec_toml(spec: StudySpec) -> str:
 
 
 __all__ = ["AXES", "STUDY_OWNED", "PER_RUN", "StudySpec", "Point", "parse_axis", "load_spec_file", "resolve_spec",
-           "points", "point_id", "spec_difference", "spec_toml", "check_axis_values"]
+           "points", "point_id", "point_name", "validate_points", "spec_difference", "spec_toml", "check_axis_values"]

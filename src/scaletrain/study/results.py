@@ -45,6 +45,9 @@ def point_entry(point_id: str, axes: dict[str, Any], config: dict[str, Any],
         "phases_mean_s": first.get("phases_mean_s"), "overlap_ratio": first.get("overlap_ratio"),
         "diagnosis": first.get("diagnosis"), "top1": _mean([s.get("top1") for s in done]),
         "repeats": len(done),
+        # how the point ran: what a speedup above the ideal is checked against (scaling_flags)
+        "threads_per_rank": first.get("threads_per_rank", config.get("threads")),
+        "cpu_cores": first.get("cpu_cores"), "device": first.get("device"),
     }
     failed = [(k, r) for k, r in enumerate(runs) if r["status"] == "failed"]
     if failed:
@@ -55,9 +58,10 @@ def point_entry(point_id: str, axes: dict[str, Any], config: dict[str, Any],
 
 def _nproc(entry: dict[str, Any]) -> int:
     """The processes that train: nproc, less the servers of a parameter-server point."""
-    nproc = entry["axes"].get("nproc", entry["config"].get("nproc", 1))
-    if str(entry["config"].get("strategy", "")).startswith("ps-"):
-        return max(1, nproc - entry["axes"].get("ps_servers", entry["config"].get("ps_servers", 1)))
+    axes, config = entry.get("axes") or {}, entry.get("config") or {}
+    nproc = axes.get("nproc", config.get("nproc") or 1)
+    if str(config.get("strategy") or "").startswith("ps-"):
+        return max(1, nproc - axes.get("ps_servers", config.get("ps_servers") or 1))
     return nproc
 
 
@@ -92,4 +96,77 @@ def failed_points(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [e for e in entries if e["status"] == "failed"]
 
 
-__all__ = ["run_epoch_time", "point_status", "point_entry", "add_speedups", "study_entries", "failed_points"]
+def above_ideal(efficiency: float | None) -> bool:
+    """Efficiency above 1.0 as shown (two decimals): a speedup larger than the processes added."""
+    return efficiency is not None and round(efficiency, 2) > 1.0
+
+
+def threads_per_rank(entry: dict[str, Any]) -> int | None:
+    """Torch intra-op threads each CPU rank of the point used: recorded by the run, else its --threads, else None."""
+    recorded = entry.get("threads_per_rank")
+    return recorded if recorded is not None else (entry.get("config") or {}).get("threads")
+
+
+def on_gpu(entry: dict[str, Any]) -> bool:
+    device = entry.get("device") or (entry.get("config") or {}).get("device") or ""
+    return str(device).startswith("cuda")
+
+
+def _where(entry: dict[str, Any], axes: list[str]) -> str:
+    return ", ".join(f"{a}={entry['axes'][a]}" for a in axes if a in entry.get("axes", {})) or entry["id"]
+
+
+def scaling_flags(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The points whose efficiency is above 1.0, each with the likely causes and the fix (docs/study.md).
+
+    More speedup than processes added is not a real speedup: the baseline point ran slower than it
+    could (fewer threads per rank than the cores it had, a busy machine), or the points did not run
+    the same threads per rank, so the nproc ratio is not what changed between them.
+    """
+    by_id = {e["id"]: e for e in entries}
+    varying = [a for a in dict.fromkeys(k for e in entries for k in e.get("axes", {}))
+               if a == "nproc" or len({repr(e.get("axes", {}).get(a)) for e in entries}) > 1]
+    flags = []
+    for e in entries:
+        if not above_ideal(e.get("efficiency")):
+            continue
+        base = by_id.get(e.get("baseline")) or {}
+        t, tb = threads_per_rank(e), threads_per_rank(base)
+        series = [x for x in entries if x.get("baseline") == e.get("baseline")]
+        causes = _causes(e, base, t, tb, _where(base, varying) if base else "the baseline")
+        cores = e.get("cpu_cores") or base.get("cpu_cores")
+        most = max(_nproc(x) for x in series) if series else _nproc(e)
+        rerun = max(1, cores // most) if cores else 1
+        fix = ("rerun the series on an otherwise idle machine" if on_gpu(e) else
+               f"rerun with --threads {rerun} for every point")
+        ratios = ", ".join(f"{name} {e[key]:.2f}x" for name, key in (("speedup", "speedup"), ("ideal", "ideal_speedup"))
+                           if e.get(key) is not None)  # a hand-edited study.json may lack one
+        message = (f"efficiency {e['efficiency']:.2f} above 1.0 at {_where(e, varying)}"
+                   + (f" ({ratios})" if ratios else "") + f": not a real speedup — {', or '.join(causes)}; {fix}")
+        flags.append({"id": e["id"], "baseline": e.get("baseline"), "efficiency": e["efficiency"],
+                      "threads_per_rank": t, "baseline_threads_per_rank": tb, "cpu_cores": cores,
+                      "causes": causes, "rerun_threads": None if on_gpu(e) else rerun, "message": message})
+    return flags
+
+
+def _causes(e: dict[str, Any], base: dict[str, Any], t: int | None, tb: int | None, base_name: str) -> list[str]:
+    """Why a point's speedup may be above the ideal, most likely first; the busy machine is always possible."""
+    causes = []
+    if on_gpu(e):
+        return [f"the baseline ({base_name}) was slowed by other work on the machine or GPU",
+                "the points ran on different GPUs"]
+    if t is not None and tb is not None and t != tb:
+        causes.append(f"the baseline ({base_name}) ran {tb} thread{'s' * (tb != 1)}/rank vs {t} here")
+    cores = base.get("cpu_cores")
+    if tb is not None and cores and tb * _nproc(base) < cores:
+        causes.append(f"the baseline used {tb * _nproc(base)} of the {cores} cores (starved)")
+    if t is None or tb is None:
+        which = "this point or its baseline" if t is None and tb is None else "this point" if t is None \
+            else "the baseline"
+        causes.append(f"the threads per rank of {which} are unknown (not recorded), so the baseline may have "
+                      "run with fewer threads per rank than it had cores")
+    return [*causes, "the machine was busy while the baseline ran"]
+
+
+__all__ = ["run_epoch_time", "point_status", "point_entry", "add_speedups", "study_entries", "failed_points",
+           "above_ideal", "threads_per_rank", "on_gpu", "scaling_flags"]

@@ -86,7 +86,8 @@ def run_state(run: Path) -> str:
     summary = read_summary(run) or {}
     if summary.get("status") == "completed":
         return "completed"
-    if summary.get("status") == "failed" and summary.get("error") != "interrupted":
+    # an interrupted run (Ctrl-C, SIGTERM: "interrupted (SIGINT)") is resumed, not counted as failed
+    if summary.get("status") == "failed" and not str(summary.get("error")).startswith("interrupted"):
         return "failed"
     return "unfinished" if run.exists() else "new"
 

@@ -5,9 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 from rich import box
+from rich.markup import escape
 from rich.table import Table
 
-from scaletrain.study.results import run_epoch_time
+from scaletrain.study.results import above_ideal, on_gpu, run_epoch_time, scaling_flags, threads_per_rank
 
 
 def hms(seconds: float | None) -> str:
@@ -51,8 +52,16 @@ def _diagnosis(entry: dict[str, Any]) -> str:
     return findings[0].get("kind", "-") if findings else "-"
 
 
+def threads_text(entry: dict[str, Any]) -> str:
+    """Threads per rank as shown: a number, "gpu" (no CPU threads to speak of) or "?" (not recorded)."""
+    t = threads_per_rank(entry)
+    return str(t) if t is not None else "gpu" if on_gpu(entry) else "?"
+
+
 def results_table(entries: list[dict[str, Any]], axes: list[str], title: str, caption: str | None = None) -> Table:
-    """Configuration columns, then epoch time (h:mm:ss, seconds, ± std), samples/s and scaling."""
+    """Configuration columns, threads per rank, then epoch time (h:mm:ss, seconds, ± std), samples/s and scaling.
+
+    An efficiency above 1.0 is marked "!" and explained by `flag_lines`."""
     t = Table(title=title, caption=caption, box=box.SIMPLE_HEAD)
     for name in axes:
         t.add_column(name, justify="right" if name in ("nproc", "workers", "batch_size") else "left",
@@ -60,7 +69,7 @@ def results_table(entries: list[dict[str, Any]], axes: list[str], title: str, ca
     # status and ± only when they tell something: all completed, or a single repeat, need no column
     show_status = any(e["status"] != "completed" for e in entries)
     show_std = any(e.get("epoch_time_std_s") is not None for e in entries)
-    cols = (["status"] * show_status + ["epoch time", "seconds"] + ["±"] * show_std
+    cols = (["threads/rank"] + ["status"] * show_status + ["epoch time", "seconds"] + ["±"] * show_std
             + ["samples/s", "speedup", "ideal", "efficiency", "diagnosis"])
     for col in cols:
         # fold, not "…": in a narrow terminal every number stays whole, over two lines if need be
@@ -69,10 +78,18 @@ def results_table(entries: list[dict[str, Any]], axes: list[str], title: str, ca
         status = {"completed": "[green]completed[/]", "failed": "[red]failed[/]"}.get(e["status"], e["status"])
         rate = f"{e['samples_per_s']:,.0f}" if e.get("samples_per_s") else "-"
         efficiency = "-" if e.get("efficiency") is None else f"{100 * e['efficiency']:.0f}%"
-        t.add_row(*[str(e["axes"].get(a, "-")) for a in axes], *[status] * show_status, hms(e["epoch_time_s"]),
-                  _secs(e["epoch_time_s"]), *[_secs(e.get("epoch_time_std_s"))] * show_std, rate,
+        if above_ideal(e.get("efficiency")):
+            efficiency = f"[red]{efficiency} ![/]"
+        t.add_row(*[str(e["axes"].get(a, "-")) for a in axes], threads_text(e), *[status] * show_status,
+                  hms(e["epoch_time_s"]), _secs(e["epoch_time_s"]), *[_secs(e.get("epoch_time_std_s"))] * show_std,
+                  rate,
                   _ratio(e.get("speedup")), _ratio(e.get("ideal_speedup")), efficiency, _diagnosis(e))
     return t
+
+
+def flag_lines(entries: list[dict[str, Any]]) -> list[str]:
+    """One warning line per point whose efficiency is above 1.0 (study.results.scaling_flags)."""
+    return [f"[yellow]warning:[/] {escape(f['message'])}" for f in scaling_flags(entries)]
 
 
 def plan_table(points: list[Any], done: dict[str, list[str]], repeats: int, title: str) -> Table:
@@ -91,4 +108,4 @@ def plan_table(points: list[Any], done: dict[str, list[str]], repeats: int, titl
     return t
 
 
-__all__ = ["hms", "axes_text", "run_label", "run_line", "results_table", "plan_table"]
+__all__ = ["hms", "axes_text", "run_label", "run_line", "threads_text", "results_table", "flag_lines", "plan_table"]
