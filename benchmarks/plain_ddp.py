@@ -35,8 +35,8 @@ from torch.utils.data import DataLoader, DistributedSampler
 
 from scaletrain.config import TrainConfig
 from scaletrain.data import build_datasets, collate
-from scaletrain.dist import cpu_threads_per_rank
-from scaletrain.metrics import warmup_steps
+from scaletrain.dist.device import cpu_threads_per_rank
+from scaletrain.analysis.throughput import warmup_steps
 from scaletrain.models import build_model
 
 _DEFAULTS = {f.name: f.default for f in fields(TrainConfig)}

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 import torch
 
-from scaletrain import checkpoint
-from scaletrain.checkpoint import FORMAT, check_compatible, load, rng_state, save_atomic, set_rng_state
+from scaletrain.train import checkpoint
+from scaletrain.train.checkpoint import FORMAT, check_compatible, load, rng_state, save_atomic, set_rng_state
 from scaletrain.errors import UserError
 
 

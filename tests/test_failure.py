@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from conftest import scaletrain
-from scaletrain import failure
+from scaletrain.dist import failure
 
 
 def name(rank: int) -> str:

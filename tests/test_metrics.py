@@ -10,8 +10,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch import nn
 
-from scaletrain.evaluate import EvalResult, ShardSampler, evaluate
-from scaletrain.metrics import StepLog, steady_samples_per_s, warmup_steps
+from scaletrain.train.evaluate import EvalResult, ShardSampler, evaluate
+from scaletrain.profiler.steplog import StepLog
+from scaletrain.analysis.throughput import steady_samples_per_s, warmup_steps
 
 
 # ------------------------------------------------------------------ throughput

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from scaletrain.models import build_model, count_params, model_names, model_rows
+from scaletrain.models import build_model, model_names, model_rows
+from scaletrain.perf.flops import count_params
 
 
 def test_rows_at_cifar_size():

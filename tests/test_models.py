@@ -11,7 +11,8 @@ import torch
 from torch import nn
 
 from scaletrain.errors import UserError
-from scaletrain.models import build_model, count_params, forward_flops, model_names
+from scaletrain.models import build_model, model_names
+from scaletrain.perf.flops import count_params, forward_flops
 from scaletrain.models.cifar_resnet import CifarBlock, CifarResNet
 from scaletrain.models.registry import minimum_image_size
 from scaletrain.models.resnet import BasicBlock, Bottleneck

@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from scaletrain.config import TrainConfig
-from scaletrain.optim import LRSchedule, build_optimizer, build_scheduler, peak_lr
+from scaletrain.train.optim import LRSchedule, build_optimizer, build_scheduler, peak_lr
 
 
 def small_model() -> nn.Module:

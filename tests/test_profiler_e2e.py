@@ -10,7 +10,7 @@ import pytest
 
 from conftest import assert_ok, scaletrain, summary
 from scaletrain.analysis import load_records
-from scaletrain.dist import machine_cores
+from scaletrain.dist.device import machine_cores
 
 BASE = ("train", "--model", "lenet5", "--dataset", "digits", "--nproc", "2", "--epochs", "1",
         "--batch-size", "32", "--no-progress")

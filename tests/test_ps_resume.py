@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from conftest import assert_ok, scaletrain, summary
-from scaletrain import checkpoint
+from scaletrain.train import checkpoint
 from scaletrain.analysis import load_records
 
 BASE = ("train", "--model", "lenet5", "--dataset", "digits", "--batch-size", "32", "--no-progress")

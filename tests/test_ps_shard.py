@@ -2,8 +2,8 @@
 
 from hypothesis import given, strategies as st
 
-from scaletrain.ps.shard import bounds, plan
-from scaletrain.ps.stats import summarize
+from scaletrain.comm.ps.shard import bounds, plan
+from scaletrain.comm.ps.stats import summarize
 
 
 @given(st.lists(st.integers(1, 500), min_size=1, max_size=12), st.integers(1, 6))
@@ -49,7 +49,7 @@ def test_summary_merges_staleness_and_names_dead_workers_once():
 
 
 def test_the_summary_line_names_dead_workers_and_staleness():
-    from scaletrain.summary_view import ps_line
+    from scaletrain.console.summary import ps_line
 
     ps = {"mode": "ps-async", "servers": 1, "workers": 3, "dead_workers": [{"rank": 1}], "dropped_stale": 0,
           "staleness": {"pushes": 10, "mean": 1.1742, "p90": 2, "max": 11}}

@@ -4,16 +4,16 @@ continues bit for bit; a resume that cannot continue is refused in one line (ps/
 import pytest
 import torch
 
-from scaletrain import checkpoint
+from scaletrain.train import checkpoint
 from scaletrain.config import TrainConfig
-from scaletrain.dist import RankInfo
+from scaletrain.dist.rank import RankInfo
 from scaletrain.errors import UserError
-from scaletrain.ps import protocol as msg
-from scaletrain.ps.links import Layout, Links
-from scaletrain.ps.resume import saved_state
-from scaletrain.ps.server import AsyncServer, Shard, SyncServer
-from scaletrain.ps.shard import bounds, pieces
-from scaletrain.ps.stats import ServerLog, WorkerLog
+from scaletrain.comm.ps import protocol as msg
+from scaletrain.comm.ps.links import Layout, Links
+from scaletrain.comm.ps.resume import saved_state
+from scaletrain.comm.ps.server import AsyncServer, Shard, SyncServer
+from scaletrain.comm.ps.shard import bounds, pieces
+from scaletrain.comm.ps.stats import ServerLog, WorkerLog
 
 WORKERS, SERVERS = 2, 2
 

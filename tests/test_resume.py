@@ -12,10 +12,10 @@ import pytest
 import torch
 
 from conftest import assert_ok, scaletrain
-from scaletrain import launch
+from scaletrain.dist.launch import preflight as launch
 from scaletrain.cli import build_parser, main, train_config
 from scaletrain.config import TrainConfig, load_toml
-from scaletrain.optim import LRSchedule, build_optimizer, build_scheduler, resume_optimizer
+from scaletrain.train.optim import LRSchedule, build_optimizer, build_scheduler, resume_optimizer
 
 
 def fingerprint(folder: Path) -> dict[str, str]:

@@ -91,10 +91,10 @@ def test_a_point_that_cannot_run_stops_the_study_before_any_launch(tmp_path, cap
 
 
 def test_points_are_validated_once_per_model_data_and_shape(tmp_path, capsys, monkeypatch):
-    import scaletrain.launch
+    import scaletrain.dist.launch.preflight
 
     checked = []
-    monkeypatch.setattr(scaletrain.launch, "validate", lambda cfg: checked.append((cfg.nproc, cfg.workers)))
+    monkeypatch.setattr(scaletrain.dist.launch.preflight, "validate", lambda cfg: checked.append((cfg.nproc, cfg.workers)))
     out = tmp_path / "study"
     assert main(["study", "--nproc", "1,2", "--workers", "0,2", *TINY, "--out", str(out), "--dry-run"]) == 0
     assert sorted(n for n, _ in checked) == [1, 2]  # the workers=2 twins need no second check

@@ -10,7 +10,7 @@ from torch.utils.data import DataLoader
 
 from conftest import assert_ok, scaletrain, summary, weights
 from scaletrain.data import build_datasets, collate
-from scaletrain.evaluate import evaluate
+from scaletrain.train.evaluate import evaluate
 from scaletrain.models import build_model
 
 # LeNet-5 has no BatchNorm: BN normalises with per-rank batch statistics, so only BN-free models can

@@ -129,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     try:
         if args.command == "train":
-            from scaletrain.launch import train
+            from scaletrain.dist.launch.start import train
             return train(train_config(args))
         if args.command == "study":
             from scaletrain.study.cli import run_study
@@ -148,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
             return run_testbed(args)
         if args.command == "models":
             from scaletrain.models import model_rows
-            from scaletrain.summary_view import print_models
+            from scaletrain.console.summary import print_models
             if min(args.image_size, args.in_channels, args.num_classes) < 1:
                 raise UserError("--image-size, --in-channels and --num-classes must be at least 1")
             print_models(model_rows(image_size=args.image_size, in_channels=args.in_channels,

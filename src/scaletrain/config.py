@@ -236,6 +236,16 @@ class TrainConfig:
             raise UserError(f"--strategy {self.strategy} with --ps-servers {self.ps_servers} needs more "
                             f"processes than servers (got {world}): raise --nproc to at least {self.ps_servers + 1}")
 
+    @property
+    def injection(self) -> Injection:
+        """--inject, parsed."""
+        return parse_inject(self.inject)
+
+    @property
+    def torch_profile_steps(self) -> tuple[int, int] | None:
+        """--torch-profile, parsed: (first step, end step), or None."""
+        return torch_profile_window(self.torch_profile) if self.torch_profile else None
+
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from scaletrain.metrics import warmup_steps
+from scaletrain.analysis.throughput import warmup_steps
 from scaletrain.profiler.timeline import PHASES
 
 Records = list[dict[str, Any]]

@@ -21,6 +21,9 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from scaletrain.comm.allreduce import AllReduce
+from scaletrain.comm.setup import CommSetup
+
 
 def ring_allreduce_(buffer: torch.Tensor, group: Any = None, wrap_group: Any = None) -> int:
     """Sum `buffer` over the group in place with a ring; returns the bytes this rank sent.
@@ -107,3 +110,11 @@ def ring_hook(state, bucket):
         rank = dist.get_rank(state.group)
         state.recorder.note_wire(ring_wire_bytes(buffer.numel(), buffer.element_size(), world, rank))
     return state.submit(buffer)
+
+
+class RingAllReduce(AllReduce):
+    """`--strategy ring`: DDP with this ring as its communication hook, on groups of its own (so that the
+    ring's point-to-point traffic never mixes with DDP's collectives)."""
+
+    def hooks(self, model):
+        return CommSetup(ring_hook, RingState(group=dist.new_group(), wrap_group=dist.new_group()))

@@ -1,4 +1,4 @@
-"""From --strategy and --compress to the DDP communication hook and its state (and their checkpoint)."""
+"""A DDP communication hook and its state (and their checkpoint): --compress's, or a strategy's own."""
 
 from __future__ import annotations
 
@@ -10,7 +10,6 @@ import torch.distributed as dist
 
 from scaletrain.comm.compress import make_compressor
 from scaletrain.comm.hooks import CompressState, allreduce_wire, compressed_hook, powersgd_state
-from scaletrain.comm.ring import RingState, ring_hook
 
 @dataclass
 class PowerSGD:
@@ -48,14 +47,8 @@ class CommSetup:
             _set_rng(s.rng, saved["rng"])
 
 
-def build(strategy: str, compress: str | None, world_size: int, seed: int,
-          model: torch.nn.Module | None = None) -> CommSetup:
-    """Collective when it creates a process group (ring): call it on every rank at the same point."""
-    if world_size == 1:
-        return CommSetup()
-    if strategy == "ring":
-        # its own group: the ring's point-to-point traffic never mixes with DDP's collectives
-        return CommSetup(ring_hook, RingState(group=dist.new_group(), wrap_group=dist.new_group()))
+def compression(compress: str | None, seed: int, model: torch.nn.Module | None = None) -> CommSetup:
+    """The hook for `--compress` (none: DDP's own all-reduce)."""
     compressor = make_compressor(compress, seed=seed)
     if compressor is None:
         return CommSetup()

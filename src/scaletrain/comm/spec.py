@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from scaletrain.comm import registry
 from scaletrain.errors import UserError
 
-STRATEGIES = ("allreduce", "ring", "ps-sync", "ps-async")
+STRATEGIES = tuple(registry.STRATEGIES)
 COMPRESSORS = ("fp16", "bf16", "topk:RATIO", "sign", "qsgd:LEVELS", "powersgd:RANK")
 
 

@@ -133,9 +133,10 @@ def _launch(args, nproc: int, strategies: list[str], sizes: list[int], rows_path
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import elastic_launch
 
-    from scaletrain import failure
+    from scaletrain.dist import failure
     from scaletrain.commbench.measure import worker_main
-    from scaletrain.launch import free_port, launch_config, quiet_agent_logs
+    from scaletrain.dist.launch.local import launch_config, quiet_agent_logs
+    from scaletrain.dist.launch.preflight import free_port
 
     quiet_agent_logs()
     port = args.master_port or free_port(args.master_addr)

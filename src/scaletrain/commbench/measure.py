@@ -11,7 +11,9 @@ import torch.distributed as dist
 
 from scaletrain.comm.ring import ring_allreduce_, ring_wire_bytes
 from scaletrain.profiler.commhook import wire_bytes
-from scaletrain.dist import RankInfo, choose_device, cpu_threads_per_rank, init_process_group, shutdown
+from scaletrain.dist.rank import RankInfo
+from scaletrain.dist.device import choose_device, cpu_threads_per_rank
+from scaletrain.dist.group import init_process_group, shutdown
 
 
 def worker_main(strategies: list[str], sizes: list[int], seconds: float, out: str) -> None:

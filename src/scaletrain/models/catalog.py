@@ -6,7 +6,7 @@ from typing import Any
 
 import torch
 
-from scaletrain.models.measure import count_params, forward_flops
+from scaletrain.perf.flops import count_params, forward_flops
 from scaletrain.models.registry import build_model, lookup, minimum_image_size, model_names
 
 

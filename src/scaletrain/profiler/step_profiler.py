@@ -25,14 +25,14 @@ from typing import Any, Callable, Iterable, Iterator
 import torch
 import torch.distributed as dist
 
-from scaletrain.dist import gather_objects
-from scaletrain.metrics import StepLog
+from scaletrain.dist.group import gather_objects
+from scaletrain.profiler.steplog import StepLog
 from scaletrain.profiler import commhook
 from scaletrain.profiler.clock import clock_for
 from scaletrain.profiler.resources import peak_memory
 from scaletrain.profiler.timeline import PHASES, step_cpu, step_phases
 from scaletrain.profiler.torch_window import TorchProfileWindow
-from scaletrain.rundir import RunDir
+from scaletrain.rundir import RunDir, write_json_atomic
 
 _NULL = contextlib.nullcontext()
 _ROUND = 7  # seconds to 100 ns: far below anything a step can resolve
@@ -162,8 +162,20 @@ class StepProfiler:
     # ------------------------------------------------------------ the end
     def finish(self, summary: dict[str, Any] | None = None, config: dict[str, Any] | None = None,
                thresholds: dict[str, float] | None = None) -> dict[str, Any] | None:
-        """Collective: close files, gather peak memory; rank 0 analyses all ranks' files and writes
-        summary.json (merged into `summary`) and trace.json. Returns the summary on rank 0.
+        """Collective: `finish_analysis`, then rank 0 writes summary.json (`summary` with the analysis
+        merged in). For loops of your own; scaletrain's trainer writes its summary itself (train/summary.py).
+        Returns the summary on rank 0."""
+        analysis = self.finish_analysis(config, thresholds)
+        if analysis is None:
+            return None
+        result = {**(summary or {}), **analysis}
+        write_json_atomic(self.run_dir.summary, result)
+        return result
+
+    def finish_analysis(self, config: dict[str, Any] | None = None,
+                        thresholds: dict[str, float] | None = None) -> dict[str, Any] | None:
+        """Collective: close files, gather peak memory; rank 0 analyses all ranks' files, writes trace.json
+        and returns the profiler's entries of summary.json (None on other ranks).
 
         `config` feeds the diagnosis (see analysis.analyze_run for its keys: e.g. workers, batch_size,
         and for the CPU checks local_world_size, threads_per_rank, cpu_cores); `device` defaults to
@@ -181,13 +193,11 @@ class StepProfiler:
         records = load_records(self.run_dir.root, self.world_size, notes)
         # the device decides which measures apply (CPU time says nothing of a GPU's work)
         analysis = analyze_run(records, {"device": self.device.type, **(config or {})}, thresholds, memory=memory)
-        result = {**(summary or {}), "profile": "on" if self.enabled else "off", **analysis}
+        result = {"profile": "on" if self.enabled else "off", **analysis}
         if notes:
             result["notes"] = notes
         if self.enabled:
             write_trace(records, self.run_dir.root / "trace.json")
-        from scaletrain.rundir import write_json_atomic
-        write_json_atomic(self.run_dir.summary, result)
         return result
 
     def close(self) -> None:

@@ -14,7 +14,7 @@ from typing import Any
 from scaletrain.analysis import RANK_FILE, analyze_run, load_records
 from scaletrain.errors import UserError
 from scaletrain.report import schema
-from scaletrain.metrics import steady_samples_per_s, warmup_steps
+from scaletrain.analysis.throughput import steady_samples_per_s, warmup_steps
 from scaletrain.rundir import read_jsonl
 
 # the profiler's keys of summary.json (docs/run-directory.md), recomputed from metrics files when possible

@@ -49,7 +49,7 @@ def spec_from_args(args: argparse.Namespace) -> StudySpec:
 def run_study(args: argparse.Namespace) -> int:
     from rich.console import Console
 
-    from scaletrain.launch import validate
+    from scaletrain.dist.launch.preflight import validate
 
     spec = spec_from_args(args)
     grid = points(spec)  # every point's config is checked here, before anything is launched

@@ -13,10 +13,13 @@ import signal
 import subprocess
 import sys
 
+from scaletrain.comm.registry import strategy_class
 from scaletrain.config import TrainConfig
-from scaletrain.dist import cpu_threads_per_rank
-from scaletrain.launch import AGENT_OF_ISOLATED
+from scaletrain.dist.device import cpu_threads_per_rank
 from scaletrain.rundir import RunDir
+
+# set in the agents that an isolated launch starts: the parent already checked and created the run
+AGENT_OF_ISOLATED = "SCALETRAIN_ISOLATED_AGENT"
 
 
 def launch_isolated(cfg: TrainConfig, run: RunDir, port: int) -> int:
@@ -52,7 +55,7 @@ def launch_isolated(cfg: TrainConfig, run: RunDir, port: int) -> int:
         for f in files:
             if f is not None:
                 f.close()
-    return _outcome(codes, n - cfg.ps_servers, logs)
+    return _outcome(codes, n - strategy_class(cfg.strategy).server_ranks(cfg), logs)
 
 
 def _outcome(codes: list[int], workers: int, logs) -> int:

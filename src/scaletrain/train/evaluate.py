@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import torch
 from torch.utils.data import Sampler
 
-from scaletrain.dist import all_reduce_sum
+from scaletrain.dist.group import all_reduce_sum
 
 
 class ShardSampler(Sampler[int]):

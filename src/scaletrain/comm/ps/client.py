@@ -17,10 +17,10 @@ from typing import Any
 import torch
 
 from scaletrain.comm.compress import make_compressor, payload_bytes
-from scaletrain.dist import gather_objects
-from scaletrain.ps import protocol as msg
-from scaletrain.ps.links import Links
-from scaletrain.ps.shard import bounds
+from scaletrain.dist.group import gather_objects
+from scaletrain.comm.ps import protocol as msg
+from scaletrain.comm.ps.links import Links
+from scaletrain.comm.ps.shard import bounds
 
 
 class Client:

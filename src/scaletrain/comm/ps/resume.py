@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from scaletrain import checkpoint
+from scaletrain.train import checkpoint
 from scaletrain.config import TrainConfig
 from scaletrain.errors import UserError
 from scaletrain.rundir import RunDir

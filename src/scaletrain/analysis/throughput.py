@@ -1,26 +1,8 @@
-"""Per-step records and the throughput computed from them (pure functions; no printing)."""
+"""Steady-state throughput from per-step records (pure functions; no printing)."""
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
 from typing import Any, Iterable
-
-
-class StepLog:
-    """Appends one JSON line per step to this rank's metrics file; flushed once per epoch, not per step."""
-
-    def __init__(self, path: Path) -> None:
-        self._file = open(path, "a", buffering=1 << 16)
-
-    def write(self, record: dict[str, Any]) -> None:
-        self._file.write(json.dumps(record) + "\n")
-
-    def flush(self) -> None:
-        self._file.flush()
-
-    def close(self) -> None:
-        self._file.close()
 
 
 def warmup_steps(steps_per_epoch: int) -> int:

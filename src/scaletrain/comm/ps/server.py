@@ -23,11 +23,11 @@ import torch
 from scaletrain.comm.compress import make_compressor, payload_bytes
 from scaletrain.config import TrainConfig
 from scaletrain.errors import UserError
-from scaletrain.optim import LRSchedule, build_scheduler, optimizer_for, peak_lr, resume_optimizer
-from scaletrain.ps import protocol as msg
-from scaletrain.ps.links import Links
-from scaletrain.ps.shard import Piece, bounds, pieces
-from scaletrain.ps.stats import ServerLog, WorkerLog
+from scaletrain.train.optim import LRSchedule, build_scheduler, optimizer_for, peak_lr, resume_optimizer
+from scaletrain.comm.ps import protocol as msg
+from scaletrain.comm.ps.links import Links
+from scaletrain.comm.ps.shard import Piece, bounds, pieces
+from scaletrain.comm.ps.stats import ServerLog, WorkerLog
 from scaletrain.rundir import RunDir, write_json_atomic
 
 

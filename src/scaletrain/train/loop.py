@@ -1,4 +1,8 @@
-"""The training worker: one process per device (or CPU rank), reading like the algorithm it runs."""
+"""The training loop: one process per device (or CPU rank), reading like the algorithm it runs.
+
+It knows no strategy by name: how gradients are aggregated, who evaluates, what the checkpoint and the
+summary gain, all come from the strategy it is handed (comm/strategy.py).
+"""
 
 from __future__ import annotations
 
@@ -7,106 +11,34 @@ import hashlib
 import json
 import math
 import os
-import random
 import signal
-import sys
 import time
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 import torch.distributed as dist
-from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, DistributedSampler
 
-import scaletrain
-from scaletrain import checkpoint, failure
-from scaletrain.comm import setup as comm_setup
-from scaletrain.config import TrainConfig, config_from_dict, parse_inject, torch_profile_window
-from scaletrain.data import DelayedDataset, build_datasets, collate
-from scaletrain.dist import (RankInfo, barrier, choose_device, cpu_threads_per_rank, gather_objects,
-                             init_process_group, machine_cores, shutdown)
+from scaletrain.comm.strategy import Strategy
+from scaletrain.config import TrainConfig
+from scaletrain.console.progress import EpochBar, SilentBar
+from scaletrain.console.summary import epoch_line
+from scaletrain.data import DelayedDataset, collate
+from scaletrain.dist.group import barrier, gather_objects
 from scaletrain.errors import UserError
-from scaletrain.evaluate import ShardSampler, evaluate
 from scaletrain.export import tensorboard
 from scaletrain.export.tensorboard import ScalarSink
-from scaletrain.metrics import steady_samples_per_s
-from scaletrain.models import build_model
-from scaletrain.optim import build_optimizer, build_scheduler, peak_lr, resume_optimizer
 from scaletrain.profiler import StepProfiler
-from scaletrain.progress import EpochBar, SilentBar
-from scaletrain.rundir import RunDir, keep_epochs_before, read_jsonl
-from scaletrain.summary_view import epoch_line
+from scaletrain.rundir import RunDir, keep_epochs_before
+from scaletrain.train import checkpoint, summary
+from scaletrain.train.build import build_data_and_model
+from scaletrain.train.evaluate import ShardSampler, evaluate
+from scaletrain.train.optim import build_optimizer, build_scheduler, resume_optimizer
 
 AUTOCAST = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
-
-
-def worker_main(cfg_dict: dict[str, Any], error_dir: str) -> None:
-    """Entry point the elastic agent starts in each worker; a UserError becomes one line for the parent."""
-    rank = RankInfo.from_env()
-    cfg = config_from_dict(cfg_dict)
-    heartbeat = failure.Heartbeat(error_dir, rank.rank)  # the launcher tells a stopped rank by its silence
-    try:
-        run(cfg, rank)
-    except UserError as e:
-        failure.record_error(error_dir, None, rank.rank, e, user_error=True)
-        sys.exit(2)
-    except Exception as e:  # a bug, a user model's error, a peer gone: keep the cause and the traceback
-        failure.record_error(error_dir, cfg.out, rank.rank, e, user_error=False)
-        sys.exit(1)
-    heartbeat.stop()  # (a failed rank beats on until it has exited: the watchdog leaves it alone)
-
-
-def run(cfg: TrainConfig, rank: RankInfo) -> dict[str, Any] | None:
-    """Set up device and process group, train, tear down. Returns the summary on rank 0."""
-    if cfg.strategy.startswith("ps-"):
-        return _run_ps(cfg, rank)
-    device = choose_device(cfg.device, rank)
-    if device.type == "cpu":
-        torch.set_num_threads(cpu_threads_per_rank(rank.local_world_size, cfg.threads))
-    backend = init_process_group(device, rank, timeout_s=cfg.timeout)
-    try:
-        return Trainer(cfg, rank, device, backend).fit()
-    finally:
-        shutdown()
-
-
-def _run_ps(cfg: TrainConfig, rank: RankInfo) -> dict[str, Any] | None:
-    """A parameter-server job: the last --ps-servers ranks serve shards, the others train (ps/)."""
-    from scaletrain.ps import links as ps_links
-    from scaletrain.ps.resume import saved_state
-    from scaletrain.ps.server import serve
-
-    # a resume that cannot continue (another layout) is refused on every rank alike, before any rank waits
-    saved = saved_state(cfg, rank.world_size) if cfg.resume else None
-    is_server = ps_links.Layout(rank.world_size, cfg.ps_servers).is_server(rank.rank)
-    device = torch.device("cpu") if is_server else choose_device(cfg.device, rank)
-    if device.type == "cpu":
-        torch.set_num_threads(cpu_threads_per_rank(rank.local_world_size, cfg.threads))
-    backend = "nccl" if device.type == "cuda" else "gloo"
-    links = ps_links.join(rank, cfg.ps_servers, worker_group=cfg.strategy == "ps-sync", backend=backend,
-                          device=device)
-    try:
-        if links.is_server:
-            serve(cfg, links, build_data_and_model(cfg)[1], saved["servers"][links.index] if saved else None)
-            return None
-        return Trainer(cfg, links.rank, device, backend, ps=links).fit()
-    finally:
-        shutdown()
-
-
-def build_data_and_model(cfg: TrainConfig):
-    """Datasets and the model, after seeding: the same initial weights in every process that calls it."""
-    _seed_everything(cfg.seed)
-    data = build_datasets(cfg.dataset, image_size=cfg.image_size, seed=cfg.seed,
-                          synthetic_samples=cfg.synthetic_samples,
-                          synthetic_classes=cfg.synthetic_classes, augment=cfg.augment)
-    model = build_model(cfg.model, num_classes=data.num_classes, in_channels=data.in_channels,
-                        image_size=data.image_size, stem=cfg.stem, width=cfg.width)
-    return data, model
 
 
 @dataclass
@@ -121,13 +53,12 @@ class History:
 
 
 class Trainer:
-    def __init__(self, cfg: TrainConfig, rank: RankInfo, device: torch.device, backend: str,
-                 ps=None) -> None:
-        self.cfg, self.rank, self.device, self.backend = cfg, rank, device, backend
+    def __init__(self, cfg: TrainConfig, strategy: Strategy) -> None:
+        self.cfg, self.strategy = cfg, strategy
+        self.rank, self.device, self.backend = strategy.rank, strategy.device, strategy.backend
+        rank, device = self.rank, self.device
         self.run_dir = RunDir(Path(cfg.out))
         self.autocast = AUTOCAST[cfg.precision]
-        # ps-async workers share no process group: no collective may wait for a worker that died
-        self.independent = cfg.strategy == "ps-async"
         self.data, model = build_data_and_model(cfg)  # same seed on every rank: identical initial weights
         if cfg.sync_bn:
             if device.type != "cuda":
@@ -135,15 +66,7 @@ class Trainer:
             model = torch.nn.SyncBatchNorm.convert_sync_batchnorm(model)
         self.model = model.to(device)
         world = rank.world_size
-        use_ddp = world > 1 and ps is None  # with a parameter server, the servers aggregate instead
-        self.ddp = DDP(self.model, device_ids=[device.index] if device.type == "cuda" else None,
-                       bucket_cap_mb=cfg.bucket_cap_mb) if use_ddp else self.model
-        # --strategy / --compress: the hook DDP runs per gradient bucket (collective: may create a group)
-        self.comm = comm_setup.build(cfg.strategy, cfg.compress, world if use_ddp else 1,
-                                     seed=cfg.seed + 7919 * rank.rank, model=self.model)
-        if self.comm.hook is not None and cfg.profile == "off":
-            self.ddp.register_comm_hook(self.comm.state, self.comm.hook)  # with profiling, the profiler wraps it
-        inject = parse_inject(cfg.inject)
+        inject = cfg.injection
         self.slow_s = inject.slow_rank_s if inject.slow_rank == rank.rank else 0.0
         self.kill_step = inject.kill_step if inject.kill_rank == rank.rank else None
         self.stop_step = inject.stop_step if inject.stop_rank == rank.rank else None
@@ -158,10 +81,9 @@ class Trainer:
                                        num_workers=cfg.workers, collate_fn=collate, drop_last=True,
                                        pin_memory=device.type == "cuda", generator=self.loader_rng,
                                        persistent_workers=cfg.persistent_workers and cfg.workers > 0)
-        # independent workers: worker 0 alone evaluates, on the whole validation split
-        val_shard = (0, 1) if self.independent else (rank.rank, world)
+        self.val_shard = strategy.eval_shard()  # None: this rank does not evaluate
         self.val_loader = DataLoader(self.data.val, batch_size=max(cfg.batch_size, 256),
-                                     sampler=ShardSampler(len(self.data.val), *val_shard),
+                                     sampler=ShardSampler(len(self.data.val), *(self.val_shard or (0, 1))),
                                      num_workers=cfg.workers, collate_fn=collate,
                                      pin_memory=device.type == "cuda",
                                      persistent_workers=cfg.persistent_workers and cfg.workers > 0)
@@ -169,11 +91,12 @@ class Trainer:
         if self.steps_per_epoch == 0:
             raise UserError(f"--batch-size {cfg.batch_size} x {world} ranks is more than the "
                             f"{len(self.data.train)} training samples: lower --batch-size")
+        # what forward and backward run through: DDP, or the model itself (collective: every rank, here)
+        self.module = strategy.wrap(self.model, self.steps_per_epoch)
 
-        # with a parameter server the servers step their own optimizer; this one only tracks the schedule
+        # a strategy whose servers own the update never steps this optimizer; it still tracks the schedule
         self.optimizer = build_optimizer(cfg, self.model, world)
         self.scheduler = build_scheduler(cfg, self.optimizer, self.steps_per_epoch, world)
-        self.ps = _ps_client(cfg, ps, self.model, self.steps_per_epoch) if ps is not None else None
         self.scaler = torch.amp.GradScaler(device.type) if cfg.precision == "fp16" else None
         self.criterion = torch.nn.CrossEntropyLoss()
         self.history = History()
@@ -185,12 +108,13 @@ class Trainer:
         else:
             torch.manual_seed(cfg.seed + 1 + rank.rank)  # per-rank augmentation streams
         self.tensorboard = ScalarSink(self.run_dir.root, rank.rank) if tensorboard.wanted(cfg.tensorboard) else None
+        profiled = strategy.profiled()
         # collective (aligns the ranks' clocks): every rank builds it here
-        self.prof = StepProfiler(cfg.out, self.ddp if use_ddp else None, enabled=cfg.profile == "on",
+        self.prof = StepProfiler(cfg.out, profiled.module, enabled=cfg.profile == "on",
                                  rank=rank.rank, world_size=world,
                                  device=device, first_step=self.global_step, inject_comm_s=inject.comm_s,
-                                 comm_hook=self.comm.hook, comm_state=self.comm.state,
-                                 torch_profile=torch_profile_window(cfg.torch_profile) if cfg.torch_profile else None,
+                                 comm_hook=profiled.hook, comm_state=profiled.state,
+                                 torch_profile=cfg.torch_profile_steps,
                                  sinks=[self.tensorboard] if self.tensorboard else [])
 
     # ---------------------------------------------------------------- training
@@ -203,9 +127,8 @@ class Trainer:
             for epoch in range(self.start_epoch, last):
                 epoch_time = self.train_epoch(epoch, bar)
                 result = None
-                if ((epoch + 1) % cfg.eval_every == 0 or epoch + 1 == cfg.epochs) and (main or not self.independent):
-                    if self.independent:
-                        self.ps.fetch()  # evaluate (and save) the servers' parameters as they are now
+                if ((epoch + 1) % cfg.eval_every == 0 or epoch + 1 == cfg.epochs) and self.val_shard is not None:
+                    self.strategy.before_eval()
                     _sync_buffers(self.model)  # evaluate (and save) rank 0's BN statistics on every rank
                     result = evaluate(self.model, self.val_loader, self.device, self.autocast,
                                       self.data.num_classes)
@@ -216,16 +139,19 @@ class Trainer:
             if self.tensorboard is not None:
                 self.tensorboard.close()
         status = "completed" if last == cfg.epochs else "stopped"
-        ps_end = self.ps.close(chief=main) if self.ps is not None else None  # worker 0: once all finished
+        ended = self.strategy.finish(chief=main)  # ends the exchange; its summary entries, on rank 0
         digests = gather_objects(param_digest(self.model))
         self.bad_paths = set().union(*gather_objects(self.bad_paths))
-        base = self._summary(status, time.perf_counter() - t_run, digests) if main else None
-        if main and ps_end is not None:
-            base |= self._ps_summary(*ps_end)
-        # collective: rank 0 adds phases, stragglers and diagnosis from every rank's file, writes summary.json
-        summary = self.prof.finish(base, config={**cfg.to_dict(), **self._placement()})
+        placement = summary.placement(self.device, self.rank)
+        # collective: rank 0 gets phases, stragglers and diagnosis from every rank's file
+        analysis = self.prof.finish_analysis(config={**cfg.to_dict(), **placement})
+        result = None
+        if main:
+            result = summary.run_summary(self, status, time.perf_counter() - t_run, digests, placement) | ended
+            result |= analysis
+            summary.write(self.run_dir, result)
         barrier()  # all ranks leave together: a rank tearing down gloo while a peer still uses it can abort
-        return summary
+        return result
 
     def train_epoch(self, epoch: int, bar) -> float:
         """One pass over this rank's shard; returns the epoch's training wall time."""
@@ -233,7 +159,7 @@ class Trainer:
         self.sampler.set_epoch(epoch)  # a new shuffle each epoch, the same on every rank
         # loader workers draw their seeds from this generator: fixed per (seed, epoch, rank) for resumes
         self.loader_rng.manual_seed(cfg.seed * 1_000_003 + epoch * 1009 + self.rank.rank)
-        self.ddp.train()
+        self.module.train()
         bar.start_epoch(epoch, cfg.epochs, self.steps_per_epoch)
         t_start = time.perf_counter()
         self.loss_sum = 0.0
@@ -247,28 +173,17 @@ class Trainer:
                 if self.slow_s:
                     time.sleep(self.slow_s)  # --inject slow-rank: this rank computes slower than its peers
                 with torch.autocast(self.device.type, dtype=self.autocast, enabled=self.autocast is not None):
-                    loss = self.criterion(self.ddp(x), y)
+                    loss = self.criterion(self.module(x), y)
             with prof.phase("optimizer"):
                 # freed just before backward allocates new gradients, so the allocator hands the same memory
                 # back; freed right after the step instead, steps were 20% slower on CPU (page faults)
                 self.optimizer.zero_grad(set_to_none=True)
             with prof.phase("backward"):  # DDP all-reduces gradient buckets while backward runs
                 (self.scaler.scale(loss) if self.scaler is not None else loss).backward()
-            extra: dict[str, Any] = {}
-            if self.ps is not None:  # push gradients, pull parameters: the servers apply the update
-                with prof.comm(self.ps.push_bytes) as sent:
-                    extra = self.ps.step(epoch * self.steps_per_epoch + i)
-                    sent.wire = self.ps.sent  # what the push really sent (compressed; 0 if ps-async did not push)
-                    sent.raw_wire = self.ps.push_bytes if self.ps.sent else 0
-            else:
-                with prof.phase("optimizer"):
-                    if self.scaler is not None:
-                        self.scaler.step(self.optimizer)
-                        self.scaler.update()
-                    else:
-                        self.optimizer.step()
+            # the update: the optimizer's step, or (a parameter server) push gradients and pull parameters
+            extra = self.strategy.step(self.optimizer, self.scaler, prof, epoch * self.steps_per_epoch + i)
             lr = self.optimizer.param_groups[0]["lr"]
-            with warnings.catch_warnings():  # with a parameter server the local optimizer is never stepped
+            with warnings.catch_warnings():  # a strategy whose servers own the update never steps the optimizer
                 warnings.filterwarnings("ignore", "Detected call of `lr_scheduler.step", UserWarning)
                 self.scheduler.step()
             if self.kill_step is not None and epoch * self.steps_per_epoch + i + 1 >= self.kill_step:
@@ -308,12 +223,10 @@ class Trainer:
             h.top1, h.top5 = result.top1, result.top5
             h.best_top1 = max(h.best_top1 or 0.0, result.top1)
         rngs = gather_objects(checkpoint.rng_state())  # every rank's RNG, so a resume replays all of them
-        comm_states = gather_objects(self.comm.state_dict())  # compressor residuals differ per rank
-        # the servers' shards and optimizer state (ps-sync: every worker takes part, see ps/client.py)
-        ps_state = self.ps.checkpoint(chief=self.rank.is_main) if self.ps is not None else None
+        strategy_state = self.strategy.state_dict(chief=self.rank.is_main)  # collective
         skipped = gather_objects(h.bad_images_skipped)
         if self.rank.is_main:
-            self._save_checkpoint(epoch + 1, rngs, comm_states, ps_state)
+            self._save_checkpoint(epoch + 1, rngs, strategy_state)
             record = {"epoch": epoch, "epoch_time_s": epoch_time, "train_loss": self.epoch_loss,
                       "lr": self.optimizer.param_groups[0]["lr"], "bad_images_skipped": sum(skipped)}
             if result is not None:
@@ -325,14 +238,14 @@ class Trainer:
             print(epoch_line(record, self.cfg.epochs), flush=True)
         barrier()  # nobody races ahead while rank 0 writes the checkpoint
 
-    def _save_checkpoint(self, epochs_done: int, rngs: list, comm_states: list, ps_state: dict | None) -> None:
+    def _save_checkpoint(self, epochs_done: int, rngs: list, strategy_state: dict[str, Any]) -> None:
         checkpoint.save_atomic({
             "format": checkpoint.FORMAT, "epoch": epochs_done, "global_step": self.global_step,
             "model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
             "scheduler": self.scheduler.state_dict(),
             "scaler": self.scaler.state_dict() if self.scaler is not None else None,
-            "rng": rngs, "comm": comm_states, "world_size": self.rank.world_size, "config": self.cfg.to_dict(),
-            "history": vars(self.history).copy(), "ps": ps_state,
+            "rng": rngs, "world_size": self.rank.world_size, "config": self.cfg.to_dict(),
+            "history": vars(self.history).copy(), **strategy_state,  # "comm" (per rank) and "ps"
         }, self.run_dir.checkpoint)
 
     def _restore(self) -> None:
@@ -352,70 +265,15 @@ class Trainer:
         if self.scaler is not None and ckpt["scaler"] is not None:
             self.scaler.load_state_dict(ckpt["scaler"])
         self.history = History(**ckpt["history"])
-        # (ps-async workers share no group: the checkpoint holds worker 0's RNG alone)
+        # (ranks that share no group, as ps-async's workers, checkpoint worker 0's RNG alone)
         if ckpt["world_size"] == self.rank.world_size and self.rank.rank < len(ckpt["rng"]):
             checkpoint.set_rng_state(ckpt["rng"][self.rank.rank])
-            if ckpt.get("comm"):
-                self.comm.load_state_dict(ckpt["comm"][self.rank.rank], self.device)
         else:  # a different world size cannot replay the same data order anyway
             torch.manual_seed(self.cfg.seed + 1 + self.rank.rank + 7919 * self.start_epoch)
-        if self.ps is not None:  # the servers loaded their part of ckpt["ps"] before sending parameters
-            self.ps.resume(ckpt["ps"], self.rank.rank, self.global_step)
+        self.strategy.load_state_dict(ckpt, self.global_step)
         if self.rank.is_main:
             keep_epochs_before(self.run_dir.epochs, self.start_epoch)
         keep_epochs_before(self.run_dir.metrics(self.rank.rank), self.start_epoch)
-
-    def _ps_summary(self, done: int, dead: int) -> dict[str, Any]:
-        from scaletrain.ps.stats import summarize
-
-        servers = [json.loads(self.run_dir.ps_server(s).read_text()) for s in range(self.cfg.ps_servers)]
-        ps = {**summarize(servers), "workers": self.rank.world_size, "workers_finished": done, "workers_died": dead}
-        out: dict[str, Any] = {"ps": ps}
-        if self.independent:
-            out["replicas_identical"] = None  # asynchronous replicas differ by design
-        return out
-
-    def _placement(self) -> dict[str, Any]:
-        """How this run sat on its machine: what tells a starved or oversubscribed CPU run (docs/metrics.md)."""
-        cpu = self.device.type == "cpu"
-        return {"device": self.device.type, "local_world_size": self.rank.local_world_size,
-                "threads_per_rank": torch.get_num_threads() if cpu else None,
-                "cpu_cores": machine_cores() if cpu else None}
-
-    def _summary(self, status: str, wall_time: float, digests: list[str]) -> dict[str, Any]:
-        cfg, world, h = self.cfg, self.rank.world_size, self.history
-        records = read_jsonl(self.run_dir.metrics(0))
-        summary = {
-            "status": status, "model": cfg.model, "dataset": cfg.dataset, "world_size": world,
-            "global_batch": cfg.batch_size * world, "epochs": len(h.epoch_times_s), "epochs_planned": cfg.epochs,
-            "top1": h.top1, "top5": h.top5, "best_top1": h.best_top1, "epoch_times_s": h.epoch_times_s,
-            "samples_per_s": steady_samples_per_s(records, world, self.steps_per_epoch),
-            "effective_lr": peak_lr(cfg, world), "precision": cfg.precision,
-            "device": self.device.type if self.device.type == "cpu" else torch.cuda.get_device_name(self.device),
-            "backend": self.backend, "steps": self.global_step, "train_samples": len(self.data.train),
-            "val_samples": len(self.data.val), "bad_images_skipped": h.bad_images_skipped,
-            "bad_images": sorted(self.bad_paths)[:20],
-            "param_digests": digests, "replicas_identical": len(set(digests)) == 1,
-            **{k: v for k, v in self._placement().items() if k != "device"},
-            "wall_time_s": wall_time, "scaletrain_version": scaletrain.__version__,
-            "torch_version": torch.__version__, "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        }
-        return summary
-
-
-def _ps_client(cfg: TrainConfig, links, model: torch.nn.Module, steps_per_epoch: int):
-    from scaletrain.ps.client import AsyncClient, SyncClient
-
-    seed = cfg.seed + 7919 * links.index  # QSGD's random stream differs per worker
-    if cfg.strategy == "ps-sync":
-        return SyncClient(links, model, steps_per_epoch, cfg.compress, seed)
-    return AsyncClient(links, model, steps_per_epoch, cfg.ps_fetch, cfg.ps_push, cfg.compress, seed)
-
-
-def _seed_everything(seed: int) -> None:
-    random.seed(seed)
-    np.random.seed(seed)
-    torch.manual_seed(seed)
 
 
 def _sync_buffers(model: torch.nn.Module) -> None:

@@ -1,0 +1,58 @@
+"""`--strategy allreduce`: DDP's bucketed all-reduce, overlapping backward; with `--compress`, a DDP
+communication hook that encodes each bucket (comm/hooks.py) or PyTorch's PowerSGD hook."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+from scaletrain.comm import setup as hook_setup
+from scaletrain.comm.strategy import Profiled, Strategy
+from scaletrain.config import TrainConfig
+from scaletrain.dist.device import choose_device, cpu_threads_per_rank
+from scaletrain.dist.group import gather_objects, init_process_group
+from scaletrain.dist.rank import RankInfo
+
+
+class AllReduce(Strategy):
+    """Every rank holds the whole model; gradients are averaged bucket by bucket during backward."""
+
+    @classmethod
+    def create(cls, cfg: TrainConfig, rank: RankInfo) -> "AllReduce":
+        device = choose_device(cfg.device, rank)
+        if device.type == "cpu":
+            torch.set_num_threads(cpu_threads_per_rank(rank.local_world_size, cfg.threads))
+        return cls(cfg, rank, device, init_process_group(device, rank, timeout_s=cfg.timeout))
+
+    def __init__(self, cfg: TrainConfig, rank: RankInfo, device: torch.device, backend: str) -> None:
+        super().__init__(cfg, rank, device, backend)
+        self.ddp: DDP | None = None
+        self.comm = hook_setup.CommSetup()
+
+    def hooks(self, model: torch.nn.Module) -> hook_setup.CommSetup:
+        """The hook DDP runs per gradient bucket, and its state (None: DDP's own all-reduce)."""
+        return hook_setup.compression(self.cfg.compress, seed=self.cfg.seed + 7919 * self.rank.rank, model=model)
+
+    def wrap(self, model: torch.nn.Module, steps_per_epoch: int) -> torch.nn.Module:
+        if self.rank.world_size == 1:
+            return model
+        device = self.device
+        self.ddp = DDP(model, device_ids=[device.index] if device.type == "cuda" else None,
+                       bucket_cap_mb=self.cfg.bucket_cap_mb)
+        self.comm = self.hooks(model)  # collective when it creates a group (ring)
+        if self.comm.hook is not None and self.cfg.profile == "off":
+            self.ddp.register_comm_hook(self.comm.state, self.comm.hook)  # with profiling, the profiler wraps it
+        return self.ddp
+
+    def profiled(self) -> Profiled:
+        return Profiled(self.ddp, self.comm.hook, self.comm.state)
+
+    def state_dict(self, chief: bool) -> dict[str, Any]:
+        return {"comm": gather_objects(self.comm.state_dict()), "ps": None}  # compressor residuals differ per rank
+
+    def load_state_dict(self, ckpt: dict[str, Any], global_step: int) -> None:
+        saved = ckpt.get("comm") or []
+        if ckpt["world_size"] == self.rank.world_size and self.rank.rank < len(saved):
+            self.comm.load_state_dict(saved[self.rank.rank], self.device)

@@ -1,0 +1,130 @@
+"""`--strategy ps-sync` and `ps-async`: a sharded parameter server (server.py) and its workers (client.py).
+
+The last `--ps-servers` ranks of the job serve; the others train. A worker's view of the job is its
+rank among the workers (`Links.rank`, derived from the job's RankInfo in links.join).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from scaletrain.comm.ps import links as ps_links
+from scaletrain.comm.ps.client import AsyncClient, Client, SyncClient
+from scaletrain.comm.ps.resume import saved_state
+from scaletrain.comm.ps.server import serve
+from scaletrain.comm.ps.stats import summarize
+from scaletrain.comm.strategy import SERVER, WORKER, Strategy
+from scaletrain.config import TrainConfig
+from scaletrain.dist.device import choose_device, cpu_threads_per_rank
+from scaletrain.dist.group import gather_objects
+from scaletrain.dist.rank import RankInfo
+from scaletrain.rundir import RunDir
+
+
+class ParameterServer(Strategy):
+    """Workers push gradients and pull parameters; the servers own the update (the local optimizer only
+    tracks the schedule)."""
+
+    worker_group = True  # the workers share a process group (evaluation, checkpoints, the profiler)
+
+    @staticmethod
+    def server_ranks(cfg: TrainConfig) -> int:
+        return cfg.ps_servers
+
+    @staticmethod
+    def check_resume(cfg: TrainConfig, world_size: int) -> None:
+        saved_state(cfg, world_size)  # shards and data order depend on the layout: refused before launching
+
+    @classmethod
+    def create(cls, cfg: TrainConfig, rank: RankInfo) -> "ParameterServer":
+        # a resume that cannot continue (another layout) is refused on every rank alike, before any rank waits
+        saved = saved_state(cfg, rank.world_size) if cfg.resume else None
+        is_server = ps_links.Layout(rank.world_size, cfg.ps_servers).is_server(rank.rank)
+        device = torch.device("cpu") if is_server else choose_device(cfg.device, rank)
+        if device.type == "cpu":
+            torch.set_num_threads(cpu_threads_per_rank(rank.local_world_size, cfg.threads))
+        backend = "nccl" if device.type == "cuda" else "gloo"
+        links = ps_links.join(rank, cfg.ps_servers, worker_group=cls.worker_group, backend=backend, device=device)
+        return cls(cfg, links, device, backend, saved)
+
+    def __init__(self, cfg: TrainConfig, links: ps_links.Links, device: torch.device, backend: str,
+                 saved: dict[str, Any] | None) -> None:
+        super().__init__(cfg, links.rank, device, backend)
+        self.links, self.saved = links, saved
+        self.role = SERVER if links.is_server else WORKER
+        self.client: Client | None = None
+
+    def serve(self, model: torch.nn.Module) -> None:
+        serve(self.cfg, self.links, model, self.saved["servers"][self.links.index] if self.saved else None)
+
+    def wrap(self, model: torch.nn.Module, steps_per_epoch: int) -> torch.nn.Module:
+        self.client = self.make_client(model, steps_per_epoch)  # the servers send their parameters
+        return model
+
+    def make_client(self, model: torch.nn.Module, steps_per_epoch: int) -> Client:
+        raise NotImplementedError
+
+    def step(self, optimizer, scaler, prof, global_step: int) -> dict[str, Any]:
+        """Push gradients, pull parameters: the servers apply the update."""
+        client = self.client
+        with prof.comm(client.push_bytes) as sent:
+            extra = client.step(global_step)
+            sent.wire = client.sent  # what the push really sent (compressed; 0 if ps-async did not push)
+            sent.raw_wire = client.push_bytes if client.sent else 0
+        return extra
+
+    def state_dict(self, chief: bool) -> dict[str, Any]:
+        # the servers' shards and optimizer state (ps-sync: every worker takes part, see client.py)
+        return {"comm": gather_objects({}), "ps": self.client.checkpoint(chief=chief)}
+
+    def load_state_dict(self, ckpt: dict[str, Any], global_step: int) -> None:
+        # the servers loaded their part of ckpt["ps"] before sending parameters
+        self.client.resume(ckpt["ps"], self.rank.rank, global_step)
+
+    def finish(self, chief: bool) -> dict[str, Any]:
+        ended = self.client.close(chief=chief)  # worker 0: once every worker has finished
+        if not chief:
+            return {}
+        done, dead = ended
+        run = RunDir(Path(self.cfg.out))
+        servers = [json.loads(run.ps_server(s).read_text()) for s in range(self.cfg.ps_servers)]
+        return {"ps": {**summarize(servers), "workers": self.rank.world_size, "workers_finished": done,
+                       "workers_died": dead}}
+
+
+class SyncParameterServer(ParameterServer):
+    """ps-sync: every step the servers wait for every worker: the same trajectory as allreduce."""
+
+    def make_client(self, model: torch.nn.Module, steps_per_epoch: int) -> Client:
+        return SyncClient(self.links, model, steps_per_epoch, self.cfg.compress, self._seed())
+
+    def _seed(self) -> int:
+        return self.cfg.seed + 7919 * self.links.index  # QSGD's random stream differs per worker
+
+
+class AsyncParameterServer(SyncParameterServer):
+    """ps-async (Downpour SGD): workers push and fetch on their own cadence; a dead worker is tolerated."""
+
+    worker_group = False  # no collective may wait for a worker that died
+    tolerates_dead_workers = True
+    agent_per_rank = True  # one node's agent would stop every worker when one dies
+
+    def make_client(self, model: torch.nn.Module, steps_per_epoch: int) -> Client:
+        cfg = self.cfg
+        return AsyncClient(self.links, model, steps_per_epoch, cfg.ps_fetch, cfg.ps_push, cfg.compress, self._seed())
+
+    def eval_shard(self) -> tuple[int, int] | None:
+        return (0, 1) if self.rank.is_main else None  # worker 0 alone evaluates, on the whole split
+
+    def before_eval(self) -> None:
+        self.client.fetch()  # evaluate (and save) the servers' parameters as they are now
+
+    def finish(self, chief: bool) -> dict[str, Any]:
+        entries = super().finish(chief)
+        if chief:
+            entries["replicas_identical"] = None  # asynchronous replicas differ by design
+        return entries

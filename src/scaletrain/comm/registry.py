@@ -1,0 +1,26 @@
+"""The strategies `--strategy` names, each in its own module: adding one is one module and one line here.
+
+Values are `module:Class` paths, imported on use, so that validating a flag needs no torch.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+STRATEGIES = {
+    "allreduce": "scaletrain.comm.allreduce:AllReduce",
+    "ring": "scaletrain.comm.ring:RingAllReduce",
+    "ps-sync": "scaletrain.comm.ps.strategy:SyncParameterServer",
+    "ps-async": "scaletrain.comm.ps.strategy:AsyncParameterServer",
+}
+
+
+def strategy_class(name: str):
+    """The class implementing `--strategy name` (comm/strategy.py's interface)."""
+    module, _, cls = STRATEGIES[name].partition(":")
+    return getattr(importlib.import_module(module), cls)
+
+
+def create(cfg, rank):
+    """This process's strategy, its process group(s) joined and its role decided (collective)."""
+    return strategy_class(cfg.strategy).create(cfg, rank)

@@ -1,0 +1,122 @@
+"""The strategy seam: one interface for every way of aggregating gradients (docs/architecture.md).
+
+The trainer's loop knows only this interface; each strategy lives in its own module and is named in
+`registry.py`. What a strategy decides, in the order the worker meets it:
+
+    strategy = create(cfg, rank)           # joins its process group(s); its role is fixed here
+    if strategy.role == SERVER:            #   (a parameter server serves instead of training)
+        strategy.serve(model)
+    module = strategy.wrap(model, steps)   # what forward/backward run through (DDP, or the model)
+    ... forward, backward ...
+    extra = strategy.step(optimizer, scaler, prof, global_step)   # after backward: apply the update
+    strategy.eval_shard()                  # which part of the validation split this rank evaluates
+    strategy.state_dict(chief) / load_state_dict(ckpt, step)      # its part of the checkpoint
+    strategy.finish(chief)                 # ends its exchange; its entries of summary.json
+    strategy.close()                       # tears its process group(s) down
+
+A pipeline or a sharded (FSDP) strategy implements the same methods: `wrap` returns the stage or the
+sharded module, `step` runs the schedule's optimizer step, `eval_shard` says who evaluates.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import torch
+
+from scaletrain.config import TrainConfig
+from scaletrain.dist.rank import RankInfo
+
+WORKER, SERVER = "worker", "server"
+
+
+@dataclass
+class Profiled:
+    """What the step profiler may wrap: the DDP module whose gradient buckets it times, and the
+    communication hook (with its state) that the strategy would register itself."""
+
+    module: torch.nn.Module | None = None
+    hook: Callable | None = None
+    state: Any = None
+
+
+class Strategy:
+    """Base class: a single process that trains alone (no exchange). Subclasses override what differs."""
+
+    role = WORKER
+    tolerates_dead_workers = False  # ps-async: a worker that dies does not end the job
+    agent_per_rank = False  # start one elastic agent per rank on one node (see dist/launch/isolated.py)
+
+    def __init__(self, cfg: TrainConfig, rank: RankInfo, device: torch.device, backend: str) -> None:
+        self.cfg = cfg
+        self.rank = rank  # this process among the ranks that train (a parameter-server job's workers)
+        self.device = device
+        self.backend = backend
+
+    # ------------------------------------------------------------ launch-time facts (no process yet)
+    @staticmethod
+    def server_ranks(cfg: TrainConfig) -> int:
+        """How many of the job's ranks serve instead of training (the last ones)."""
+        return 0
+
+    @staticmethod
+    def check_resume(cfg: TrainConfig, world_size: int) -> None:
+        """Refuse, before any process starts, a resume that this strategy cannot continue."""
+
+    # ------------------------------------------------------------ the worker
+    def serve(self, model: torch.nn.Module) -> None:
+        raise NotImplementedError(f"{type(self).__name__} has no server role")
+
+    def wrap(self, model: torch.nn.Module, steps_per_epoch: int) -> torch.nn.Module:
+        """The module forward and backward run through. Collective where it builds groups: every rank
+        calls it at the same point."""
+        return model
+
+    def profiled(self) -> Profiled:
+        return Profiled()
+
+    def step(self, optimizer: torch.optim.Optimizer, scaler: torch.amp.GradScaler | None, prof,
+             global_step: int) -> dict[str, Any]:
+        """After backward: apply the update. Returns fields to record with the step."""
+        with prof.phase("optimizer"):
+            if scaler is not None:
+                scaler.step(optimizer)
+                scaler.update()
+            else:
+                optimizer.step()
+        return {}
+
+    def eval_shard(self) -> tuple[int, int] | None:
+        """(index, count) of the validation split this rank evaluates; None: it does not evaluate."""
+        return self.rank.rank, self.rank.world_size
+
+    def before_eval(self) -> None:
+        """Bring the local model up to date before it is evaluated and saved."""
+
+    def state_dict(self, chief: bool) -> dict[str, Any]:
+        """Its entries of the checkpoint (`comm`: per-rank state, `ps`: the servers'), on the chief.
+        Collective: every rank calls it at the same point."""
+        return {"comm": [], "ps": None}
+
+    def load_state_dict(self, ckpt: dict[str, Any], global_step: int) -> None:
+        """After the model and optimizer were loaded from `ckpt`."""
+
+    def finish(self, chief: bool) -> dict[str, Any]:
+        """End the exchange (collective); the chief gets its entries of summary.json."""
+        return {}
+
+    def close(self) -> None:
+        """Tear the process group(s) down."""
+        from scaletrain.dist.group import shutdown
+
+        shutdown()
+
+
+@contextlib.contextmanager
+def closing(strategy: Strategy):
+    try:
+        yield strategy
+    finally:
+        strategy.close()

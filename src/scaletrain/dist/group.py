@@ -1,0 +1,47 @@
+"""The process group: set up, torn down, and the few collectives the trainer itself uses."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+
+from scaletrain.dist.rank import RankInfo
+
+def init_process_group(device: torch.device, rank: RankInfo, timeout_s: float = 300) -> str:
+    """NCCL for CUDA, gloo for CPU; returns the backend name."""
+    backend = "nccl" if device.type == "cuda" else "gloo"
+    if rank.world_size > 1 and not dist.is_initialized():
+        if device.type == "cuda":
+            torch.cuda.set_device(device)
+        dist.init_process_group(backend, rank=rank.rank, world_size=rank.world_size,
+                                timeout=timedelta(seconds=timeout_s),
+                                device_id=device if device.type == "cuda" else None)
+    return backend
+
+
+def all_reduce_sum(t: torch.Tensor) -> torch.Tensor:
+    """Sum a tensor over ranks in place (no-op in a single process)."""
+    if dist.is_initialized() and dist.get_world_size() > 1:
+        dist.all_reduce(t, op=dist.ReduceOp.SUM)
+    return t
+
+
+def gather_objects(obj):
+    """Every rank's object as a list indexed by rank (just [obj] in a single process)."""
+    if not (dist.is_initialized() and dist.get_world_size() > 1):
+        return [obj]
+    out = [None] * dist.get_world_size()
+    dist.all_gather_object(out, obj)
+    return out
+
+
+def barrier() -> None:
+    if dist.is_initialized() and dist.get_world_size() > 1:
+        dist.barrier()
+
+
+def shutdown() -> None:
+    if dist.is_initialized():
+        dist.destroy_process_group()

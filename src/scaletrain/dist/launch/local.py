@@ -1,0 +1,119 @@
+"""The workers of this node through torch's elastic agent (the engine's launcher, not a process pool)."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import signal
+import sys
+import tempfile
+import uuid
+
+from scaletrain.comm.registry import strategy_class
+from scaletrain.config import TrainConfig
+from scaletrain.dist import failure
+from scaletrain.dist.launch.outcome import print_resume_hint, print_summary, rank_namer, read_summary
+from scaletrain.errors import UserError
+from scaletrain.rundir import RunDir
+from scaletrain.train import summary
+
+
+def launch_local(cfg: TrainConfig, run: RunDir, port: int) -> int:
+    """nproc workers through the elastic agent behind torchrun (the engine's launcher, not a process pool)."""
+    from torch.distributed.elastic.multiprocessing.api import SignalException
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.launcher.api import elastic_launch
+
+    from scaletrain.train.worker import worker_main
+
+    quiet_agent_logs()
+    launch_cfg = launch_config(cfg.nproc, cfg.nnodes, cfg.node_rank, cfg.master_addr, port, cfg.local_addr,
+                               cfg.timeout)
+    if cfg.nnodes > 1:
+        print(f"node {cfg.node_rank} of {cfg.nnodes}: waiting up to {cfg.timeout:g} s (--timeout) for the "
+              f"other nodes at {cfg.master_addr}:{port}", file=sys.stderr, flush=True)
+    with tempfile.TemporaryDirectory(prefix="scaletrain-err-") as err_dir:
+        watchdog = failure.Watchdog(err_dir)
+        try:
+            with no_exit_barrier(strategy_class(cfg.strategy).tolerates_dead_workers):
+                elastic_launch(launch_cfg, worker_main)(cfg.to_dict(), err_dir)
+        except ChildFailedError as e:
+            exitcodes = {rank: f.exitcode for rank, f in e.failures.items()}
+            message, bad_input = failure.explain(failure.read_outcome(err_dir, exitcodes, cfg.timeout),
+                                                 rank_namer(cfg))
+            if cfg.node_rank == 0:
+                summary.failed(run, cfg, message)
+            print(f"error: {message}", file=sys.stderr)
+            if not bad_input:  # bad input is fixed first; the hint would repeat a refused command
+                print_resume_hint(run, cfg)
+            return 2 if bad_input else 1
+        except (KeyboardInterrupt, SignalException) as e:
+            signum = getattr(e, "sigval", signal.SIGINT)
+            if cfg.node_rank == 0:
+                summary.failed(run, cfg, f"interrupted ({signal.Signals(signum).name})")
+            print(f"interrupted by {signal.Signals(signum).name}", file=sys.stderr)
+            print_resume_hint(run, cfg)
+            return 128 + int(signum)
+        except Exception as e:  # the rendezvous: a node that never comes, an unreachable node 0
+            if not _is_rendezvous_failure(e):
+                raise
+            raise UserError(f"the nodes did not meet at {cfg.master_addr}:{port} within --timeout "
+                            f"{cfg.timeout:g} s ({type(e).__name__}): start node 0 (--node-rank 0) too, with "
+                            f"--nnodes {cfg.nnodes} and the same --master-port on every node, and check that "
+                            f"this node reaches {cfg.master_addr}:{port} (firewall, address)") from None
+        finally:
+            watchdog.stop()
+    if cfg.node_rank == 0:
+        print_summary(run)
+        if read_summary(run).get("status") == "stopped":
+            print_resume_hint(run, cfg, stopped=True)
+    return 0
+
+
+def _is_rendezvous_failure(e: Exception) -> bool:
+    """The agent's own failures to meet: the rendezvous, its store (DistError and its kinds), timeouts."""
+    import torch.distributed as dist
+
+    names = " ".join(t.__name__.lower() for t in type(e).__mro__)
+    return isinstance(e, dist.DistError) or any(word in names for word in ("rendezvous", "timeout"))
+
+
+def launch_config(nproc: int, nnodes: int, node_rank: int, master_addr: str, port: int,
+                  local_addr: str | None = None, timeout_s: float = 180.0):
+    """The elastic agent's settings: c10d rendezvous on one node; static node ranks across several."""
+    from torch.distributed.launcher.api import LaunchConfig
+
+    common = dict(nproc_per_node=nproc, max_restarts=0, monitor_interval=0.1, start_method="spawn",
+                  rdzv_endpoint=f"{master_addr}:{port}")
+    if nnodes == 1:
+        return LaunchConfig(min_nodes=1, max_nodes=1, run_id=f"scaletrain-{uuid.uuid4().hex[:8]}",
+                            rdzv_backend="c10d", rdzv_configs={"join_timeout": timeout_s}, **common)
+    return LaunchConfig(min_nodes=nnodes, max_nodes=nnodes, run_id="scaletrain", rdzv_backend="static",
+                        rdzv_configs={"rank": node_rank, "timeout": timeout_s}, local_addr=local_addr, **common)
+
+
+@contextlib.contextmanager
+def no_exit_barrier(active: bool):
+    """A strategy that tolerates dead workers (ps-async) goes on when a worker dies, but the elastic agent of each node waits up to 300 s at exit
+    for every other node's agent, and a dead worker's agent never comes. Worker 0 leaves last anyway (it
+    waits, through the servers, until every worker has finished), so in that case the wait is skipped.
+    LaunchConfig does not expose the timeout; this replaces the agent's barrier method while it runs."""
+    if not active:
+        yield
+        return
+    from torch.distributed.elastic.agent.server.api import SimpleElasticAgent
+
+    original = SimpleElasticAgent._exit_barrier
+    SimpleElasticAgent._exit_barrier = lambda self: None
+    try:
+        yield
+    finally:
+        SimpleElasticAgent._exit_barrier = original
+
+
+def quiet_agent_logs() -> None:
+    """The agent logs every worker exit and signal at WARNING/ERROR; callers report them in one line.
+    Its loggers set their own levels when created, so each one is quietened, not just the parent."""
+    for name in list(logging.root.manager.loggerDict):
+        if name.startswith(("torch.distributed.elastic", "torch.multiprocessing")):
+            logging.getLogger(name).setLevel(logging.CRITICAL)

@@ -1,0 +1,29 @@
+"""What every process of a run builds alike: seeded RNGs, the datasets and the model."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import torch
+
+from scaletrain.config import TrainConfig
+from scaletrain.data import build_datasets
+from scaletrain.models import build_model
+
+
+def build_data_and_model(cfg: TrainConfig):
+    """Datasets and the model, after seeding: the same initial weights in every process that calls it."""
+    seed_everything(cfg.seed)
+    data = build_datasets(cfg.dataset, image_size=cfg.image_size, seed=cfg.seed,
+                          synthetic_samples=cfg.synthetic_samples,
+                          synthetic_classes=cfg.synthetic_classes, augment=cfg.augment)
+    model = build_model(cfg.model, num_classes=data.num_classes, in_channels=data.in_channels,
+                        image_size=data.image_size, stem=cfg.stem, width=cfg.width)
+    return data, model
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)

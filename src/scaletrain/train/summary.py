@@ -1,0 +1,62 @@
+"""summary.json of a training run: assembled and written here alone (docs/run-directory.md, docs/metrics.md).
+
+A finished or stopped run's summary: the run's facts (below), the strategy's entries (`ps`), and the
+profiler's analysis (phases, stragglers, diagnosis). A run that failed before finishing gets the short
+form of `failed`, written by the launcher through the same writer.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import torch
+
+import scaletrain
+from scaletrain.analysis.throughput import steady_samples_per_s
+from scaletrain.config import TrainConfig
+from scaletrain.dist.device import machine_cores
+from scaletrain.dist.rank import RankInfo
+from scaletrain.rundir import RunDir, read_jsonl, write_json_atomic
+from scaletrain.train.optim import peak_lr
+
+
+def placement(device: torch.device, rank: RankInfo) -> dict[str, Any]:
+    """How this run sat on its machine: what tells a starved or oversubscribed CPU run (docs/metrics.md)."""
+    cpu = device.type == "cpu"
+    return {"device": device.type, "local_world_size": rank.local_world_size,
+            "threads_per_rank": torch.get_num_threads() if cpu else None,
+            "cpu_cores": machine_cores() if cpu else None}
+
+
+def run_summary(trainer, status: str, wall_time: float, digests: list[str], where: dict[str, Any]) -> dict[str, Any]:
+    """The run's own facts, from the trainer at the end of fit (rank 0)."""
+    cfg, world, h, device = trainer.cfg, trainer.rank.world_size, trainer.history, trainer.device
+    records = read_jsonl(trainer.run_dir.metrics(0))
+    return {
+        "status": status, "model": cfg.model, "dataset": cfg.dataset, "world_size": world,
+        "global_batch": cfg.batch_size * world, "epochs": len(h.epoch_times_s), "epochs_planned": cfg.epochs,
+        "top1": h.top1, "top5": h.top5, "best_top1": h.best_top1, "epoch_times_s": h.epoch_times_s,
+        "samples_per_s": steady_samples_per_s(records, world, trainer.steps_per_epoch),
+        "effective_lr": peak_lr(cfg, world), "precision": cfg.precision,
+        "device": device.type if device.type == "cpu" else torch.cuda.get_device_name(device),
+        "backend": trainer.backend, "steps": trainer.global_step, "train_samples": len(trainer.data.train),
+        "val_samples": len(trainer.data.val), "bad_images_skipped": h.bad_images_skipped,
+        "bad_images": sorted(trainer.bad_paths)[:20],
+        "param_digests": digests, "replicas_identical": len(set(digests)) == 1,
+        **{k: v for k, v in where.items() if k != "device"},
+        "wall_time_s": wall_time, "scaletrain_version": scaletrain.__version__,
+        "torch_version": torch.__version__, "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }
+
+
+def failed(run: RunDir, cfg: TrainConfig, message: str) -> None:
+    """The summary of a run that ended before finishing: why, and whether it can resume."""
+    epochs = read_jsonl(run.epochs, notes=[])  # a worker killed mid-write may leave half a last line
+    write(run, {"status": "failed", "error": message, "model": cfg.model, "dataset": cfg.dataset,
+                "world_size": cfg.nproc * cfg.nnodes, "epochs": len(epochs), "epochs_planned": cfg.epochs,
+                "resumable": run.checkpoint.exists()})
+
+
+def write(run: RunDir, summary: dict[str, Any]) -> None:
+    write_json_atomic(run.summary, summary)

@@ -1,0 +1,41 @@
+"""The process the launcher starts for each rank: its strategy decides its role, then it trains or serves."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from scaletrain.comm import registry
+from scaletrain.comm.strategy import SERVER, closing
+from scaletrain.config import TrainConfig, config_from_dict
+from scaletrain.dist import failure
+from scaletrain.dist.rank import RankInfo
+from scaletrain.errors import UserError
+
+
+def worker_main(cfg_dict: dict[str, Any], error_dir: str) -> None:
+    """Entry point the elastic agent starts in each worker; a UserError becomes one line for the parent."""
+    rank = RankInfo.from_env()
+    cfg = config_from_dict(cfg_dict)
+    heartbeat = failure.Heartbeat(error_dir, rank.rank)  # the launcher tells a stopped rank by its silence
+    try:
+        run(cfg, rank)
+    except UserError as e:
+        failure.record_error(error_dir, None, rank.rank, e, user_error=True)
+        sys.exit(2)
+    except Exception as e:  # a bug, a user model's error, a peer gone: keep the cause and the traceback
+        failure.record_error(error_dir, cfg.out, rank.rank, e, user_error=False)
+        sys.exit(1)
+    heartbeat.stop()  # (a failed rank beats on until it has exited: the watchdog leaves it alone)
+
+
+def run(cfg: TrainConfig, rank: RankInfo) -> dict[str, Any] | None:
+    """Join the job through the strategy, train (or serve), tear down. Returns the summary on rank 0."""
+    from scaletrain.train.build import build_data_and_model
+    from scaletrain.train.loop import Trainer
+
+    with closing(registry.create(cfg, rank)) as strategy:
+        if strategy.role == SERVER:
+            strategy.serve(build_data_and_model(cfg)[1])
+            return None
+        return Trainer(cfg, strategy).fit()
