@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 
 import scaletrain
-from scaletrain.cli import add_train_args, build_parser, field_help, main, train_config
-from scaletrain.config import TrainConfig, field_names, save_toml
+from scaletrain.cli import build_parser, main, train_config
+from scaletrain.config.flags import add_train_args, field_help
+from scaletrain.config import SECTIONS, TrainConfig, field_names, save_toml
 from scaletrain.errors import UserError
 
 
@@ -32,9 +33,15 @@ def cfg_of(*argv: str) -> TrainConfig:
 
 
 def field_docstrings() -> dict[str, str]:
-    """Independently of cli.field_help: pair each field with the string literal right below it."""
-    src = textwrap.dedent(inspect.getsource(TrainConfig))
-    body = ast.parse(src).body[0].body
+    """Independently of config.flags.field_help: pair each section's field with the string literal right below it."""
+    out = {}
+    for section in SECTIONS.values():
+        out.update(_docstrings_of(section))
+    return {k: v for k, v in out.items() if k in field_names()}  # (a section's parsed values are not flags)
+
+
+def _docstrings_of(section) -> dict[str, str]:
+    body = ast.parse(textwrap.dedent(inspect.getsource(section))).body[0].body
     out = {}
     for i, node in enumerate(body[:-1]):
         if isinstance(node, ast.AnnAssign):

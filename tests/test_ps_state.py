@@ -11,7 +11,7 @@ from scaletrain.errors import UserError
 from scaletrain.comm.ps import protocol as msg
 from scaletrain.comm.ps.links import Layout, Links
 from scaletrain.comm.ps.resume import saved_state
-from scaletrain.comm.ps.server import AsyncServer, Shard, SyncServer
+from scaletrain.comm.ps.server import AsyncServer, ServerConfig, Shard, SyncServer
 from scaletrain.comm.ps.shard import bounds, pieces
 from scaletrain.comm.ps.stats import ServerLog, WorkerLog
 
@@ -31,7 +31,7 @@ def _server(kind, cfg, seed, index=1):
     shard = Shard(params, pieces(sizes, [p.ndim > 1 for p in params], cuts[index], cuts[index + 1]))
     links = Links(Layout(WORKERS + SERVERS, SERVERS), RankInfo(WORKERS + index, 0, WORKERS + SERVERS, 1), True, index)
     log = ServerLog(index, shard.numel, cfg.strategy, workers={w: WorkerLog() for w in range(WORKERS)})
-    return kind(cfg, links, shard, log, 6)
+    return kind(ServerConfig.of(cfg), links, shard, log, 6)
 
 
 def _grads(n, numel, seed=1):

@@ -21,7 +21,8 @@ from scaletrain.config import TrainConfig, build_config
 from scaletrain.errors import UserError
 from scaletrain.study.cli import add_study_args, spec_from_args
 from scaletrain.study.grid import resolve_spec
-from scaletrain.study.runner import (JOIN_VARS, StudyDir, check_study_dir, child_env, error_line, run_state,
+from scaletrain.dist.env import JOIN_VARS, child_env
+from scaletrain.study.runner import (StudyDir, check_study_dir, error_line, run_state,
                                      train_command, write_spec)
 from scaletrain.study.view import flag_lines, hms, plan_table, results_table
 

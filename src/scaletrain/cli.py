@@ -3,68 +3,17 @@
 from __future__ import annotations
 
 import argparse
-import ast
-import inspect
-import os
 import sys
-import textwrap
-from dataclasses import fields
 from pathlib import Path
 
-# c10d's C++ log lines (a page of stack frames for a node that cannot connect yet) would bury our one-line
-# errors; they are read when torch loads, so this comes before anything imports it. Set it to WARNING to see them.
-os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "FATAL")
+from scaletrain.dist.env import quiet_torch_cpp_logs
+
+quiet_torch_cpp_logs()  # before anything imports torch
 
 import scaletrain  # noqa: E402
 from scaletrain.config import INVOCATION_ONLY, TrainConfig, build_config, load_toml
+from scaletrain.config.flags import OneLineParser, add_train_args
 from scaletrain.errors import UserError
-
-_TYPES = {"int": int, "float": float, "str": str}
-
-
-def field_help() -> dict[str, str]:
-    """The docstring written under each TrainConfig field, used as its --help text."""
-    tree = ast.parse(textwrap.dedent(inspect.getsource(TrainConfig)))
-    body = tree.body[0].body
-    helps = {}
-    for node, nxt in zip(body, body[1:]):
-        if isinstance(node, ast.AnnAssign) and isinstance(nxt, ast.Expr) and isinstance(nxt.value, ast.Constant):
-            helps[node.target.id] = nxt.value.value.replace("%", "%%")
-    return helps
-
-
-def add_train_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--config", help="TOML file of settings (keys as below, - or _); flags override it")
-    add_config_flags(p)
-
-
-def add_config_flags(p: argparse.ArgumentParser, lists: tuple[str, ...] = (), skip: tuple[str, ...] = ()) -> None:
-    """One flag per TrainConfig field (help from its docstring); fields in `lists` take a comma list."""
-    helps = field_help()
-    for f in fields(TrainConfig):
-        if f.name in skip:
-            continue
-        flag = "--" + f.name.replace("_", "-")
-        kind = str(f.type).split("|")[0].strip()
-        # SUPPRESS: only flags actually given override the config file
-        if f.name in lists:
-            p.add_argument(flag, default=argparse.SUPPRESS, metavar="V[,V...]",
-                           help=f"axis: comma list of values. {helps.get(f.name, '')} (default: {f.default})")
-        elif kind == "bool":
-            p.add_argument(flag, action=argparse.BooleanOptionalAction, default=argparse.SUPPRESS,
-                           help=helps.get(f.name))
-        else:
-            p.add_argument(flag, type=_TYPES[kind], default=argparse.SUPPRESS, metavar=f.name.upper(),
-                           help=f"{helps.get(f.name, '')} (default: {f.default})")
-
-
-class OneLineParser(argparse.ArgumentParser):
-    """argparse whose usage errors are one line naming the problem and where the help is, exit 2
-    (argparse's own prints the whole usage first: 30 lines for `train`)."""
-
-    def error(self, message: str):
-        self.exit(2, f"error: {message}: see `{self.prog} --help`\n")
-
 
 def build_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(prog="scaletrain", description=scaletrain.__doc__)

@@ -33,7 +33,7 @@ class AllReduce(Strategy):
 
     def hooks(self, model: torch.nn.Module) -> hook_setup.CommSetup:
         """The hook DDP runs per gradient bucket, and its state (None: DDP's own all-reduce)."""
-        return hook_setup.compression(self.cfg.compress, seed=self.cfg.seed + 7919 * self.rank.rank, model=model)
+        return hook_setup.compression(self.cfg.compression, seed=self.cfg.seed + 7919 * self.rank.rank, model=model)
 
     def wrap(self, model: torch.nn.Module, steps_per_epoch: int) -> torch.nn.Module:
         if self.rank.world_size == 1:

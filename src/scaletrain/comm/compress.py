@@ -190,9 +190,10 @@ class QSGD:
             self.generator.set_state(state["generator"])
 
 
-def make_compressor(spec: str | None, seed: int = 0):
-    """The compressor for a --compress value; None for none; ("powersgd", rank) for PyTorch's hook."""
-    parsed = parse_compress(spec)
+def make_compressor(spec: str | tuple | None, seed: int = 0):
+    """The compressor for a --compress value, parsed (config's `compression`) or as written; None for none;
+    ("powersgd", rank) for PyTorch's hook."""
+    parsed = parse_compress(spec) if isinstance(spec, str) else spec
     if parsed is None:
         return None
     name, arg = parsed

@@ -6,10 +6,10 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 import torch
-import torch.distributed as dist
 
 from scaletrain.comm.compress import make_compressor
 from scaletrain.comm.hooks import CompressState, allreduce_wire, compressed_hook, powersgd_state
+from scaletrain.dist.group import current_world_size
 
 @dataclass
 class PowerSGD:
@@ -47,7 +47,7 @@ class CommSetup:
             _set_rng(s.rng, saved["rng"])
 
 
-def compression(compress: str | None, seed: int, model: torch.nn.Module | None = None) -> CommSetup:
+def compression(compress: str | tuple | None, seed: int, model: torch.nn.Module | None = None) -> CommSetup:
     """The hook for `--compress` (none: DDP's own all-reduce)."""
     compressor = make_compressor(compress, seed=seed)
     if compressor is None:
@@ -64,7 +64,7 @@ def powersgd_timed(state, bucket):
     from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as powersgd
 
     if state.recorder is not None:
-        state.recorder.note_wire(allreduce_wire(_powersgd_payload(state.psgd, bucket), dist.get_world_size()))
+        state.recorder.note_wire(allreduce_wire(_powersgd_payload(state.psgd, bucket), current_world_size()))
     return powersgd.powerSGD_hook(state.psgd, bucket)
 
 

@@ -13,7 +13,7 @@ from scaletrain.comm.ring import ring_allreduce_, ring_wire_bytes
 from scaletrain.profiler.commhook import wire_bytes
 from scaletrain.dist.rank import RankInfo
 from scaletrain.dist.device import choose_device, cpu_threads_per_rank
-from scaletrain.dist.group import init_process_group, shutdown
+from scaletrain.dist.group import current_rank, current_world_size, init_process_group, shutdown
 
 
 def worker_main(strategies: list[str], sizes: list[int], seconds: float, out: str) -> None:
@@ -36,7 +36,7 @@ def worker_main(strategies: list[str], sizes: list[int], seconds: float, out: st
 
 
 def _measure(strategy: str, size: int, seconds: float, device: torch.device, ring_groups: Any) -> dict[str, Any]:
-    world, rank = dist.get_world_size(), dist.get_rank()
+    world, rank = current_world_size(), current_rank()
     buf = torch.ones(size // 4, dtype=torch.float32, device=device)
 
     server = world - 1  # ps: the last rank serves, the others push and pull

@@ -45,3 +45,20 @@ def barrier() -> None:
 def shutdown() -> None:
     if dist.is_initialized():
         dist.destroy_process_group()
+
+
+def current_rank(group=None) -> int:
+    """This process's rank in `group` (the default group), 0 without a process group."""
+    return dist.get_rank(group) if dist.is_initialized() else 0
+
+
+def current_world_size(group=None) -> int:
+    """Processes in `group` (the default group), 1 without a process group."""
+    return dist.get_world_size(group) if dist.is_initialized() else 1
+
+
+def broadcast_buffers(model: torch.nn.Module) -> None:
+    """Broadcast rank 0's buffers (BN running statistics), which DDP only syncs at the next forward."""
+    if current_world_size() > 1:
+        for buf in model.buffers():
+            dist.broadcast(buf, src=0)

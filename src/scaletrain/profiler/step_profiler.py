@@ -25,7 +25,7 @@ from typing import Any, Callable, Iterable, Iterator
 import torch
 import torch.distributed as dist
 
-from scaletrain.dist.group import gather_objects
+from scaletrain.dist.group import current_rank, current_world_size, gather_objects
 from scaletrain.profiler.steplog import StepLog
 from scaletrain.profiler import commhook
 from scaletrain.profiler.clock import clock_for
@@ -50,9 +50,8 @@ class StepProfiler:
         self.run_dir.root.mkdir(parents=True, exist_ok=True)
         self.enabled = enabled
         # rank/world_size: given when the ranks share no process group (ps-async workers)
-        self.rank = rank if rank is not None else dist.get_rank() if dist.is_initialized() else 0
-        self.world_size = world_size if world_size is not None else \
-            dist.get_world_size() if dist.is_initialized() else 1
+        self.rank = rank if rank is not None else current_rank()
+        self.world_size = world_size if world_size is not None else current_world_size()
         self.device = device or _device_of(model)
         self.step = first_step
         self.log = StepLog(self.run_dir.metrics(self.rank))
@@ -295,4 +294,4 @@ def _clock_offset(world_size: int) -> float:
         return 0.0
     dist.barrier()  # everyone reads its clock at (nearly) the same moment
     times = gather_objects(time.time())
-    return times[0] - times[dist.get_rank()]
+    return times[0] - times[current_rank()]

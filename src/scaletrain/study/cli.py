@@ -3,19 +3,18 @@
 from __future__ import annotations
 
 import argparse
-import os
 import shutil
 import sys
 import time
-from dataclasses import fields
 from typing import Any
 
-from scaletrain.config import TrainConfig
+from scaletrain.config import config_fields
 from scaletrain.errors import UserError
 from scaletrain.study.grid import (AXES, STUDY_OWNED, StudySpec, load_spec_file, parse_axis, points, resolve_spec,
                                    validate_points)
 from scaletrain.study.results import failed_points, study_entries
-from scaletrain.study.runner import (StudyDir, check_study_dir, child_env, initial_record, run_point, run_state,
+from scaletrain.dist.env import child_env
+from scaletrain.study.runner import (StudyDir, check_study_dir, initial_record, run_point, run_state,
                                      terminate_as_interrupt, write_results, write_spec)
 
 EXAMPLE = ("example: scaletrain study --nproc 1,2 --workers 0,2 --model resnet20 --dataset digits "
@@ -23,7 +22,7 @@ EXAMPLE = ("example: scaletrain study --nproc 1,2 --workers 0,2 --model resnet20
 
 
 def add_study_args(p: argparse.ArgumentParser) -> None:
-    from scaletrain.cli import add_config_flags
+    from scaletrain.config.flags import add_config_flags
 
     p.description = ("Run every combination of the axis values (comma lists) as its own training launch, "
                      "each with the fixed train settings; resumable by rerunning the same command.")
@@ -41,7 +40,7 @@ def spec_from_args(args: argparse.Namespace) -> StudySpec:
     file_spec = load_spec_file(args.config) if args.config else None
     given = vars(args)
     axes = {name: parse_axis(name, given[name]) for name in AXES if name in given}
-    train = {f.name: given[f.name] for f in fields(TrainConfig)
+    train = {f.name: given[f.name] for f in config_fields()
              if f.name in given and f.name not in AXES and f.name not in STUDY_OWNED}
     return resolve_spec(file_spec, axes, train, args.repeats)
 
@@ -89,7 +88,7 @@ def _run_all(console, study: StudyDir, spec: StudySpec, grid: list, runs: dict[s
 
     from scaletrain.study.view import axes_text, run_label, run_line
 
-    env = child_env(os.environ)
+    env = child_env()
     total = len(grid) * spec.repeats
     # two lines: the whole study (bar over runs, total time) and the current run (its point, elapsed)
     progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),

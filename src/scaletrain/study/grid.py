@@ -8,13 +8,13 @@ import itertools
 import json
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import tomli_w
 
-from scaletrain.config import ALIASES, TrainConfig, build_config, field_names, read_toml
+from scaletrain.config import ALIASES, TrainConfig, build_config, config_fields, field_names, read_toml
 from scaletrain.errors import UserError
 
 AXES = ("nproc", "workers", "batch_size", "precision", "dataset", "model", "strategy", "compress", "ps_servers")
@@ -56,7 +56,7 @@ def _flag(name: str) -> str:
 
 def _kind(name: str) -> str:
     """The field's base type name: "int" for `int | None`."""
-    annotation = {f.name: str(f.type) for f in fields(TrainConfig)}[name]
+    annotation = {f.name: str(f.type) for f in config_fields()}[name]
     return annotation.split("|")[0].strip()
 
 

@@ -18,7 +18,6 @@ from scaletrain.errors import UserError
 from scaletrain.rundir import replace_atomic, write_json_atomic
 from scaletrain.study.grid import PER_RUN, Point, StudySpec, load_spec_file, resolve_spec, spec_difference, spec_toml
 
-JOIN_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "SLURM_PROCID", "SLURM_NTASKS")
 """Variables that make `scaletrain train` join an outer launch instead of starting its own."""
 STOP_GRACE_S = 60.0
 
@@ -114,11 +113,6 @@ def train_command(cfg: TrainConfig, run: Path) -> list[str]:
     return [*cmd, "--out", str(run), "--no-progress"]
 
 
-def child_env(environ: Mapping[str, str]) -> dict[str, str]:
-    """The study's environment without the variables that would turn the launch into a join."""
-    return {k: v for k, v in environ.items() if k not in JOIN_VARS}
-
-
 def error_line(log_text: str, summary: dict[str, Any] | None, returncode: int) -> str:
     """Why a run failed, in one line: the summary's error, else the log's last `error:` line, else the exit code."""
     if summary and summary.get("status") == "failed" and summary.get("error"):
@@ -191,5 +185,5 @@ def run_point(study: StudyDir, point: Point, k: int, env: Mapping[str, str]) -> 
 
 
 __all__ = ["StudyDir", "check_study_dir", "write_spec", "write_results", "read_summary", "run_state",
-           "initial_record", "train_command", "child_env", "error_line", "launch", "stop",
-           "terminate_as_interrupt", "run_point", "JOIN_VARS"]
+           "initial_record", "train_command", "error_line", "launch", "stop",
+           "terminate_as_interrupt", "run_point"]

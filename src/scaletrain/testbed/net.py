@@ -6,12 +6,12 @@ import json
 import os
 import shutil
 import subprocess
-from pathlib import Path
 
+from scaletrain.dist.env import testbed_state_path
 from scaletrain.errors import UserError
 from scaletrain.testbed.plan import IFACE, SWITCH, Testbed, down_commands, has_delay, ours, up_commands
 
-STATE = Path(os.environ.get("SCALETRAIN_TESTBED_STATE", "/run/scaletrain-testbed.json"))
+STATE = testbed_state_path()
 
 
 def require_root() -> None:

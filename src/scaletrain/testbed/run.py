@@ -8,6 +8,7 @@ import signal
 import subprocess
 import time
 
+from scaletrain.dist.env import child_env
 from scaletrain.testbed.cores import CoreShare
 from scaletrain.testbed.plan import IFACE, Testbed
 
@@ -34,9 +35,7 @@ def _scaletrain_subcommand(argv: list[str]) -> str | None:
 def host_env(tb: Testbed, i: int, share: CoreShare | None = None) -> dict[str, str]:
     """Collectives must use the testbed link, not whatever the hostname resolves to; with `share`, the
     host's processes are told their share of the cores (SCALETRAIN_CORES)."""
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "SLURM_PROCID",
-                        "SLURM_NTASKS")}
+    env = child_env()
     return {**env, "GLOO_SOCKET_IFNAME": IFACE, "NCCL_SOCKET_IFNAME": IFACE, "TP_SOCKET_IFNAME": IFACE,
             "SCALETRAIN_TESTBED_HOST": str(i), "SCALETRAIN_TESTBED_HOSTS": str(tb.hosts),
             "SCALETRAIN_TESTBED_MASTER": tb.address(0), **(share.env() if share else {})}

@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import torch.distributed as dist
 from torch.utils.data import DataLoader, DistributedSampler
 
 from scaletrain.comm.strategy import Strategy
@@ -27,7 +26,7 @@ from scaletrain.config import TrainConfig
 from scaletrain.console.progress import EpochBar, SilentBar
 from scaletrain.console.summary import epoch_line
 from scaletrain.data import DelayedDataset, collate
-from scaletrain.dist.group import barrier, gather_objects
+from scaletrain.dist.group import barrier, broadcast_buffers, gather_objects
 from scaletrain.errors import UserError
 from scaletrain.export import tensorboard
 from scaletrain.export.tensorboard import ScalarSink
@@ -95,8 +94,8 @@ class Trainer:
         self.module = strategy.wrap(self.model, self.steps_per_epoch)
 
         # a strategy whose servers own the update never steps this optimizer; it still tracks the schedule
-        self.optimizer = build_optimizer(cfg, self.model, world)
-        self.scheduler = build_scheduler(cfg, self.optimizer, self.steps_per_epoch, world)
+        self.optimizer = build_optimizer(cfg.optim, self.model, world)
+        self.scheduler = build_scheduler(cfg.optim, self.optimizer, self.steps_per_epoch, world)
         self.scaler = torch.amp.GradScaler(device.type) if cfg.precision == "fp16" else None
         self.criterion = torch.nn.CrossEntropyLoss()
         self.history = History()
@@ -129,7 +128,7 @@ class Trainer:
                 result = None
                 if ((epoch + 1) % cfg.eval_every == 0 or epoch + 1 == cfg.epochs) and self.val_shard is not None:
                     self.strategy.before_eval()
-                    _sync_buffers(self.model)  # evaluate (and save) rank 0's BN statistics on every rank
+                    broadcast_buffers(self.model)  # evaluate (and save) rank 0's BN statistics on every rank
                     result = evaluate(self.model, self.val_loader, self.device, self.autocast,
                                       self.data.num_classes)
                 self._end_epoch(epoch, epoch_time, result)
@@ -245,7 +244,7 @@ class Trainer:
             "scheduler": self.scheduler.state_dict(),
             "scaler": self.scaler.state_dict() if self.scaler is not None else None,
             "rng": rngs, "world_size": self.rank.world_size, "config": self.cfg.to_dict(),
-            "history": vars(self.history).copy(), **strategy_state,  # "comm" (per rank) and "ps"
+            "history": vars(self.history).copy(), **strategy_state,  # the strategy's entries (docs/run-directory.md)
         }, self.run_dir.checkpoint)
 
     def _restore(self) -> None:
@@ -265,7 +264,7 @@ class Trainer:
         if self.scaler is not None and ckpt["scaler"] is not None:
             self.scaler.load_state_dict(ckpt["scaler"])
         self.history = History(**ckpt["history"])
-        # (ranks that share no group, as ps-async's workers, checkpoint worker 0's RNG alone)
+        # (ranks that share no group, as asynchronous workers, checkpoint worker 0's RNG alone)
         if ckpt["world_size"] == self.rank.world_size and self.rank.rank < len(ckpt["rng"]):
             checkpoint.set_rng_state(ckpt["rng"][self.rank.rank])
         else:  # a different world size cannot replay the same data order anyway
@@ -274,13 +273,6 @@ class Trainer:
         if self.rank.is_main:
             keep_epochs_before(self.run_dir.epochs, self.start_epoch)
         keep_epochs_before(self.run_dir.metrics(self.rank.rank), self.start_epoch)
-
-
-def _sync_buffers(model: torch.nn.Module) -> None:
-    """Broadcast rank 0's buffers (BN running statistics), which DDP only syncs at the next forward."""
-    if dist.is_initialized() and dist.get_world_size() > 1:
-        for buf in model.buffers():
-            dist.broadcast(buf, src=0)
 
 
 def _json_line(record: dict[str, Any]) -> str:

@@ -6,23 +6,23 @@ import math
 
 import torch
 
-from scaletrain.config import TrainConfig
+from scaletrain.config.sections import OptimConfig
 
 
-def peak_lr(cfg: TrainConfig, world_size: int) -> float:
+def peak_lr(cfg: OptimConfig, world_size: int) -> float:
     """The LR after warm-up: lr, or lr x global batch / ref batch under the linear scaling rule."""
     if not cfg.scale_lr:
         return cfg.lr
     return cfg.lr * cfg.batch_size * world_size / cfg.ref_batch
 
 
-def build_optimizer(cfg: TrainConfig, model: torch.nn.Module, world_size: int) -> torch.optim.Optimizer:
+def build_optimizer(cfg: OptimConfig, model: torch.nn.Module, world_size: int) -> torch.optim.Optimizer:
     """The optimizer, created at the peak LR (the schedule multiplies it down)."""
     params = [p for p in model.parameters() if p.requires_grad]
     return optimizer_for(cfg, params, [p.ndim > 1 for p in params], peak_lr(cfg, world_size))
 
 
-def optimizer_for(cfg: TrainConfig, tensors: list[torch.Tensor], decay: list[bool], lr: float,
+def optimizer_for(cfg: OptimConfig, tensors: list[torch.Tensor], decay: list[bool], lr: float,
                   kind: str | None = None) -> torch.optim.Optimizer:
     """`kind` (default --optimizer) over `tensors`, weight decay only where `decay` says (a parameter
     server's shard passes the pieces it holds, each flagged like the parameter it was cut from)."""
@@ -42,7 +42,7 @@ def optimizer_for(cfg: TrainConfig, tensors: list[torch.Tensor], decay: list[boo
 class LRSchedule:
     """Per-step multiplier of the peak LR; picklable so LambdaLR state round-trips through checkpoints."""
 
-    def __init__(self, cfg: TrainConfig, steps_per_epoch: int, world_size: int) -> None:
+    def __init__(self, cfg: OptimConfig, steps_per_epoch: int, world_size: int) -> None:
         self.total = max(1, cfg.epochs * steps_per_epoch)
         self.warmup = int(round(cfg.warmup_epochs * steps_per_epoch))
         # Warm-up starts at the unscaled base LR and reaches the scaled one (Goyal et al. 2017, sec. 2.2).
@@ -60,7 +60,7 @@ class LRSchedule:
         return 0.1 ** ((progress >= 0.5) + (progress >= 0.75))
 
 
-def build_scheduler(cfg: TrainConfig, optimizer: torch.optim.Optimizer, steps_per_epoch: int,
+def build_scheduler(cfg: OptimConfig, optimizer: torch.optim.Optimizer, steps_per_epoch: int,
                     world_size: int) -> torch.optim.lr_scheduler.LambdaLR:
     return torch.optim.lr_scheduler.LambdaLR(optimizer, LRSchedule(cfg, steps_per_epoch, world_size))
 

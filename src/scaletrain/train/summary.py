@@ -1,6 +1,6 @@
 """summary.json of a training run: assembled and written here alone (docs/run-directory.md, docs/metrics.md).
 
-A finished or stopped run's summary: the run's facts (below), the strategy's entries (`ps`), and the
+A finished or stopped run's summary: the run's facts (below), the strategy's entries, and the
 profiler's analysis (phases, stragglers, diagnosis). A run that failed before finishing gets the short
 form of `failed`, written by the launcher through the same writer.
 """
@@ -38,7 +38,7 @@ def run_summary(trainer, status: str, wall_time: float, digests: list[str], wher
         "global_batch": cfg.batch_size * world, "epochs": len(h.epoch_times_s), "epochs_planned": cfg.epochs,
         "top1": h.top1, "top5": h.top5, "best_top1": h.best_top1, "epoch_times_s": h.epoch_times_s,
         "samples_per_s": steady_samples_per_s(records, world, trainer.steps_per_epoch),
-        "effective_lr": peak_lr(cfg, world), "precision": cfg.precision,
+        "effective_lr": peak_lr(cfg.optim, world), "precision": cfg.precision,
         "device": device.type if device.type == "cpu" else torch.cuda.get_device_name(device),
         "backend": trainer.backend, "steps": trainer.global_step, "train_samples": len(trainer.data.train),
         "val_samples": len(trainer.data.val), "bad_images_skipped": h.bad_images_skipped,

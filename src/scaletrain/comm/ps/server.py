@@ -16,12 +16,13 @@ from __future__ import annotations
 
 import re
 import threading
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
 from scaletrain.comm.compress import make_compressor, payload_bytes
-from scaletrain.config import TrainConfig
+from scaletrain.config.sections import OptimConfig
 from scaletrain.errors import UserError
 from scaletrain.train.optim import LRSchedule, build_scheduler, optimizer_for, peak_lr, resume_optimizer
 from scaletrain.comm.ps import protocol as msg
@@ -31,10 +32,32 @@ from scaletrain.comm.ps.stats import ServerLog, WorkerLog
 from scaletrain.rundir import RunDir, write_json_atomic
 
 
+@dataclass(frozen=True)
+class ServerConfig:
+    """What a server needs of the run's configuration (its strategy section's settings, the optimisation)."""
+
+    mode: str  # ps-sync or ps-async
+    optim: OptimConfig
+    out: str
+    compression: tuple | None = None  # --compress, parsed
+    ps_optimizer: str = "adagrad"
+    ps_push: int = 1
+    max_staleness: int | None = None
+    staleness_lr: bool = False
+
+    @classmethod
+    def of(cls, cfg) -> "ServerConfig":
+        """From a TrainConfig: its strategy section's settings, its optimisation section, its run directory."""
+        spec = cfg.strategy_section
+        return cls(mode=spec.strategy, optim=cfg.optim, out=cfg.out, compression=spec.compression,
+                   ps_optimizer=spec.ps_optimizer, ps_push=spec.ps_push, max_staleness=spec.max_staleness,
+                   staleness_lr=spec.staleness_lr)
+
+
 class Inbox:
     """Receive buffers for one worker's push: the fp32 shard, or the shapes of its --compress encoding."""
 
-    def __init__(self, compress: str | None, numel: int, key: int, world: int) -> None:
+    def __init__(self, compress: tuple | None, numel: int, key: int, world: int) -> None:
         self.codec = make_compressor(compress)
         # the payload's shapes and dtypes follow from the shard size alone: encode zeros once to learn them
         self.buffers = [torch.empty(numel)] if self.codec is None else \
@@ -87,7 +110,8 @@ class Shard:
             offset += t.numel()
 
 
-def serve(cfg: TrainConfig, links: Links, model: torch.nn.Module, saved: dict | None = None) -> None:
+def serve(cfg: ServerConfig, server_class: type["Server"], links: Links, model: torch.nn.Module,
+          saved: dict | None = None) -> None:
     """Run this server until every worker is done; writes ps-server{s}.json in the run directory.
     `saved`: this server's state from the checkpoint being resumed (see `Server.state_dict`)."""
     params = list(model.parameters())
@@ -95,10 +119,10 @@ def serve(cfg: TrainConfig, links: Links, model: torch.nn.Module, saved: dict | 
     cuts = bounds(sum(sizes), links.layout.servers)
     s = links.index
     shard = Shard(params, pieces(sizes, [p.ndim > 1 for p in params], cuts[s], cuts[s + 1]))
-    log = ServerLog(s, shard.numel, cfg.strategy,
+    log = ServerLog(s, shard.numel, cfg.mode,
                     workers={w: WorkerLog() for w in range(links.layout.workers)})
     steps_per_epoch = _hello(links, log)
-    server = (SyncServer if cfg.strategy == "ps-sync" else AsyncServer)(cfg, links, shard, log, steps_per_epoch)
+    server = server_class(cfg, links, shard, log, steps_per_epoch)
     if saved is not None:
         server.load_state_dict(saved)
     server.run()
@@ -116,7 +140,7 @@ def _hello(links: Links, log: ServerLog) -> int:
     return steps.pop()
 
 
-def _write_log(cfg: TrainConfig, log: ServerLog) -> None:
+def _write_log(cfg: ServerConfig, log: ServerLog) -> None:
     write_json_atomic(RunDir(Path(cfg.out)).ps_server(log.server), log.to_dict())
 
 
@@ -125,12 +149,12 @@ class Server:
 
     optimizer: torch.optim.Optimizer
 
-    def __init__(self, cfg: TrainConfig, links: Links, shard: Shard, log: ServerLog) -> None:
+    def __init__(self, cfg: ServerConfig, links: Links, shard: Shard, log: ServerLog) -> None:
         self.cfg, self.links, self.shard, self.log = cfg, links, shard, log
 
     def state_dict(self) -> dict:
         """Live references, as nn.Module's: serialize at once (`protocol.pack`) for a snapshot."""
-        return {"mode": self.cfg.strategy, "server": self.log.server,
+        return {"mode": self.cfg.mode, "server": self.log.server,
                 "values": [t.detach() for t in self.shard.tensors],
                 "optimizer": self.optimizer.state_dict(), "log": self.log.to_dict()}
 
@@ -145,12 +169,12 @@ class Server:
 
 
 class SyncServer(Server):
-    def __init__(self, cfg: TrainConfig, links: Links, shard: Shard, log: ServerLog, steps_per_epoch: int):
+    def __init__(self, cfg: ServerConfig, links: Links, shard: Shard, log: ServerLog, steps_per_epoch: int):
         super().__init__(cfg, links, shard, log)
         workers = links.layout.workers
         # the optimizer and schedule of an all-reduce run with the same global batch
-        self.optimizer = optimizer_for(cfg, shard.tensors, [p.decay for p in shard.parts], peak_lr(cfg, workers))
-        self.scheduler = build_scheduler(cfg, self.optimizer, steps_per_epoch, workers)
+        self.optimizer = optimizer_for(cfg.optim, shard.tensors, [p.decay for p in shard.parts], peak_lr(cfg.optim, workers))
+        self.scheduler = build_scheduler(cfg.optim, self.optimizer, steps_per_epoch, workers)
 
     def state_dict(self) -> dict:
         return {**super().state_dict(), "step": self.scheduler.last_epoch}
@@ -172,7 +196,7 @@ class SyncServer(Server):
         self._send_all(self.shard.flat())  # the initial parameters: every worker starts from the same ones
         heads = {w: msg.empty_header() for w in workers}
         numel, world = self.shard.numel, len(workers)
-        inboxes = {w: Inbox(self.cfg.compress, numel, links.index, world) for w in workers}
+        inboxes = {w: Inbox(self.cfg.compression, numel, links.index, world) for w in workers}
         while True:
             msg.wait_all(links.recv(w, heads[w]) for w in workers)
             log.bytes_received += msg.HEADER_BYTES * len(workers)
@@ -217,14 +241,14 @@ def _link_error(e: Exception) -> str:
 
 
 class AsyncServer(Server):
-    def __init__(self, cfg: TrainConfig, links: Links, shard: Shard, log: ServerLog, steps_per_epoch: int):
+    def __init__(self, cfg: ServerConfig, links: Links, shard: Shard, log: ServerLog, steps_per_epoch: int):
         super().__init__(cfg, links, shard, log)
-        self.lr = peak_lr(cfg, 1)  # each update carries one worker's batch
+        self.lr = peak_lr(cfg.optim, 1)  # each update carries one worker's batch
         kind = "adagrad" if cfg.ps_optimizer == "adagrad" else "plain-sgd"
-        self.optimizer = optimizer_for(cfg, shard.tensors, [p.decay for p in shard.parts], self.lr, kind=kind)
+        self.optimizer = optimizer_for(cfg.optim, shard.tensors, [p.decay for p in shard.parts], self.lr, kind=kind)
         # the schedule runs over the updates this shard expects: every worker's pushes
         per_epoch = max(1, steps_per_epoch * links.layout.workers // cfg.ps_push)
-        self.schedule = LRSchedule(cfg, per_epoch, 1)
+        self.schedule = LRSchedule(cfg.optim, per_epoch, 1)
         self.lock = threading.Lock()
         self.finished = threading.Condition(self.lock)
         self.version = 0
@@ -255,7 +279,7 @@ class AsyncServer(Server):
 
     def _serve(self, w: int) -> None:
         head, links, log = msg.empty_header(), self.links, self.log
-        inbox = Inbox(self.cfg.compress, self.shard.numel, links.index, 1)  # each push is applied alone
+        inbox = Inbox(self.cfg.compression, self.shard.numel, links.index, 1)  # each push is applied alone
         try:
             while True:
                 links.recv(w, head).wait()

@@ -15,7 +15,7 @@ import torch
 from scaletrain.comm.ps import links as ps_links
 from scaletrain.comm.ps.client import AsyncClient, Client, SyncClient
 from scaletrain.comm.ps.resume import saved_state
-from scaletrain.comm.ps.server import serve
+from scaletrain.comm.ps.server import AsyncServer, Server, ServerConfig, SyncServer, serve
 from scaletrain.comm.ps.stats import summarize
 from scaletrain.comm.strategy import SERVER, WORKER, Strategy
 from scaletrain.config import TrainConfig
@@ -30,6 +30,7 @@ class ParameterServer(Strategy):
     tracks the schedule)."""
 
     worker_group = True  # the workers share a process group (evaluation, checkpoints, the profiler)
+    server_class: type[Server]
 
     @staticmethod
     def server_ranks(cfg: TrainConfig) -> int:
@@ -59,7 +60,8 @@ class ParameterServer(Strategy):
         self.client: Client | None = None
 
     def serve(self, model: torch.nn.Module) -> None:
-        serve(self.cfg, self.links, model, self.saved["servers"][self.links.index] if self.saved else None)
+        serve(ServerConfig.of(self.cfg), self.server_class, self.links, model,
+              self.saved["servers"][self.links.index] if self.saved else None)
 
     def wrap(self, model: torch.nn.Module, steps_per_epoch: int) -> torch.nn.Module:
         self.client = self.make_client(model, steps_per_epoch)  # the servers send their parameters
@@ -99,8 +101,10 @@ class ParameterServer(Strategy):
 class SyncParameterServer(ParameterServer):
     """ps-sync: every step the servers wait for every worker: the same trajectory as allreduce."""
 
+    server_class = SyncServer
+
     def make_client(self, model: torch.nn.Module, steps_per_epoch: int) -> Client:
-        return SyncClient(self.links, model, steps_per_epoch, self.cfg.compress, self._seed())
+        return SyncClient(self.links, model, steps_per_epoch, self.cfg.compression, self._seed())
 
     def _seed(self) -> int:
         return self.cfg.seed + 7919 * self.links.index  # QSGD's random stream differs per worker
@@ -110,12 +114,13 @@ class AsyncParameterServer(SyncParameterServer):
     """ps-async (Downpour SGD): workers push and fetch on their own cadence; a dead worker is tolerated."""
 
     worker_group = False  # no collective may wait for a worker that died
+    server_class = AsyncServer
     tolerates_dead_workers = True
     agent_per_rank = True  # one node's agent would stop every worker when one dies
 
     def make_client(self, model: torch.nn.Module, steps_per_epoch: int) -> Client:
         cfg = self.cfg
-        return AsyncClient(self.links, model, steps_per_epoch, cfg.ps_fetch, cfg.ps_push, cfg.compress, self._seed())
+        return AsyncClient(self.links, model, steps_per_epoch, cfg.ps_fetch, cfg.ps_push, cfg.compression, self._seed())
 
     def eval_shard(self) -> tuple[int, int] | None:
         return (0, 1) if self.rank.is_main else None  # worker 0 alone evaluates, on the whole split

@@ -1,0 +1,67 @@
+"""The flags of `scaletrain train` (and of `study`, which takes the same ones), made from the config's
+sections: one flag per field, its --help the docstring written under the field, grouped by section."""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import inspect
+import textwrap
+from dataclasses import fields
+
+from scaletrain.config.sections import SECTIONS
+
+_TYPES = {"int": int, "float": float, "str": str}
+
+
+def field_help() -> dict[str, str]:
+    """The docstring written under each setting of every section, used as its --help text."""
+    helps = {}
+    for section in SECTIONS.values():
+        settings = {f.name for f in fields(section) if f.init}
+        body = ast.parse(textwrap.dedent(inspect.getsource(section))).body[0].body
+        for node, nxt in zip(body, body[1:]):
+            if (isinstance(node, ast.AnnAssign) and node.target.id in settings and isinstance(nxt, ast.Expr)
+                    and isinstance(nxt.value, ast.Constant)):
+                helps[node.target.id] = nxt.value.value.replace("%", "%%")
+    return helps
+
+
+def add_train_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config", help="TOML file of settings (keys as below, - or _); flags override it")
+    add_config_flags(p)
+
+
+def add_config_flags(p: argparse.ArgumentParser, lists: tuple[str, ...] = (), skip: tuple[str, ...] = ()) -> None:
+    """One flag per TrainConfig field (help from its docstring); fields in `lists` take a comma list."""
+    helps = field_help()
+    for key, section in SECTIONS.items():
+        group = p.add_argument_group(f"{key} settings", section.__doc__)
+        for f in fields(section):
+            if f.init and f.name not in skip:
+                _add_flag(group, f, helps, f.name in lists)
+
+
+def _add_flag(p, f, helps: dict[str, str], is_list: bool) -> None:
+    flag = "--" + f.name.replace("_", "-")
+    kind = str(f.type).split("|")[0].strip()
+    # SUPPRESS: only flags actually given override the config file
+    if is_list:
+        p.add_argument(flag, default=argparse.SUPPRESS, metavar="V[,V...]",
+                       help=f"axis: comma list of values. {helps.get(f.name, '')} (default: {f.default})")
+    elif kind == "bool":
+        p.add_argument(flag, action=argparse.BooleanOptionalAction, default=argparse.SUPPRESS,
+                       help=helps.get(f.name))
+    else:
+        p.add_argument(flag, type=_TYPES[kind], default=argparse.SUPPRESS, metavar=f.name.upper(),
+                       help=f"{helps.get(f.name, '')} (default: {f.default})")
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse whose usage errors are one line naming the problem and where the help is, exit 2
+    (argparse's own prints the whole usage first: 30 lines for `train`)."""
+
+    def error(self, message: str):
+        self.exit(2, f"error: {message}: see `{self.prog} --help`\n")
+
+

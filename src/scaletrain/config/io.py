@@ -1,0 +1,95 @@
+"""Reading and writing configurations: TOML files, flag overrides, and the resolved config.toml of a run."""
+
+from __future__ import annotations
+
+import difflib
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import tomli_w
+
+from scaletrain.config.train import TrainConfig, config_fields
+from scaletrain.errors import UserError
+
+# names other tools use for our keys: only for suggestions, never accepted silently
+ALIASES = {"learning_rate": "lr", "num_workers": "workers", "wd": "weight_decay", "batch": "batch_size",
+           "world_size": "nproc", "nproc_per_node": "nproc", "output_dir": "out", "amp": "precision"}
+
+
+def field_names() -> list[str]:
+    return [f.name for f in config_fields()]
+
+
+def read_toml(path: str | Path, what: str = "config file") -> dict[str, Any]:
+    """A TOML file as a dict; a missing or malformed file is one clear line."""
+    path = Path(path)
+    if not path.is_file():
+        raise UserError(f"{what} {path} does not exist: check the --config path")
+    try:
+        return tomllib.loads(path.read_text())
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
+        raise UserError(f"{what} {path} is not valid TOML ({e}): fix that line") from None
+
+
+def load_toml(path: str | Path) -> dict[str, Any]:
+    """Read a TOML config into {field: value}, naming any unknown or misspelt key."""
+    path = Path(path)
+    raw = read_toml(path)
+    if set(raw) == {"train"}:  # the settings may sit in a [train] table
+        if not isinstance(raw["train"], dict):
+            raise UserError(f"'train' in {path} must be a [train] table of settings: write them as key = value")
+        raw = raw["train"]
+    known = field_names()
+    values: dict[str, Any] = {}
+    for key, value in raw.items():
+        name = key.replace("-", "_")
+        if name not in known:
+            close = difflib.get_close_matches(name, known + list(ALIASES), n=1)
+            hint = (f"did you mean '{ALIASES.get(close[0], close[0])}'?" if close
+                    else f"known keys: {', '.join(known)}")
+            raise UserError(f"unknown key '{key}' in {path}: {hint}")
+        values[name] = value
+    return values
+
+
+def build_config(file_values: dict[str, Any], overrides: dict[str, Any]) -> TrainConfig:
+    """Defaults < TOML file < command-line overrides; types are checked against the defaults."""
+    types = {f.name: str(f.type) for f in config_fields()}
+    # every value is checked, also a file's value that a flag overrides: a wrong file stays wrong
+    file_values = {k: _coerce(k, v, types[k]) for k, v in file_values.items() if k in types}
+    overrides = {k: _coerce(k, v, types[k]) for k, v in overrides.items() if k in types}
+    return TrainConfig(**{**file_values, **overrides})
+
+
+_TYPES = {"int": int, "float": float, "str": str, "bool": bool}
+
+
+def _coerce(name: str, value: Any, annotation: str) -> Any:
+    """Check a value against its field's annotation ("int", "str | None", ...); ints widen to float."""
+    parts = [p.strip() for p in annotation.split("|")]
+    if value is None and "None" in parts:
+        return value
+    want = _TYPES[parts[0]]
+    if want is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if not isinstance(value, want) or (want is not bool and isinstance(value, bool)):
+        raise UserError(f"'{name}' must be a {want.__name__}, got {value!r}: fix it in the config file")
+    return value
+
+
+# settings of one invocation, not of the run: never saved in config.toml, never inherited on --resume
+INVOCATION_ONLY = ("resume", "stop_after")
+
+
+def save_toml(config: TrainConfig, path: Path) -> None:
+    """Write the run's resolved settings (None values omitted, as TOML has no null; nor the invocation's
+    own, INVOCATION_ONLY), so that `--config this-file --out NEW` reruns the run."""
+    data = {k: v for k, v in config.to_dict().items() if v is not None and k not in INVOCATION_ONLY}
+    path.write_text("# resolved scaletrain configuration; rerun with --config this-file\n" + tomli_w.dumps(data))
+
+
+def config_from_dict(data: dict[str, Any]) -> TrainConfig:
+    known = set(field_names())
+    return TrainConfig(**{k: v for k, v in data.items() if k in known})
+

@@ -1,0 +1,327 @@
+"""The sections of a training configuration, each next to what it configures and validated on its own.
+
+Each section is a dataclass whose fields are flags of `scaletrain train` and keys of config.toml (flat
+names: `--lr`, `lr = 0.1`); the docstring under a field is its --help text. Sub-specs (`--compress`,
+`--inject`, `--torch-profile`) are parsed here once, into the values components use. `TrainConfig`
+(config/train.py) is the flat composition of all of them.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from scaletrain.comm.spec import check, parse_compress
+from scaletrain.config.specs import Injection, parse_inject, torch_profile_window
+from scaletrain.errors import UserError
+
+OPTIMIZERS = ("sgd", "nesterov", "adagrad", "adamw")
+PRECISIONS = ("fp32", "bf16", "fp16")
+SCHEDULES = ("cosine", "step", "constant")
+BAD_IMAGE_POLICIES = ("error", "skip")
+DEVICES = ("auto", "cpu", "cuda")
+SWITCHES = ("on", "off")
+TENSORBOARD = ("auto", "on", "off")
+
+
+@dataclass(kw_only=True)
+class DataConfig:
+    """What the model is trained on and how it is loaded."""
+
+    dataset: str = "digits"
+    """`digits`, `synthetic` or `imagefolder:PATH`."""
+
+    image_size: int | None = None
+    """Square input size; None takes the dataset's default (32 for digits/synthetic, 224 for folders)."""
+
+    augment: bool = True
+    """Training-time augmentation (random shifts for digits, random resized crop + flip for folders)."""
+
+    synthetic_samples: int = 4096
+    """Training samples of the `synthetic` dataset (validation gets a quarter)."""
+
+    synthetic_classes: int = 10
+    """Classes of the `synthetic` dataset."""
+
+    bad_images: str = "error"
+    """`error` stops at the first unreadable image (naming it); `skip` drops it and counts it."""
+
+    workers: int = 0
+    """Data-loader processes per rank (0 = load in the training process)."""
+
+    persistent_workers: bool = False
+    """Keep data-loader workers alive between epochs instead of starting them anew each epoch (a resumed
+    run then no longer replays augmentation bit-exactly)."""
+
+    def __post_init__(self) -> None:
+        _check_choice("bad_images", self.bad_images, BAD_IMAGE_POLICIES)
+        _at_least(self, 1, "synthetic_samples", "synthetic_classes")
+        _at_least(self, 0, "workers")
+        if self.image_size is not None and self.image_size < 1:
+            raise UserError(f"--image-size must be at least 1 (got {self.image_size})")
+
+
+@dataclass(kw_only=True)
+class ModelConfig:
+    """The network and its arithmetic."""
+
+    model: str = "resnet20"
+    """Registry name (see `scaletrain models`) or `package.module:factory`."""
+
+    stem: str = "auto"
+    """ResNet-18/34/50 stem: `imagenet`, `cifar` or `auto` (cifar when image_size <= 64)."""
+
+    width: float = 1.0
+    """Channel/hidden-width multiplier of the model."""
+
+    precision: str = "fp32"
+    """`fp32`, `bf16` (autocast) or `fp16` (autocast + GradScaler; CUDA only)."""
+
+    sync_bn: bool = False
+    """Convert BatchNorm to SyncBatchNorm (CUDA only in PyTorch)."""
+
+    def __post_init__(self) -> None:
+        _check_choice("precision", self.precision, PRECISIONS)
+        if not 0 < self.width < math.inf:
+            raise UserError(f"--width must be a positive number (got {self.width})")
+
+
+@dataclass(kw_only=True)
+class OptimConfig:
+    """The optimisation: epochs, batch, optimizer, learning-rate schedule, seed, evaluation cadence."""
+
+    epochs: int = 10
+    """Training epochs (in total, across resumes)."""
+
+    batch_size: int = 64
+    """Per-process batch size; the global batch is batch_size x world size."""
+
+    optimizer: str = "sgd"
+    """`sgd`, `nesterov`, `adagrad` or `adamw`."""
+
+    lr: float = 0.1
+    """Base learning rate (before the linear scaling rule)."""
+
+    momentum: float = 0.9
+    """Momentum for sgd/nesterov (beta1 for adamw)."""
+
+    weight_decay: float = 5e-4
+    """L2 weight decay (decoupled for adamw)."""
+
+    scale_lr: bool = False
+    """Linear scaling rule (Goyal et al. 2017): lr x global_batch / ref_batch."""
+
+    ref_batch: int = 256
+    """Reference batch of the linear scaling rule."""
+
+    warmup_epochs: float = 0.0
+    """Gradual warm-up: the LR ramps linearly per step from the base lr to the scaled lr."""
+
+    schedule: str = "cosine"
+    """After warm-up: `cosine` decay to 0, `step` (x0.1 at 50% and 75% of training) or `constant`."""
+
+    seed: int = 0
+    """Seed of initialisation, data order and augmentation."""
+
+    eval_every: int = 1
+    """Evaluate on the validation split every N epochs (and always after the last)."""
+
+    def __post_init__(self) -> None:
+        _check_choice("optimizer", self.optimizer, OPTIMIZERS)
+        _check_choice("schedule", self.schedule, SCHEDULES)
+        _at_least(self, 1, "epochs", "batch_size", "ref_batch", "eval_every")
+        if not 0 < self.lr < math.inf:  # also refuses NaN
+            raise UserError(f"--lr must be a positive number (got {self.lr})")
+        if not 0 <= self.weight_decay < math.inf:
+            raise UserError(f"--weight-decay must be 0 or a positive number (got {self.weight_decay}): e.g. 5e-4")
+        if not 0 <= self.momentum < 1:
+            raise UserError(f"--momentum must be in [0, 1) (got {self.momentum}): e.g. 0.9")
+        if not 0 <= self.seed < 2 ** 32:
+            raise UserError(f"--seed must be in 0..{2 ** 32 - 1} (got {self.seed})")
+        if not 0 <= self.warmup_epochs <= self.epochs:
+            raise UserError(f"--warmup-epochs must be between 0 and --epochs ({self.epochs}), got {self.warmup_epochs}")
+
+
+@dataclass(kw_only=True)
+class LaunchConfig:
+    """Where and how the processes start, and the run directory they write."""
+
+    nproc: int = 1
+    """Local worker processes (one per GPU, or CPU ranks), started by torch's elastic agent."""
+
+    nnodes: int = 1
+    """Nodes of a multi-node launch: run the same command on every node with its --node-rank."""
+
+    node_rank: int = 0
+    """This node's index, 0..nnodes-1 (node 0 hosts the rendezvous at --master-addr:--master-port)."""
+
+    master_addr: str = "127.0.0.1"
+    """Rendezvous address: this machine for a one-node launch, node 0's address for several nodes."""
+
+    master_port: int | None = None
+    """Rendezvous port; default: a free one (one node only; several nodes must name the same port)."""
+
+    local_addr: str | None = None
+    """Address the other nodes reach this node at (multi-node); default: what the hostname resolves to."""
+
+    device: str = "auto"
+    """`auto` (CUDA when present), `cpu` or `cuda`."""
+
+    threads: int | None = None
+    """Torch intra-op threads per CPU rank; default: cores / local ranks."""
+
+    out: str | None = None
+    """Run directory; default runs/<model>-<dataset>-<timestamp>."""
+
+    resume: bool = False
+    """Continue the run in `out` from its last checkpoint."""
+
+    stop_after: int | None = None
+    """Stop this invocation after N epochs, leaving a resumable run (for time-limited jobs)."""
+
+    progress: bool = True
+    """Show the progress bar on rank 0."""
+
+    def __post_init__(self) -> None:
+        _check_choice("device", self.device, DEVICES)
+        _at_least(self, 1, "nproc")
+        if self.stop_after is not None and self.stop_after < 1:
+            raise UserError(f"--stop-after must be at least 1 epoch (got {self.stop_after})")
+        if self.threads is not None and self.threads < 1:
+            raise UserError(f"--threads must be at least 1 (got {self.threads})")
+        if self.nnodes < 1 or not 0 <= self.node_rank < self.nnodes:
+            raise UserError(f"--node-rank must be in 0..{self.nnodes - 1} for --nnodes {self.nnodes} "
+                            f"(got {self.node_rank})")
+        if self.nnodes > 1 and self.master_port is None:
+            raise UserError("--nnodes > 1 needs --master-port (the same on every node) and --master-addr "
+                            "(node 0's address)")
+        if self.master_port is not None and not 1 <= self.master_port <= 65535:
+            raise UserError(f"--master-port must be in 1..65535 (got {self.master_port})")
+
+
+@dataclass(kw_only=True)
+class StrategyConfig:
+    """How gradients are aggregated (comm/registry.py names the strategies)."""
+
+    strategy: str = "allreduce"
+    """Gradient aggregation: `allreduce` (DDP with the engine's collective), `ring` (the ring all-reduce
+    of the literature on point-to-point operations, as a DDP hook), `ps-sync` (a sharded parameter server,
+    synchronous: the same trajectory as allreduce) or `ps-async` (Downpour SGD); see docs/strategies.md."""
+
+    ps_servers: int = 1
+    """With ps-sync/ps-async: how many of the nproc x nnodes processes are parameter servers (the last
+    ones); the rest are workers. The parameters are split evenly over the servers."""
+
+    ps_fetch: int = 1
+    """ps-async: a worker fetches fresh parameters every this many steps (Downpour's n_fetch)."""
+
+    ps_push: int = 1
+    """ps-async: a worker pushes its gradients, summed since the last push, every this many steps (n_push)."""
+
+    ps_optimizer: str = "adagrad"
+    """ps-async: the update each shard applies on its own, `adagrad` (per-parameter, as Downpour) or `sgd` (plain)."""
+
+    staleness_lr: bool = False
+    """ps-async: divide each update's learning rate by its staleness (Zhang, Gupta et al. 2016)."""
+
+    max_staleness: int | None = None
+    """ps-async: drop a gradient more than this many shard updates old (its worker then fetches afresh)."""
+
+    compress: str | None = None
+    """Gradient compression with `allreduce` or a parameter server: `fp16`, `bf16`, `topk:RATIO`, `sign`,
+    `qsgd:LEVELS`, `powersgd:RANK` (allreduce only; top-k and sign keep the rest as error feedback);
+    see docs/strategies.md."""
+
+    bucket_cap_mb: float | None = None
+    """DDP gradient bucket size in MiB (smaller buckets start communicating earlier in backward); unset:
+    DDP's default, 25 MiB with a first bucket of 1 MiB (a setting applies to the first bucket too)."""
+
+    compression: tuple[str, float | int | None] | None = field(init=False, repr=False, compare=False)
+    """`compress` parsed: (name, argument) or None (comm/spec.py)."""
+
+    def __post_init__(self) -> None:
+        check(self.strategy, self.compress)
+        self.compression = parse_compress(self.compress)
+        _check_choice("ps_optimizer", self.ps_optimizer, ("adagrad", "sgd"))
+        _at_least(self, 1, "ps_servers", "ps_fetch", "ps_push")
+        if self.max_staleness is not None and self.max_staleness < 0:
+            raise UserError(f"--max-staleness must be 0 or more (got {self.max_staleness})")
+        if self.bucket_cap_mb is not None and not 0 < self.bucket_cap_mb < math.inf:
+            raise UserError(f"--bucket-cap-mb must be positive (got {self.bucket_cap_mb})")
+
+
+@dataclass(kw_only=True)
+class ProfileConfig:
+    """What is measured, where it goes, and the diagnosis thresholds."""
+
+    profile: str = "on"
+    """Step profiler: `on` times every step's phases on every rank (see docs/metrics.md); `off` only step time."""
+
+    torch_profile: str | None = None
+    """`START:END`: wrap global steps START..END-1 in torch.profiler; traces in torch-profile/rank{r}.json."""
+
+    tensorboard: str = "auto"
+    """TensorBoard scalars in tensorboard/rank{r}/: `auto` (when tensorboard is installed), `on` or `off`."""
+
+    diag_input: float = 0.15
+    """Diagnosis threshold: input-bound when data wait is at least this share of step time."""
+
+    diag_comm: float = 0.15
+    """Diagnosis threshold: communication-bound when exposed communication is at least this share."""
+
+    diag_straggler: float = 0.10
+    """Diagnosis threshold: straggler when one rank is slowest in most steps by at least this share."""
+
+    torch_profile_steps: tuple[int, int] | None = field(init=False, repr=False, compare=False)
+    """`torch_profile` parsed: (first step, end step), END exclusive; or None."""
+
+    def __post_init__(self) -> None:
+        _check_choice("profile", self.profile, SWITCHES)
+        _check_choice("tensorboard", self.tensorboard, TENSORBOARD)
+        self.torch_profile_steps = torch_profile_window(self.torch_profile) if self.torch_profile else None
+        for name in ("diag_input", "diag_comm", "diag_straggler"):
+            if not 0 < getattr(self, name) < 1:
+                raise UserError(f"--{_flag(name)} must be a fraction between 0 and 1 (got {getattr(self, name)})")
+
+
+@dataclass(kw_only=True)
+class FaultsConfig:
+    """Waiting for peers that do not answer, and faults injected on purpose."""
+
+    timeout: float = 180.0
+    """Seconds to wait for a peer that does not answer (a rank stopped or hung, a node that never joins)
+    before the job ends naming it; applies to every collective and to the nodes' rendezvous."""
+
+    inject: str | None = None
+    """Slow things down on purpose, to see a diagnosis: `data=S` (seconds per sample), `comm=S` (per
+    gradient bucket), `slow-rank=R:S` (rank R sleeps S seconds per step), `kill-rank=R:STEP` (rank R kills
+    itself with SIGKILL at step STEP, to see a worker die), `stop-rank=R:STEP` (rank R stops itself with
+    SIGSTOP at step STEP, to see a hung worker reported after --timeout); comma separated."""
+
+    injection: Injection = field(init=False, repr=False, compare=False)
+    """`inject` parsed."""
+
+    def __post_init__(self) -> None:
+        if not 0 < self.timeout < math.inf:
+            raise UserError(f"--timeout must be a positive number of seconds (got {self.timeout}): e.g. 180")
+        self.injection = parse_inject(self.inject)
+
+
+SECTIONS = {"data": DataConfig, "model": ModelConfig, "optim": OptimConfig, "launch": LaunchConfig,
+            "strategy": StrategyConfig, "profile": ProfileConfig, "faults": FaultsConfig}
+
+
+def _flag(name: str) -> str:
+    return name.replace("_", "-")
+
+
+def _check_choice(name: str, value: str, choices: tuple[str, ...]) -> None:
+    if value not in choices:
+        raise UserError(f"--{_flag(name)} must be one of {', '.join(choices)} (got {value!r})")
+
+
+def _at_least(section, least: int, *names: str) -> None:
+    for name in names:
+        if getattr(section, name) < least:
+            what = "at least 1" if least == 1 else f"{least} or more"
+            raise UserError(f"--{_flag(name)} must be {what} (got {getattr(section, name)})")

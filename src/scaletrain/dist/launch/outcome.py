@@ -1,0 +1,45 @@
+"""How a launch ended, told once: the summary table, a failed summary.json, the resume command."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from scaletrain.comm.registry import strategy_class
+from scaletrain.config import TrainConfig
+from scaletrain.rundir import RunDir
+
+
+def rank_namer(cfg: TrainConfig):
+    """`rank 1`, or `parameter server 0 (rank 2)` for the servers of a ps-* run."""
+    world = cfg.nproc * cfg.nnodes
+    servers = strategy_class(cfg.strategy).server_ranks(cfg)
+    first_server = world - servers
+
+    def name(rank: int) -> str:
+        if rank >= first_server:
+            return f"parameter server {rank - first_server} (rank {rank})"
+        return f"worker rank {rank}" if servers else f"rank {rank}"
+    return name
+
+
+def print_resume_hint(run: RunDir, cfg: TrainConfig, stopped: bool = False) -> None:
+    """Every ending that left a checkpoint says how to continue."""
+    if cfg.node_rank != 0 or not run.checkpoint.exists():
+        return
+    why = "stopped as asked (--stop-after)" if stopped else "the run can continue from its last checkpoint"
+    print(f"{why}: scaletrain train --resume --out {run.root}", file=sys.stderr)
+
+
+def read_summary(run: RunDir) -> dict:
+    try:
+        data = json.loads(run.summary.read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def print_summary(run: RunDir) -> None:
+    from scaletrain.console.summary import print_summary
+
+    print_summary(run)

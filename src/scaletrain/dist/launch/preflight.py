@@ -1,0 +1,108 @@
+"""Every check of `scaletrain train` that can be made before a worker starts; writes nothing."""
+
+from __future__ import annotations
+
+import errno
+import socket
+import sys
+from pathlib import Path
+
+from scaletrain.comm.registry import strategy_class
+from scaletrain.config import TrainConfig
+from scaletrain.data import build_datasets, default_image_size
+from scaletrain.dist.device import check_device_request
+from scaletrain.errors import UserError
+from scaletrain.models import build_model
+from scaletrain.perf import footprint
+from scaletrain.rundir import RunDir, check_out_dir
+from scaletrain.train import checkpoint
+
+
+def validate(cfg: TrainConfig) -> None:
+    """Every check of a training request that needs no run directory: the launch's shape, the device,
+    the data, the model, the batch against the data. Writes nothing; `study` runs it for every point."""
+    cfg.check_launch()
+    device_type = check_device_request(cfg.device, cfg.nproc, cfg.precision)
+    # estimated before building anything: digits is resized into memory, and a model is only built on
+    # the meta device until it is known to fit
+    size = cfg.image_size or default_image_size(cfg.dataset)
+    hint = (f"lower --image-size (now {size}), --batch-size (now {cfg.batch_size}) or --width, "
+            f"or start fewer processes (--nproc {cfg.nproc})")
+    in_memory = footprint.dataset_bytes(cfg.dataset, size)
+    footprint.check_fits(footprint.Footprint(dataset=in_memory), cfg.nproc, footprint.available_bytes("cpu"),
+                         "cpu", hint)
+    data = build_datasets(cfg.dataset, image_size=cfg.image_size, seed=cfg.seed,
+                          synthetic_samples=cfg.synthetic_samples, synthetic_classes=cfg.synthetic_classes,
+                          augment=False)
+
+    def factory():
+        return build_model(cfg.model, num_classes=data.num_classes, in_channels=data.in_channels,
+                           image_size=data.image_size, stem=cfg.stem, width=cfg.width)
+
+    estimate = footprint.model_bytes(factory, cfg.batch_size, data.in_channels, data.image_size, cfg.optimizer,
+                                     cfg.precision)
+    if estimate is None:
+        factory()  # a model the meta device cannot run: build it for real, to see that it builds
+    else:
+        need = footprint.Footprint(*estimate, dataset=in_memory)
+        footprint.check_fits(need, cfg.nproc, footprint.available_bytes(device_type), device_type, hint)
+    trainers = cfg.nproc * cfg.nnodes - strategy_class(cfg.strategy).server_ranks(cfg)
+    per_rank = -(-len(data.train) // trainers)  # DistributedSampler pads every rank to the same count
+    if per_rank < cfg.batch_size:
+        most = max(1, len(data.train) // cfg.batch_size)
+        raise UserError(f"--batch-size {cfg.batch_size} x {trainers} training ranks is more than the "
+                        f"{len(data.train)} training samples of {cfg.dataset}: lower --batch-size to "
+                        f"{max(1, per_rank)} or use at most {most} training ranks")
+
+
+def preflight(cfg: TrainConfig) -> RunDir:
+    """Every check that can be made before a worker starts; writes nothing."""
+    validate(cfg)
+    # the run directory is node 0's to check and create (other nodes of a shared file system join it)
+    run = check_out_dir(cfg.out, cfg.resume) if cfg.node_rank == 0 else RunDir(Path(cfg.out))
+    if cfg.resume and cfg.node_rank == 0:
+        ckpt = checkpoint.load(run.checkpoint, mmap=True)
+        checkpoint.check_resume(ckpt, cfg.to_dict(), run.checkpoint, default_image_size)
+        _note_world_change(ckpt, cfg)
+    return run
+
+
+def _note_world_change(ckpt: dict, cfg: TrainConfig) -> None:
+    """A resume on another number of processes is allowed, but it is not the same run: say so."""
+    before, now = ckpt.get("world_size"), cfg.nproc * cfg.nnodes
+    strategy_class(cfg.strategy).check_resume(cfg, now)  # e.g. a parameter server's layout
+    if before is None or before == now:
+        return
+    batch = ckpt["config"].get("batch_size")
+    print(f"note: the run was trained with {before} processes (global batch {before * batch}), this resume "
+          f"uses {now} (global batch {now * cfg.batch_size}): the LR schedule is re-planned for the new "
+          "steps per epoch and the data order does not replay; --nproc "
+          f"{before // cfg.nnodes if before % cfg.nnodes == 0 else before} continues it exactly", file=sys.stderr)
+
+
+def free_port(addr: str) -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        _bind(s, addr, 0)
+        return s.getsockname()[1]
+
+
+def check_port(addr: str, port: int) -> None:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        _bind(s, addr, port)
+
+
+def _bind(s: socket.socket, addr: str, port: int) -> None:
+    """Bind the rendezvous address here (node 0 hosts it): a busy port, or an address that is not this
+    machine's, is one line."""
+    try:
+        s.bind((addr, port))
+    except socket.gaierror:
+        raise UserError(f"--master-addr {addr} does not resolve to an address: give node 0's IP address "
+                        "(or leave it out on one node)") from None
+    except OSError as e:
+        if e.errno == errno.EADDRINUSE:
+            raise UserError(f"master port {port} on {addr} is already in use (another job?): pass a free "
+                            "--master-port, or leave it out to pick one automatically") from None
+        raise UserError(f"--master-addr {addr} is not an address of this machine ({e.strerror}), and node 0 "
+                        "hosts the rendezvous: on one node leave --master-addr out (127.0.0.1); on node 0 of "
+                        "several, give its own address that the other nodes reach") from None

@@ -1,0 +1,42 @@
+"""`scaletrain train`: check the request, prepare the run directory, start the workers."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from scaletrain.comm.registry import strategy_class
+from scaletrain.config import TrainConfig, save_toml
+from scaletrain.dist.launch.external import join_external_launch
+from scaletrain.dist.launch.isolated import AGENT_OF_ISOLATED, launch_isolated
+from scaletrain.dist.launch.local import launch_local
+from scaletrain.dist.launch.preflight import check_port, free_port, preflight
+from scaletrain.dist.rank import launched_externally
+from scaletrain.rundir import RunDir, create, keep_epochs_before, remove_stale_temps
+
+
+def train(cfg: TrainConfig) -> int:
+    """Run a training job; returns the process exit code."""
+    if launched_externally():
+        return join_external_launch(cfg)
+    if os.environ.get(AGENT_OF_ISOLATED):
+        return launch_local(cfg, RunDir(Path(cfg.out)), cfg.master_port)
+    run = preflight(cfg)
+    port = cfg.master_port
+    if port is None:
+        port = free_port(cfg.master_addr)
+    elif cfg.node_rank == 0:
+        check_port(cfg.master_addr, port)
+    # every check has passed: only now is the run directory written
+    if cfg.node_rank == 0:
+        create(run)
+        remove_stale_temps(run)
+        if not cfg.resume:  # a failed earlier attempt without a checkpoint: start its records afresh
+            for path in [run.epochs, *run.root.glob("metrics-rank*.jsonl")]:
+                keep_epochs_before(path, 0)
+        save_toml(cfg, run.config)
+    else:
+        run.root.mkdir(parents=True, exist_ok=True)
+    if strategy_class(cfg.strategy).agent_per_rank and cfg.nnodes == 1 and cfg.nproc > 1:
+        return launch_isolated(cfg, run, port)
+    return launch_local(cfg, run, port)
