@@ -21,7 +21,7 @@ def test_step_and_epoch_learning_rates_are_scalars(tmp_path):
         sink({"step": step, "loss": 2.0 - step, "lr": lr, "step_time_s": 0.1, "samples_per_s": 320.0,
               "phases_s": {"forward": 0.04}})
     sink({"step": 2, "loss": None, "lr": None, "step_time_s": 0.1})  # no lr recorded: nothing written
-    sink.epoch({"epoch": 0, "epoch_time_s": 1.5, "train_loss": 1.5, "lr": 0.025, "top1": None})
+    sink.epoch_end({"epoch": 0, "epoch_time_s": 1.5, "train_loss": 1.5, "lr": 0.025, "top1": None})
     sink.close()
     scalars = _scalars(tmp_path)
     assert scalars["train/lr"] == [(0, 0.1), (1, 0.05)]

@@ -9,7 +9,7 @@ from typing import Any
 
 from scaletrain.config.sections import (SECTIONS, DataConfig, FaultsConfig, LaunchConfig, ModelConfig, OptimConfig,
                                         ProfileConfig, StrategyConfig)
-from scaletrain.config.specs import Injection, parse_inject
+from scaletrain.config.specs import Injection
 from scaletrain.errors import UserError
 
 
@@ -87,7 +87,7 @@ class _Sections:
     def check_launch(self) -> None:
         """What depends on the launch's shape (nproc x nnodes), checked when launching, not per study axis."""
         world = self.nproc * self.nnodes
-        inject = parse_inject(self.inject)
+        inject = self.injection
         for what, rank in (("slow-rank", inject.slow_rank), ("kill-rank", inject.kill_rank),
                            ("stop-rank", inject.stop_rank)):
             if rank is not None and rank >= world:

@@ -21,6 +21,14 @@ class RankInfo:
     def is_main(self) -> bool:
         return self.rank == 0
 
+    def within(self, world_size: int) -> "RankInfo":
+        """This process's view of a sub-job made of the job's first `world_size` ranks (a parameter-server
+        job's workers): the same rank in a world of `world_size`. The local ranks stay the node's processes
+        (servers included): they share its cores."""
+        if not 0 <= self.rank < world_size:
+            raise ValueError(f"rank {self.rank} is not among the first {world_size} ranks")
+        return RankInfo(self.rank, self.local_rank, world_size, max(1, self.local_world_size))
+
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> "RankInfo":
         env = dict(os.environ if env is None else env)

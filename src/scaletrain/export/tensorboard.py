@@ -1,4 +1,5 @@
-"""TensorBoard scalars per rank (tensorboard/rank{r}/), fed the profiler's resolved step records."""
+"""TensorBoard scalars per rank (tensorboard/rank{r}/): a sink of the training loop (train/loop.py), fed its
+resolved step records and rank 0's epoch records."""
 
 from __future__ import annotations
 
@@ -22,14 +23,18 @@ def wanted(setting: str) -> bool:
 
 
 class ScalarSink:
-    """Writes each step record's loss, learning rate, step time, throughput and phases; epochs via `epoch()`."""
+    """Writes each step record's loss, learning rate, step time, throughput and phases, and each epoch's
+    results. Also a plain step sink of StepProfiler (called with each record)."""
 
     def __init__(self, run_dir: Path, rank: int) -> None:
         from torch.utils.tensorboard import SummaryWriter
 
         self.writer = SummaryWriter(log_dir=str(Path(run_dir) / "tensorboard" / f"rank{rank}"))
 
-    def __call__(self, record: dict[str, Any]) -> None:
+    def epoch_start(self, epoch: int, epochs: int, steps: int) -> None:
+        pass
+
+    def step(self, record: dict[str, Any]) -> None:
         step, add = record["step"], self.writer.add_scalar
         if record.get("loss") is not None:
             add("train/loss", record["loss"], step)
@@ -45,7 +50,9 @@ class ScalarSink:
         if "bytes_sent" in record:
             add("comm/bytes_sent", record["bytes_sent"], step)
 
-    def epoch(self, record: dict[str, Any]) -> None:
+    __call__ = step
+
+    def epoch_end(self, record: dict[str, Any]) -> None:
         for key in ("epoch_time_s", "train_loss", "lr", "top1", "top5", "val_loss"):
             if record.get(key) is not None:
                 self.writer.add_scalar(f"epoch/{key}", record[key], record["epoch"])

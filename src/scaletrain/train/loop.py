@@ -1,7 +1,10 @@
 """The training loop: one process per device (or CPU rank), reading like the algorithm it runs.
 
 It knows no strategy by name: how gradients are aggregated, who evaluates, what the checkpoint and the
-summary gain, all come from the strategy it is handed (comm/strategy.py).
+summary gain, all come from the strategy it is handed (comm/strategy.py). It renders nothing either: what
+it reports goes to the sinks it is handed (console/sink.py, export/tensorboard.py), each with
+
+    epoch_start(epoch, epochs, steps)   step(record)   epoch_end(record)  (rank 0's, after evaluation)   close()
 """
 
 from __future__ import annotations
@@ -23,13 +26,9 @@ from torch.utils.data import DataLoader, DistributedSampler
 
 from scaletrain.comm.strategy import Strategy
 from scaletrain.config import TrainConfig
-from scaletrain.console.progress import EpochBar, SilentBar
-from scaletrain.console.summary import epoch_line
 from scaletrain.data import DelayedDataset, collate
 from scaletrain.dist.group import barrier, broadcast_buffers, gather_objects
 from scaletrain.errors import UserError
-from scaletrain.export import tensorboard
-from scaletrain.export.tensorboard import ScalarSink
 from scaletrain.profiler import StepProfiler
 from scaletrain.rundir import RunDir, keep_epochs_before
 from scaletrain.train import checkpoint, summary
@@ -52,8 +51,8 @@ class History:
 
 
 class Trainer:
-    def __init__(self, cfg: TrainConfig, strategy: Strategy) -> None:
-        self.cfg, self.strategy = cfg, strategy
+    def __init__(self, cfg: TrainConfig, strategy: Strategy, sinks: list | tuple = ()) -> None:
+        self.cfg, self.strategy, self.sinks = cfg, strategy, list(sinks)
         self.rank, self.device, self.backend = strategy.rank, strategy.device, strategy.backend
         rank, device = self.rank, self.device
         self.run_dir = RunDir(Path(cfg.out))
@@ -106,25 +105,22 @@ class Trainer:
             self._restore()
         else:
             torch.manual_seed(cfg.seed + 1 + rank.rank)  # per-rank augmentation streams
-        self.tensorboard = ScalarSink(self.run_dir.root, rank.rank) if tensorboard.wanted(cfg.tensorboard) else None
         profiled = strategy.profiled()
         # collective (aligns the ranks' clocks): every rank builds it here
         self.prof = StepProfiler(cfg.out, profiled.module, enabled=cfg.profile == "on",
                                  rank=rank.rank, world_size=world,
                                  device=device, first_step=self.global_step, inject_comm_s=inject.comm_s,
                                  comm_hook=profiled.hook, comm_state=profiled.state,
-                                 torch_profile=cfg.torch_profile_steps,
-                                 sinks=[self.tensorboard] if self.tensorboard else [])
+                                 torch_profile=cfg.torch_profile_steps)
 
     # ---------------------------------------------------------------- training
     def fit(self) -> dict[str, Any] | None:
         cfg, main = self.cfg, self.rank.is_main
-        bar = EpochBar() if main and cfg.progress else SilentBar()
         t_run = time.perf_counter()
         last = cfg.epochs if cfg.stop_after is None else min(cfg.epochs, self.start_epoch + cfg.stop_after)
         try:
             for epoch in range(self.start_epoch, last):
-                epoch_time = self.train_epoch(epoch, bar)
+                epoch_time = self.train_epoch(epoch)
                 result = None
                 if ((epoch + 1) % cfg.eval_every == 0 or epoch + 1 == cfg.epochs) and self.val_shard is not None:
                     self.strategy.before_eval()
@@ -133,10 +129,9 @@ class Trainer:
                                       self.data.num_classes)
                 self._end_epoch(epoch, epoch_time, result)
         finally:
-            bar.close()
+            for sink in self.sinks:
+                sink.close()
             self.prof.close()
-            if self.tensorboard is not None:
-                self.tensorboard.close()
         status = "completed" if last == cfg.epochs else "stopped"
         ended = self.strategy.finish(chief=main)  # ends the exchange; its summary entries, on rank 0
         digests = gather_objects(param_digest(self.model))
@@ -152,14 +147,15 @@ class Trainer:
         barrier()  # all ranks leave together: a rank tearing down gloo while a peer still uses it can abort
         return result
 
-    def train_epoch(self, epoch: int, bar) -> float:
+    def train_epoch(self, epoch: int) -> float:
         """One pass over this rank's shard; returns the epoch's training wall time."""
         cfg, prof = self.cfg, self.prof
         self.sampler.set_epoch(epoch)  # a new shuffle each epoch, the same on every rank
         # loader workers draw their seeds from this generator: fixed per (seed, epoch, rank) for resumes
         self.loader_rng.manual_seed(cfg.seed * 1_000_003 + epoch * 1009 + self.rank.rank)
         self.module.train()
-        bar.start_epoch(epoch, cfg.epochs, self.steps_per_epoch)
+        for sink in self.sinks:
+            sink.epoch_start(epoch, cfg.epochs, self.steps_per_epoch)
         t_start = time.perf_counter()
         self.loss_sum = 0.0
         for i, (x, y, bad) in enumerate(prof.data(self.train_loader)):  # time blocked here: data_wait
@@ -192,19 +188,19 @@ class Trainer:
             # records come back resolved: at once on CPU, one step late on CUDA (no GPU sync per step)
             for record in prof.step_end(loss=loss.detach(), samples=len(y), epoch=epoch, step_in_epoch=i, lr=lr,
                                         **extra):
-                self._after_step(record, bar)
+                self._after_step(record)
         for record in prof.flush():  # on CUDA: the last step's record (waits for the GPU, once per epoch)
-            self._after_step(record, bar)
-        bar.end_epoch()
+            self._after_step(record)
         self.epoch_loss = self.loss_sum / self.steps_per_epoch
         return time.perf_counter() - t_start
 
-    def _after_step(self, record: dict[str, Any], bar) -> None:
-        loss, step_time = record["loss"], record["step_time_s"]
+    def _after_step(self, record: dict[str, Any]) -> None:
+        loss = record["loss"]
         if not math.isfinite(loss) and self.scaler is None:
             raise UserError(f"training diverged: loss is {loss} at epoch {record['epoch'] + 1} step "
                             f"{record['step_in_epoch'] + 1} (lr {record['lr']:.4g}): lower --lr or add --warmup-epochs")
-        bar.step(loss, record["samples"] * self.rank.world_size / step_time if step_time > 0 else None)
+        for sink in self.sinks:
+            sink.step(record)
         self.global_step = record["step"] + 1
         self.loss_sum += loss
 
@@ -232,9 +228,8 @@ class Trainer:
                 record |= {"top1": result.top1, "top5": result.top5, "val_loss": result.loss}
             with open(self.run_dir.epochs, "a") as f:
                 f.write(_json_line(record))
-            if self.tensorboard is not None:
-                self.tensorboard.epoch(record)
-            print(epoch_line(record, self.cfg.epochs), flush=True)
+            for sink in self.sinks:
+                sink.epoch_end(record)
         barrier()  # nobody races ahead while rank 0 writes the checkpoint
 
     def _save_checkpoint(self, epochs_done: int, rngs: list, strategy_state: dict[str, Any]) -> None:

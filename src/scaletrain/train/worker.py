@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 from typing import Any
 
 from scaletrain.comm import registry
@@ -38,4 +39,15 @@ def run(cfg: TrainConfig, rank: RankInfo) -> dict[str, Any] | None:
         if strategy.role == SERVER:
             strategy.serve(build_data_and_model(cfg)[1])
             return None
-        return Trainer(cfg, strategy).fit()
+        return Trainer(cfg, strategy, sinks(cfg, strategy.rank)).fit()
+
+
+def sinks(cfg: TrainConfig, rank: RankInfo) -> list:
+    """Where the loop's progress goes: rank 0's console (bar and epoch lines), TensorBoard on every rank."""
+    from scaletrain.console.sink import ConsoleSink
+    from scaletrain.export import tensorboard
+
+    out: list = [ConsoleSink(cfg.epochs, rank.world_size, bar=cfg.progress)] if rank.is_main else []
+    if tensorboard.wanted(cfg.tensorboard):
+        out.append(tensorboard.ScalarSink(Path(cfg.out), rank.rank))
+    return out

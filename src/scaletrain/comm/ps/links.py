@@ -71,8 +71,7 @@ def join(rank: RankInfo, servers: int, worker_group: bool, backend: str, device:
     if layout.is_server(me):
         links = Links(layout, rank, True, layout.server_index(me))
     else:
-        local_world = max(1, rank.local_world_size)
-        links = Links(layout, RankInfo(me, rank.local_rank, layout.workers, local_world), False, me)
+        links = Links(layout, rank.within(layout.workers), False, me)  # its view among the workers
         if worker_group and layout.workers > 1:
             if device.type == "cuda":
                 torch.cuda.set_device(device)
