@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from scaletrain.analysis.throughput import warmup_steps
-from scaletrain.profiler.timeline import PHASES
+from scaletrain.analysis.timeline import PHASES
 
 Records = list[dict[str, Any]]
 

@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from scaletrain.profiler.timeline import PHASES
+from scaletrain.analysis.timeline import PHASES
 
 TRACKS = ("step", *PHASES, "comm")
 

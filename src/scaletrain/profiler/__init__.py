@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from scaletrain.profiler.timeline import PHASES
+from scaletrain.analysis.timeline import PHASES
 
 __all__ = ["StepProfiler", "PHASES"]
 

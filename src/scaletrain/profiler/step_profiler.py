@@ -30,7 +30,7 @@ from scaletrain.profiler.steplog import StepLog
 from scaletrain.profiler import commhook
 from scaletrain.profiler.clock import clock_for
 from scaletrain.profiler.resources import peak_memory
-from scaletrain.profiler.timeline import PHASES, step_cpu, step_phases
+from scaletrain.analysis.timeline import PHASES, step_cpu, step_phases
 from scaletrain.profiler.torch_window import TorchProfileWindow
 from scaletrain.rundir import RunDir, write_json_atomic
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from statistics import mean
 from typing import Any
 
-# the profiler's phases in step order (scaletrain.profiler.timeline.PHASES; repeated here so that a
+# the profiler's phases in step order (scaletrain.analysis.timeline.PHASES; repeated here so that a
 # report does not import the profiler, and through it torch)
 PHASES = ("data_wait", "h2d", "forward", "backward", "comm_exposed", "optimizer", "other")
 PHASE_LABELS = {"data_wait": "data wait", "h2d": "host to device", "forward": "forward", "backward": "backward",

@@ -175,7 +175,7 @@ class Trainer:
                 self.optimizer.zero_grad(set_to_none=True)
             with prof.phase("backward"):  # DDP all-reduces gradient buckets while backward runs
                 (self.scaler.scale(loss) if self.scaler is not None else loss).backward()
-            # the update: the optimizer's step, or (a parameter server) push gradients and pull parameters
+            # the update: the optimizer's step, or an exchange with servers that own the update
             extra = self.strategy.step(self.optimizer, self.scaler, prof, epoch * self.steps_per_epoch + i)
             lr = self.optimizer.param_groups[0]["lr"]
             with warnings.catch_warnings():  # a strategy whose servers own the update never steps the optimizer

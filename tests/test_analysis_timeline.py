@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from scaletrain.profiler.timeline import PHASES, length, overlap, step_cpu, step_phases, union
+from scaletrain.analysis.timeline import PHASES, length, overlap, step_cpu, step_phases, union
 
 
 def test_union_merges_overlaps_and_drops_empty():

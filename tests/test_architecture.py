@@ -1,0 +1,85 @@
+"""The layout's rules, checked on the source (docs/architecture.md): no import cycles, nothing below the
+command line imports it, the loop names no strategy, rank and environment are read in dist/ alone, and
+perf/ stays below the rest."""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+spec = importlib.util.spec_from_file_location("import_graph", ROOT / "tools" / "import_graph.py")
+import_graph = importlib.util.module_from_spec(spec)
+sys.modules["import_graph"] = import_graph
+spec.loader.exec_module(import_graph)
+
+PACKAGE = ROOT / "src" / "scaletrain"
+GRAPH = import_graph.graph(PACKAGE)
+
+
+def test_the_graph_covers_every_module():
+    assert "scaletrain.train.loop" in GRAPH and "scaletrain.comm.strategy" in GRAPH
+    assert "scaletrain.comm.registry" in GRAPH["scaletrain.train.worker"]
+
+
+def test_no_import_cycles():
+    assert import_graph.cycles(GRAPH) == []
+
+
+def test_a_cycle_would_be_found():
+    assert import_graph.cycles({"a": ["b"], "b": ["c"], "c": ["a"], "d": ["a"]}) == [["a", "b", "c"]]
+
+
+def test_nothing_below_the_command_line_imports_it():
+    importers = {m for m, deps in GRAPH.items() if "scaletrain.cli" in deps}
+    assert importers == {"scaletrain.__main__"}
+
+
+def test_the_training_loop_names_no_strategy():
+    from scaletrain.comm.registry import STRATEGIES
+
+    for path in (PACKAGE / "train").glob("*.py"):
+        text = path.read_text()
+        assert not re.search(r"\bps\b|strategy ==|parameter.server", text), path
+        for name in STRATEGIES:
+            assert f'"{name}"' not in text, (path, name)
+
+
+def test_rank_and_environment_are_read_in_dist_alone():
+    pattern = re.compile(r"os\.environ|os\.getenv|get_rank\(|get_world_size\(")
+    offenders = [str(p.relative_to(PACKAGE)) for p in PACKAGE.rglob("*.py")
+                 if p.relative_to(PACKAGE).parts[0] != "dist" and pattern.search(p.read_text())]
+    assert offenders == []
+
+
+@pytest.mark.parametrize("lower, higher", [("perf", ("train", "dist", "comm", "profiler", "cli", "study", "report")),
+                                           ("analysis", ("train", "dist", "comm", "profiler", "cli", "torch")),
+                                           ("models", ("train", "dist", "comm", "cli")),
+                                           ("data", ("train", "dist", "comm", "cli"))])
+def test_lower_layers_do_not_import_higher_ones(lower, higher):
+    for module, deps in GRAPH.items():
+        if module.startswith(f"scaletrain.{lower}"):
+            bad = [d for d in deps if d.removeprefix("scaletrain.").split(".")[0] in higher]
+            assert bad == [], (module, bad)
+    if "torch" in higher:  # analysis is pure: it runs on recorded files without torch
+        for path in (PACKAGE / lower).glob("*.py"):
+            tree = ast.parse(path.read_text())
+            names = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+            names |= {(n.module or "").split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+            assert "torch" not in names, path
+
+
+def test_a_strategy_is_one_module_and_one_registry_line():
+    from scaletrain.comm.registry import STRATEGIES, strategy_class
+    from scaletrain.comm.spec import STRATEGIES as FLAG_VALUES
+    from scaletrain.comm.strategy import Strategy
+
+    assert FLAG_VALUES == tuple(STRATEGIES)
+    for name in STRATEGIES:
+        cls = strategy_class(name)
+        assert issubclass(cls, Strategy) and callable(getattr(cls, "create", None)), name
