@@ -125,8 +125,8 @@ class Trainer:
                 if ((epoch + 1) % cfg.eval_every == 0 or epoch + 1 == cfg.epochs) and self.val_shard is not None:
                     self.strategy.before_eval()
                     broadcast_buffers(self.model)  # evaluate (and save) rank 0's BN statistics on every rank
-                    result = evaluate(self.model, self.val_loader, self.device, self.autocast,
-                                      self.data.num_classes)
+                    result = evaluate(self.strategy.eval_module(self.model), self.val_loader, self.device,
+                                      self.autocast, self.data.num_classes)
                 self._end_epoch(epoch, epoch_time, result)
         finally:
             for sink in self.sinks:
@@ -164,17 +164,8 @@ class Trainer:
             with prof.phase("h2d"):
                 x = x.to(self.device, non_blocking=True)
                 y = y.to(self.device, non_blocking=True)
-            with prof.phase("forward"):
-                if self.slow_s:
-                    time.sleep(self.slow_s)  # --inject slow-rank: this rank computes slower than its peers
-                with torch.autocast(self.device.type, dtype=self.autocast, enabled=self.autocast is not None):
-                    loss = self.criterion(self.module(x), y)
-            with prof.phase("optimizer"):
-                # freed just before backward allocates new gradients, so the allocator hands the same memory
-                # back; freed right after the step instead, steps were 20% slower on CPU (page faults)
-                self.optimizer.zero_grad(set_to_none=True)
-            with prof.phase("backward"):  # DDP all-reduces gradient buckets while backward runs
-                (self.scaler.scale(loss) if self.scaler is not None else loss).backward()
+            # forward and backward (with DDP, gradient buckets are all-reduced while backward runs)
+            loss = self.strategy.forward_backward(x, y, self._loss, self.optimizer, self.scaler, prof)
             # the update: the optimizer's step, or an exchange with servers that own the update
             extra = self.strategy.step(self.optimizer, self.scaler, prof, epoch * self.steps_per_epoch + i)
             lr = self.optimizer.param_groups[0]["lr"]
@@ -193,6 +184,13 @@ class Trainer:
             self._after_step(record)
         self.epoch_loss = self.loss_sum / self.steps_per_epoch
         return time.perf_counter() - t_start
+
+    def _loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """The forward pass through the strategy's module, under autocast."""
+        if self.slow_s:
+            time.sleep(self.slow_s)  # --inject slow-rank: this rank computes slower than its peers
+        with torch.autocast(self.device.type, dtype=self.autocast, enabled=self.autocast is not None):
+            return self.criterion(self.module(x), y)
 
     def _after_step(self, record: dict[str, Any]) -> None:
         loss = record["loss"]
