@@ -203,9 +203,3 @@ def test_timed_hook_records_every_bucket_and_keeps_the_reduction(one_rank_group)
     assert all(b.ready_cpu is not None for b in buckets)  # the CPU clock at ready splits backward's CPU time
     for p, q in zip(model.parameters(), reference.parameters()):
         assert torch.equal(p.grad, q.grad)  # timing changes nothing about the gradients
-
-
-def test_wire_bytes_follow_the_all_reduce_bound():
-    assert commhook.wire_bytes(1000, 1) == 0
-    assert commhook.wire_bytes(1000, 2) == 1000
-    assert commhook.wire_bytes(1000, 4) == 1500

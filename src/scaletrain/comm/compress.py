@@ -12,12 +12,12 @@ only delayed; the residuals are state, saved in the checkpoint.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 import torch
 
 from scaletrain.comm.spec import parse_compress
+from scaletrain.perf.wire import topk_count
 
 Payload = list[torch.Tensor]
 
@@ -95,7 +95,7 @@ class TopK:
 
     def encode(self, grad: torch.Tensor, key: Key, world: int) -> Payload:
         acc = self.feedback.add(grad, key)
-        k = max(1, math.ceil(self.ratio * acc.numel()))
+        k = topk_count(acc.numel(), self.ratio)
         _, index = acc.abs().topk(k, sorted=False)
         values = acc[index]
         self.feedback.keep(key, acc.index_fill(0, index, 0.0))

@@ -12,8 +12,9 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from scaletrain.dist.group import current_world_size
 from scaletrain.comm.compress import payload_bytes
-from scaletrain.profiler.commhook import wire_bytes as allreduce_wire
+from scaletrain.perf.wire import allgather_bytes, allreduce_bytes
 
 
 @dataclass
@@ -26,16 +27,11 @@ class CompressState:
     recorder: Any = None
 
 
-def allgather_wire(payload: int, world: int) -> int:
-    """Bytes a rank sends in a ring all-gather of `payload` bytes from each rank: (P-1) x payload."""
-    return (world - 1) * payload
-
-
 # no annotations on hooks: DDP compares them with its real classes and string annotations fail
 def compressed_hook(state, bucket):
     """Encode the bucket, exchange (all-reduce or all-gather), decode the mean into the bucket's dtype."""
     comp, group = state.compressor, state.group
-    world = dist.get_world_size(group)
+    world = current_world_size(group)
     buffer = bucket.buffer()
     # residuals are kept per parameter: DDP re-buckets after its first step and on every restart
     key = tuple((state.params[id(p)], p.numel()) for p in bucket.parameters()) if state.params else bucket.index()
@@ -43,7 +39,7 @@ def compressed_hook(state, bucket):
     sent = payload_bytes(payload)
     if comp.linear:
         if state.recorder is not None:
-            state.recorder.note_wire(allreduce_wire(sent, world))
+            state.recorder.note_wire(allreduce_bytes(sent, world))
         future = dist.all_reduce(payload[0], group=group, async_op=True).get_future()
 
         def decode_sum(fut):
@@ -51,7 +47,7 @@ def compressed_hook(state, bucket):
 
         return future.then(decode_sum)
     if state.recorder is not None:
-        state.recorder.note_wire(allgather_wire(sent, world))
+        state.recorder.note_wire(allgather_bytes(sent, world))
     gathered = [[torch.empty_like(t) for t in payload] for _ in range(world)]
     works = [dist.all_gather([g[i] for g in gathered], t, group=group, async_op=True) for i, t in enumerate(payload)]
     future = torch.futures.collect_all([w.get_future() for w in works])

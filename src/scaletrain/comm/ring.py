@@ -21,8 +21,10 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from scaletrain.dist.group import current_rank, current_world_size
 from scaletrain.comm.allreduce import AllReduce
 from scaletrain.comm.setup import CommSetup
+from scaletrain.perf.wire import ring_bytes
 
 
 def ring_allreduce_(buffer: torch.Tensor, group: Any = None, wrap_group: Any = None) -> int:
@@ -31,10 +33,10 @@ def ring_allreduce_(buffer: torch.Tensor, group: Any = None, wrap_group: Any = N
     `wrap_group` (the same ranks, another group) carries the link from the last rank back to rank 0:
     with 2 ranks that link joins the same pair the other way, and gloo does not overlap a pair's two
     directions within one group (measured: half the link rate), but does across groups."""
-    world = dist.get_world_size(group)
+    world = current_world_size(group)
     if world == 1:
         return 0
-    rank = dist.get_rank(group)
+    rank = current_rank(group)
     right = dist.get_global_rank(group, (rank + 1) % world) if group is not None else (rank + 1) % world
     left = dist.get_global_rank(group, (rank - 1) % world) if group is not None else (rank - 1) % world
     send_group = wrap_group if wrap_group is not None and rank == world - 1 else group
@@ -91,24 +93,15 @@ class RingState:
                 future.set_exception(e)
 
 
-def ring_wire_bytes(numel: int, element_size: int, world: int, rank: int) -> int:
-    """Bytes rank `rank` sends in ring_allreduce_ of `numel` elements: every chunk but chunk r+1 in the
-    scatter-reduce, every chunk but chunk r+2 in the all-gather (chunks as tensor_split cuts them)."""
-    if world == 1:
-        return 0
-    sizes = [numel // world + (1 if i < numel % world else 0) for i in range(world)]
-    return (2 * numel - sizes[(rank + 1) % world] - sizes[(rank + 2) % world]) * element_size
-
-
 # no annotations: DDP checks them against its real classes
 def ring_hook(state, bucket):
     """DDP hook: average the bucket with the ring (divide by P, then sum), on the ring's thread."""
     buffer = bucket.buffer()
-    world = dist.get_world_size(state.group)
+    world = current_world_size(state.group)
     buffer.div_(world)
     if state.recorder is not None:
-        rank = dist.get_rank(state.group)
-        state.recorder.note_wire(ring_wire_bytes(buffer.numel(), buffer.element_size(), world, rank))
+        rank = current_rank(state.group)
+        state.recorder.note_wire(ring_bytes(buffer.numel(), buffer.element_size(), world, rank))
     return state.submit(buffer)
 
 

@@ -8,8 +8,9 @@ from typing import Any, Callable
 import torch
 
 from scaletrain.comm.compress import make_compressor
-from scaletrain.comm.hooks import CompressState, allreduce_wire, compressed_hook, powersgd_state
+from scaletrain.comm.hooks import CompressState, compressed_hook, powersgd_state
 from scaletrain.dist.group import current_world_size
+from scaletrain.perf.wire import allreduce_bytes, powersgd_bytes
 
 @dataclass
 class PowerSGD:
@@ -64,7 +65,7 @@ def powersgd_timed(state, bucket):
     from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as powersgd
 
     if state.recorder is not None:
-        state.recorder.note_wire(allreduce_wire(_powersgd_payload(state.psgd, bucket), current_world_size()))
+        state.recorder.note_wire(allreduce_bytes(_powersgd_payload(state.psgd, bucket), current_world_size()))
     return powersgd.powerSGD_hook(state.psgd, bucket)
 
 
@@ -72,13 +73,9 @@ def _powersgd_payload(state, bucket) -> int:
     buffer = bucket.buffer()
     if state.iter < state.start_powerSGD_iter:
         return buffer.numel() * buffer.element_size()
-    total, r = 0, state.matrix_approximation_rank
-    for grad in bucket.gradients():
-        n = grad.shape[0] if grad.ndim > 1 else grad.numel()
-        m = grad.numel() // n
-        compress = grad.ndim > 1 and (n + m) * min(r, n, m) < n * m  # PowerSGD's own rule (no min compression rate)
-        total += (n + m) * min(r, n, m) * 4 if compress else grad.numel() * grad.element_size()
-    return total
+    # one dtype per DDP bucket: the buffer's element size is every gradient's
+    return powersgd_bytes([g.shape for g in bucket.gradients()], state.matrix_approximation_rank,
+                          buffer.element_size())
 
 
 def _rng_tensor(rng) -> dict[str, Any]:

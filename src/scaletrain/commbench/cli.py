@@ -154,8 +154,8 @@ def _launch(args, nproc: int, strategies: list[str], sizes: list[int], rows_path
 def _report(rows_path: Path, out: Path) -> int:
     from rich.console import Console
 
-    from scaletrain.commbench.model import with_model
     from scaletrain.commbench.view import fits_line, table
+    from scaletrain.perf.alphabeta import with_model
     from scaletrain.rundir import write_json_atomic
 
     rows = [json.loads(line) for line in rows_path.read_text().splitlines() if line.strip()]

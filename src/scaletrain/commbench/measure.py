@@ -9,11 +9,11 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from scaletrain.comm.ring import ring_allreduce_, ring_wire_bytes
-from scaletrain.profiler.commhook import wire_bytes
+from scaletrain.comm.ring import ring_allreduce_
 from scaletrain.dist.rank import RankInfo
 from scaletrain.dist.device import choose_device, cpu_threads_per_rank
 from scaletrain.dist.group import current_rank, current_world_size, init_process_group, shutdown
+from scaletrain.perf.wire import allreduce_bytes, ps_push_bytes, ps_server_bytes, ring_bytes
 
 
 def worker_main(strategies: list[str], sizes: list[int], seconds: float, out: str) -> None:
@@ -57,11 +57,13 @@ def _measure(strategy: str, size: int, seconds: float, device: torch.device, rin
     iters = int(_agree_max(iters, device))  # every rank runs the same number of collectives
     elapsed = _agree_max(_timed(once, iters, device) * iters, device) / iters
     if strategy == "ring":
-        sent = ring_wire_bytes(buf.numel(), 4, world, rank)
-    elif strategy == "ps":
-        sent = (world - 1) * size if rank == server else size  # the busiest rank is the server
+        sent = ring_bytes(buf.numel(), 4, world, rank)
+    elif strategy == "ps":  # one shard, no headers; the busiest rank is the server: (P-1) S
+        n = buf.numel()
+        sent = ps_server_bytes(n, world - 1, world - 1, header_bytes=0)[1] if rank == server else \
+            ps_push_bytes([n], header_bytes=0)
     else:
-        sent = wire_bytes(size, world)
+        sent = allreduce_bytes(size, world)
     return {"strategy": strategy, "world": world, "size": size,
             "iters": int(iters), "time_s": elapsed, "bytes_per_rank": _agree_max(sent, device)}
 

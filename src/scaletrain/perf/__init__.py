@@ -1,2 +1,3 @@
-"""Cost formulas, pure where they can be: wire bytes per strategy, the alpha-beta network model and its
-fit, FLOPs and parameters per model, and memory footprints. The base the performance model grows on."""
+"""Cost formulas, pure where they can be: wire bytes per strategy (wire), the alpha-beta network model and
+its fit (alphabeta), FLOPs and parameters per model (flops) and per layer (layers), and memory footprints
+(footprint). The base the performance model grows on; see docs/perf.md."""

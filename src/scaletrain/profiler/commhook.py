@@ -14,6 +14,8 @@ import torch
 import torch.distributed as dist
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
+from scaletrain.perf.wire import allreduce_bytes
+
 
 @dataclass
 class BucketTiming:
@@ -46,11 +48,6 @@ class CommRecorder:
         return taken
 
 
-def wire_bytes(payload: int, world_size: int) -> int:
-    """Bytes one rank sends in a bandwidth-optimal all-reduce of `payload` bytes: 2 (P-1)/P x payload."""
-    return 2 * (world_size - 1) * payload // world_size if world_size > 1 else 0
-
-
 def timed_hook(inner: Callable = default_hooks.allreduce_hook) -> Callable:
     """A DDP comm hook, state = (CommRecorder, inner state), that times `inner` bucket by bucket."""
 
@@ -63,7 +60,7 @@ def timed_hook(inner: Callable = default_hooks.allreduce_hook) -> Callable:
         recorder.buckets.append(timing)
         recorder._wire = None
         future = inner(inner_state, bucket)  # runs synchronously up to launching the exchange
-        timing.wire = recorder._wire if recorder._wire is not None else wire_bytes(nbytes, recorder.world_size)
+        timing.wire = recorder._wire if recorder._wire is not None else allreduce_bytes(nbytes, recorder.world_size)
 
         def finished(fut: torch.futures.Future) -> torch.Tensor:
             if recorder.delay_s:

@@ -27,6 +27,7 @@ import torch.distributed as dist
 
 from scaletrain.dist.group import current_rank, current_world_size, gather_objects
 from scaletrain.profiler.steplog import StepLog
+from scaletrain.perf.wire import allreduce_bytes
 from scaletrain.profiler import commhook
 from scaletrain.profiler.clock import clock_for
 from scaletrain.profiler.resources import peak_memory
@@ -263,7 +264,7 @@ class StepProfiler:
             "overlap_ratio": None if timing["overlap_ratio"] is None else round(timing["overlap_ratio"], 4),
             "bytes_sent": sum(b.wire for b in raw["buckets"]),
             "bytes_uncompressed": sum(b.raw_wire if b.raw_wire is not None else
-                                      commhook.wire_bytes(b.nbytes, self.world_size) for b in raw["buckets"]),
+                                      allreduce_bytes(b.nbytes, self.world_size) for b in raw["buckets"]),
             "comm_intervals_s": [[round(a, _ROUND), round(b, _ROUND)] for a, b in buckets],
         }
 

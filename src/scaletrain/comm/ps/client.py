@@ -21,6 +21,7 @@ from scaletrain.dist.group import gather_objects
 from scaletrain.comm.ps import protocol as msg
 from scaletrain.comm.ps.links import Links
 from scaletrain.comm.ps.shard import bounds
+from scaletrain.perf.wire import ps_push_bytes
 
 
 class Client:
@@ -44,7 +45,8 @@ class Client:
     @property
     def push_bytes(self) -> int:
         """Bytes an uncompressed push sends: every gradient value in fp32, plus a header per server."""
-        return 4 * self.numel + msg.HEADER_BYTES * len(self.servers)
+        shards = [self.cuts[i + 1] - self.cuts[i] for i in range(len(self.servers))]
+        return ps_push_bytes(shards, header_bytes=msg.HEADER_BYTES)
 
     def send_gradients(self, grad: torch.Tensor, world: int, head) -> None:
         """Header then payload to every server: the fp32 shard, or its encoding (decoded by the server,

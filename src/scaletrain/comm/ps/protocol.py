@@ -21,8 +21,10 @@ from typing import Any
 
 import torch
 
+from scaletrain.perf.wire import PS_HEADER_BYTES
+
 HELLO, PUSH, FETCH, DONE, WAIT, STATE = 1, 2, 3, 4, 5, 6
-HEADER_BYTES = 4 * 8
+HEADER_BYTES = PS_HEADER_BYTES  # 4 int64 (perf/wire.py prices it)
 
 
 def header(kind: int, a: int = 0, b: int = 0, c: int = 0) -> torch.Tensor:
