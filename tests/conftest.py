@@ -1,4 +1,5 @@
-"""Shared helpers: run the real `scaletrain` command (the path users take) and read its run directory."""
+"""Shared helpers: run the real `scaletrain` command (the path users take), or a training's ranks in-process
+(tests/multirank.py), and read the run directory either writes."""
 
 from __future__ import annotations
 
@@ -39,3 +40,32 @@ def assert_ok(proc: subprocess.CompletedProcess) -> None:
 @pytest.fixture
 def run_cli():
     return scaletrain
+
+
+@pytest.fixture(scope="module", params=["in-process", pytest.param("cli", marks=pytest.mark.slow)])
+def launch(request):
+    """`train(*ARGV)`: `scaletrain train ARGV`, its summary.json read back. In-process, its ranks are the pool's
+    processes running train/worker.run (seconds); `cli` is the real command and elastic agent (slow)."""
+    if request.param == "cli":
+        def train(*argv: str) -> dict:
+            assert_ok(scaletrain("train", *argv))
+            return summary(Path(argv[argv.index("--out") + 1]))
+    else:
+        import multirank
+
+        pool = request.getfixturevalue("ranks")
+
+        def train(*argv: str) -> dict:
+            multirank.train(pool, *argv)
+            return summary(Path(argv[argv.index("--out") + 1]))
+    return train
+
+
+@pytest.fixture(scope="session")
+def ranks():
+    """Processes that run a function as the ranks of a gloo group (tests/multirank.py), shared by the session."""
+    from multirank import Ranks
+
+    pool = Ranks()
+    yield pool
+    pool.close()

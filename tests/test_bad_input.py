@@ -1,48 +1,18 @@
-"""Bad input: one line naming the problem and the fix, a non-zero exit, no traceback, nothing lost."""
+"""Bad input from the command line: one line naming the problem and the fix, a non-zero exit, no traceback,
+nothing lost. Each launches `scaletrain train` (slow); the same cases run in-process in
+test_bad_input_inprocess.py."""
 
 from __future__ import annotations
 
-import hashlib
 import socket
 from pathlib import Path
 
 import pytest
 
 from conftest import assert_ok, scaletrain, summary
-from scaletrain.data import write_imagefolder
+from test_bad_input_inprocess import CASES, earlier_run, fingerprint, folders  # noqa: F401 (fixtures)
 
-
-def fingerprint(folder: Path) -> dict[str, str]:
-    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(folder.rglob("*")) if p.is_file()}
-
-
-@pytest.fixture(scope="module")
-def earlier_run(tmp_path_factory) -> Path:
-    """A finished run that no failing command may touch."""
-    out = tmp_path_factory.mktemp("earlier") / "run"
-    assert_ok(scaletrain("train", "--model", "mlp", "--epochs", "1", "--no-progress", "--out", str(out)))
-    return out
-
-
-@pytest.fixture(scope="module")
-def folders(tmp_path_factory) -> dict[str, Path]:
-    base = tmp_path_factory.mktemp("folders")
-    (base / "empty").mkdir()
-    (base / "no_images" / "train" / "a").mkdir(parents=True)
-    (base / "no_images" / "train" / "b").mkdir(parents=True)
-    (base / "no_images" / "val" / "a").mkdir(parents=True)
-    write_imagefolder(source="digits", out=base / "imgs", image_size=16)
-    (base / "imgs" / "train" / "b").mkdir()  # a class folder without images
-    corrupt = base / "corrupt"
-    write_imagefolder(source="digits", out=corrupt, image_size=16)
-    victim = sorted((corrupt / "train" / "3").iterdir())[0]
-    victim.write_bytes(victim.read_bytes()[:200])  # a truncated JPEG
-    (corrupt / "train" / "7" / "garbage.jpg").write_bytes(b"this is not a JPEG at all")
-    (base / "a_file").write_text("not a directory")
-    (base / "bad.toml").write_text("epochs = = 3\n")
-    (base / "misspelt.toml").write_text('model = "mlp"\nlerning_rate = 0.1\n')
-    return {"base": base, "victim": victim}
+pytestmark = pytest.mark.slow  # a process per case: make test-slow
 
 
 def expect_error(proc, *needles: str) -> str:
@@ -54,26 +24,6 @@ def expect_error(proc, *needles: str) -> str:
     for needle in needles:
         assert needle in lines[0], lines[0]
     return lines[0]
-
-
-CASES = {
-    "unknown model": (["--model", "resnt20"], ["unknown model 'resnt20'", "resnet20"]),
-    "unknown dataset": (["--dataset", "cifar"], ["unknown dataset 'cifar'", "digits"]),
-    "factory does not import": (["--model", "no_such_pkg.mod:make"], ["cannot import", "PYTHONPATH"]),
-    "missing image folder": (["--dataset", "imagefolder:{base}/nowhere"], ["does not exist"]),
-    "empty image folder": (["--dataset", "imagefolder:{base}/empty"], ["train"]),
-    "class folder without images": (["--dataset", "imagefolder:{base}/imgs"], ["no images", "b"]),
-    "no images at all": (["--dataset", "imagefolder:{base}/no_images"], ["no images"]),
-    "batch size below 1": (["--batch-size", "0"], ["--batch-size", "at least 1"]),
-    "epochs below 1": (["--epochs", "0"], ["--epochs", "at least 1"]),
-    "nproc below 1": (["--nproc", "0"], ["--nproc", "at least 1"]),
-    "more GPUs than exist": (["--device", "cuda", "--nproc", "2"], ["no CUDA GPU", "--device cpu"]),
-    "fp16 on cpu": (["--precision", "fp16"], ["fp16", "bf16"]),
-    "unparsable toml": (["--config", "{base}/bad.toml"], ["bad.toml", "not valid TOML"]),
-    "misspelt toml key": (["--config", "{base}/misspelt.toml"], ["lerning_rate", "did you mean 'lr'"]),
-    "output dir is a file": (["--out", "{base}/a_file"], ["is a file", "--out"]),
-    "resume without checkpoint": (["--resume", "--out", "{base}/never_ran"], ["no checkpoint", "--resume"]),
-}
 
 
 @pytest.mark.parametrize("case", sorted(CASES))

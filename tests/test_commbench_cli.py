@@ -1,4 +1,5 @@
-"""scaletrain commbench through the CLI: rows for each strategy and size, bytes per rank, bad input."""
+"""scaletrain commbench: rows for each strategy and size, bytes per rank (one real launch: the command's smoke
+test), bad input refused in one line before anything starts (in-process through main())."""
 
 import json
 
@@ -19,11 +20,23 @@ def test_commbench_measures_both_strategies(tmp_path):
     assert set(data["fits"]) == {"allreduce", "ring"} and "alpha" in proc.stdout
 
 
+BAD_REQUESTS = [(("--strategies", "tree"), "unknown tree"), (("--nproc", "1"), "at least 2 ranks"),
+                (("--sizes", "big"), "--sizes")]
+
+
+@pytest.mark.slow  # a process per request: the same in-process below
 def test_bad_requests_are_one_line(tmp_path):
-    for args, msg in [(("--strategies", "tree"), "unknown tree"), (("--nproc", "1"), "at least 2 ranks"),
-                      (("--sizes", "big"), "--sizes")]:
+    for args, msg in BAD_REQUESTS:
         proc = scaletrain("commbench", *args, "--out", str(tmp_path))
         assert proc.returncode == 2 and msg in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_bad_requests_are_one_line_in_process(tmp_path, capsys):
+    for args, msg in BAD_REQUESTS:
+        assert main(["commbench", *args, "--out", str(tmp_path / "bench")]) == 2
+        err = capsys.readouterr().err
+        assert msg in err and "Traceback" not in err and err.startswith("error: ") and err.count("\n") == 1
+    assert not (tmp_path / "bench").exists()
 
 
 @pytest.mark.parametrize("args, message", [

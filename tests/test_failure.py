@@ -9,8 +9,10 @@ from pathlib import Path
 
 import pytest
 
+import multirank
 from conftest import scaletrain
 from scaletrain.dist import failure
+from scaletrain.dist.launch.outcome import rank_namer
 
 
 def name(rank: int) -> str:
@@ -100,6 +102,43 @@ def make(num_classes, in_channels, image_size):
 """
 
 
+def _worker_main(rank, world, cfg_dict, err_dir, model_dir):
+    """The elastic agent's entry point in this rank; returns its exit code."""
+    from scaletrain.train.worker import worker_main
+
+    sys.path.insert(0, model_dir)
+    try:
+        worker_main(cfg_dict, err_dir)
+    except SystemExit as e:
+        return e.code
+    finally:
+        sys.path.remove(model_dir)
+        sys.modules.pop("shapebug", None)
+    return 0
+
+
+def test_a_user_model_that_raises_is_recorded_by_its_rank_as_one_line(tmp_path, ranks, monkeypatch):
+    """worker_main records the failure as the launcher reads it (the launch itself: the test below, slow)."""
+    (tmp_path / "shapebug.py").write_text(USER_MODEL)
+    monkeypatch.syspath_prepend(str(tmp_path))  # the checks before a launch build the model too
+    out, err = tmp_path / "run", tmp_path / "err"
+    err.mkdir()
+    try:
+        cfg = multirank.prepare("--model", "shapebug:make", "--epochs", "1", "--out", str(out))
+    finally:
+        sys.modules.pop("shapebug", None)
+    [code] = ranks.run(_worker_main, 1, cfg.to_dict(), str(err), str(tmp_path))
+    (err / "alive-rank0").unlink()  # a failed rank beats until it exits: this one lives on in the pool
+    assert code == 1
+    line, bad_input = failure.explain(failure.read_outcome(err, {0: code}, cfg.timeout), rank_namer(cfg))
+    assert not bad_input
+    assert line.startswith("rank 0 failed: RuntimeError: mat1 and mat2 shapes cannot be multiplied"), line
+    assert "shapebug.py:8 in forward" in line
+    assert line.endswith(f"[traceback: {out / 'errors' / 'rank0.txt'}]")
+    assert "in forward" in (out / "errors" / "rank0.txt").read_text()
+
+
+@pytest.mark.slow  # a launch: its rank's part in-process above
 def test_a_user_model_that_raises_reports_type_message_and_its_own_line(tmp_path):
     (tmp_path / "shapebug.py").write_text(USER_MODEL)
     out = tmp_path / "run"

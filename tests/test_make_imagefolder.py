@@ -1,9 +1,10 @@
-"""Tests for write_imagefolder (digits -> ImageNet-layout JPEG folder)."""
+"""Tests for write_imagefolder (digits -> ImageNet-layout JPEG folder) and `scaletrain make-imagefolder`."""
 
 import numpy as np
 import pytest
 from PIL import Image
 
+from scaletrain.cli import main
 from scaletrain.data import build_datasets, write_imagefolder
 from scaletrain.data.digits import load_digits_split
 from scaletrain.errors import UserError
@@ -107,3 +108,21 @@ def test_failure_midway_leaves_nothing(tmp_path):
     with pytest.raises(RuntimeError, match="disk full"):
         write_imagefolder(source="digits", out=tmp_path / "half", image_size=8, progress=explode)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_the_command_writes_the_folder_and_says_how_to_train_on_it(tmp_path, capsys):
+    out = tmp_path / "imgs"
+    assert main(["make-imagefolder", "--out", str(out), "--image-size", "8", "--quality", "50"]) == 0
+    printed = capsys.readouterr().out
+    assert f"wrote 1437 training and 360 validation images of 10 classes to {out}" in printed
+    assert f"scaletrain train --dataset imagefolder:{out} --image-size 8" in printed
+    assert len(list((out / "train").rglob("*.jpg"))) == 1437 and len(list((out / "val").rglob("*.jpg"))) == 360
+    assert Image.open(next((out / "val").rglob("*.jpg"))).size == (8, 8)
+
+
+@pytest.mark.parametrize("flag, value", [("--image-size", "4"), ("--copies", "0"), ("--quality", "101")])
+def test_the_command_refuses_impossible_settings_in_one_line(tmp_path, capsys, flag, value):
+    assert main(["make-imagefolder", "--out", str(tmp_path / "x"), flag, value]) == 2
+    err = capsys.readouterr().err
+    assert err == "error: --copies must be >= 1, --image-size >= 8 and --quality in 1..100\n"
+    assert not (tmp_path / "x").exists()

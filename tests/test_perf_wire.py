@@ -46,6 +46,14 @@ def test_collectives_by_hand():
     assert ring_bytes(100, 4, 1, 0) == 0
 
 
+@pytest.mark.parametrize("world", [2, 3, 4, 7])
+@pytest.mark.parametrize("numel", [12, 1000, 1001])
+def test_ring_sends_2_p_minus_1_over_p_per_rank(world, numel):
+    per_rank = [ring_bytes(numel, 4, world, r) for r in range(world)]
+    assert sum(per_rank) == 2 * (world - 1) * numel * 4  # every chunk travels P-1 hops, twice
+    assert max(per_rank) - min(per_rank) <= 2 * 4  # uneven chunks differ by one element each
+
+
 @pytest.mark.parametrize("world", [2, 4, 8])
 def test_all_reduce_bytes_are_the_bus_factor_of_the_alpha_beta_model(world):
     assert allreduce_bytes(1 << 20, world) == bus_factor(world) * (1 << 20)

@@ -1,6 +1,9 @@
-"""The profiler through the real CLI on 2 ranks: phases tile steps, and injected slow-downs are diagnosed.
+"""The profiler in 2-rank training: phases tile steps, exports are written, and injected slow-downs are
+diagnosed.
 
-Each case slows one thing on purpose (--inject) and checks the profiler sees it where it was put.
+Each diagnosis case slows one thing on purpose (--inject) and checks the profiler sees it where it was put:
+timings compared, so they run through the real CLI under `slow`. The default suite checks the structure with
+the ranks in-process, and one real launch with the profiler off (the `train` command's smoke test).
 """
 
 import json
@@ -8,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+import multirank
 from conftest import assert_ok, scaletrain, summary
 from scaletrain.analysis import load_records
 from scaletrain.dist.device import machine_cores
@@ -31,9 +35,7 @@ def _kinds_but_cpu(s: dict) -> list[str]:
     return [k for k in _kinds(s) if k != "cpu-oversubscribed"]
 
 
-def test_phases_tile_every_step_on_every_rank_and_exports_are_written(tmp_path):
-    out = tmp_path / "run"
-    s = _train(out, "--tensorboard", "on", "--torch-profile", "3:5", "--inject", "slow-rank=1:0.03")
+def _tiles_and_exports(out: Path, s: dict) -> None:
     records = load_records(out)
     assert sorted(records) == [0, 1]
     for rank_records in records.values():
@@ -41,12 +43,6 @@ def test_phases_tile_every_step_on_every_rank_and_exports_are_written(tmp_path):
         for r in rank_records:
             assert abs(sum(r["phases_s"].values()) - r["step_time_s"]) <= 0.01 * r["step_time_s"]
             assert {"comm_total_s", "overlap_ratio", "bytes_sent", "samples_per_s"} <= set(r)
-    # an artificially slowed rank is named as the straggler
-    assert "straggler" in _kinds(s)
-    finding = next(f for f in s["diagnosis"] if f["kind"] == "straggler")
-    assert finding["rank"] == 1 and "rank 1" in finding["message"]
-    assert s["stragglers"]["repeated"][0]["rank"] == 1
-    assert s["stragglers"]["repeated"][0]["lag_mean_s"] == pytest.approx(0.03, rel=0.5)
     # exports: merged trace, per-rank torch.profiler traces and TensorBoard event files
     trace = json.loads((out / "trace.json").read_text())
     assert {e["pid"] for e in trace["traceEvents"]} == {0, 1}
@@ -54,6 +50,30 @@ def test_phases_tile_every_step_on_every_rank_and_exports_are_written(tmp_path):
         assert json.loads((out / "torch-profile" / f"rank{rank}.json").read_text())["traceEvents"]
         assert list((out / "tensorboard" / f"rank{rank}").glob("events.out.tfevents.*"))
     assert s["peak_memory_bytes"] > 0 and len(s["ranks"]) == 2
+
+
+def test_phases_tile_every_step_on_every_rank_and_exports_are_written_in_process(tmp_path, ranks):
+    out = tmp_path / "run"
+    multirank.train(ranks, *BASE[1:], "--out", str(out), "--tensorboard", "on", "--torch-profile", "3:5")
+    s = summary(out)
+    _tiles_and_exports(out, s)
+    assert s["profile"] == "on" and s["phases_mean_s"] and all(f["kind"] and f["message"] for f in s["diagnosis"])
+    # bytes on the wire: DDP's all-reduce of lenet5's 61,706 fp32 gradients, 2 (P-1)/P = 1 x them with 2 ranks
+    for rank_records in load_records(out).values():
+        assert {r["bytes_sent"] for r in rank_records} == {61706 * 4}
+
+
+@pytest.mark.slow  # a launch, and the straggler found by its timing: in-process above, without the timing
+def test_phases_tile_every_step_on_every_rank_and_exports_are_written(tmp_path):
+    out = tmp_path / "run"
+    s = _train(out, "--tensorboard", "on", "--torch-profile", "3:5", "--inject", "slow-rank=1:0.03")
+    _tiles_and_exports(out, s)
+    # an artificially slowed rank is named as the straggler
+    assert "straggler" in _kinds(s)
+    finding = next(f for f in s["diagnosis"] if f["kind"] == "straggler")
+    assert finding["rank"] == 1 and "rank 1" in finding["message"]
+    assert s["stragglers"]["repeated"][0]["rank"] == 1
+    assert s["stragglers"]["repeated"][0]["lag_mean_s"] == pytest.approx(0.03, rel=0.5)
 
 
 @pytest.mark.slow  # several training launches: make test-slow

@@ -1,5 +1,7 @@
-"""--strategy ps-sync / ps-async through the real CLI: the synchronous parameter server follows the
-all-reduce trajectory, Downpour learns digits, survives a worker's death and records staleness."""
+"""--strategy ps-sync / ps-async in training: the synchronous parameter server follows the all-reduce
+trajectory, Downpour learns digits, survives a worker's death and records staleness. Each runs with the ranks
+in-process (the `launch` fixture) and through the real CLI and elastic agent (slow); a worker's death and
+the launcher's refusals only through the CLI (refusals also in-process, through main())."""
 
 import json
 
@@ -7,16 +9,24 @@ import pytest
 import torch
 
 from conftest import assert_ok, scaletrain, summary, weights
+from scaletrain.cli import main
 from scaletrain.analysis import load_records
 
-BASE = ("train", "--model", "lenet5", "--dataset", "digits", "--batch-size", "32", "--no-progress")
+BASE = ("--model", "lenet5", "--dataset", "digits", "--batch-size", "32", "--no-progress")
 LENET5 = 61706  # parameters
 
 
 def _train(out, *args):
-    proc = scaletrain(*BASE, "--out", str(out), *args)
+    proc = scaletrain("train", *BASE, "--out", str(out), *args)
     assert_ok(proc)
     return summary(out), proc
+
+
+@pytest.fixture
+def train(launch):
+    def run(out, *args):
+        return launch(*BASE, "--out", str(out), *args)
+    return run
 
 
 def _losses(out, rank=0):
@@ -24,11 +34,11 @@ def _losses(out, rank=0):
 
 
 @pytest.mark.parametrize("workers,servers", [(2, 1), (3, 2)])
-def test_ps_sync_trajectory_equals_allreduce(tmp_path, workers, servers):
+def test_ps_sync_trajectory_equals_allreduce(train, tmp_path, workers, servers):
     common = ("--epochs", "2", "--lr", "0.05")
-    _train(tmp_path / "engine", "--nproc", str(workers), *common)
-    s, _ = _train(tmp_path / "ps", "--nproc", str(workers + servers), "--ps-servers", str(servers),
-                  "--strategy", "ps-sync", *common)
+    train(tmp_path / "engine", "--nproc", str(workers), *common)
+    s = train(tmp_path / "ps", "--nproc", str(workers + servers), "--ps-servers", str(servers),
+              "--strategy", "ps-sync", *common)
     assert s["world_size"] == workers and s["replicas_identical"]
     assert _losses(tmp_path / "ps") == pytest.approx(_losses(tmp_path / "engine"), rel=1e-4)
     a, b = weights(tmp_path / "engine"), weights(tmp_path / "ps")
@@ -43,8 +53,8 @@ def test_ps_sync_trajectory_equals_allreduce(tmp_path, workers, servers):
     assert set(pushed) == {4 * LENET5 + 32 * servers}
 
 
-def test_ps_async_learns_digits_and_records_staleness(tmp_path):
-    s, _ = _train(tmp_path / "run", "--nproc", "3", "--strategy", "ps-async", "--epochs", "4", "--lr", "0.01")
+def test_ps_async_learns_digits_and_records_staleness(train, tmp_path):
+    s = train(tmp_path / "run", "--nproc", "3", "--strategy", "ps-async", "--epochs", "4", "--lr", "0.01")
     assert s["status"] == "completed" and s["top1"] >= 0.85  # measured 0.944 (Adagrad, 2 workers)
     ps = s["ps"]
     assert ps["mode"] == "ps-async" and ps["workers_finished"] == 2 and ps["dead_workers"] == []
@@ -55,6 +65,7 @@ def test_ps_async_learns_digits_and_records_staleness(tmp_path):
     assert s["replicas_identical"] is None
 
 
+@pytest.mark.slow  # a worker killed on purpose: only a launch of real processes survives that
 def test_ps_async_goes_on_when_a_worker_dies(tmp_path):
     s, proc = _train(tmp_path / "run", "--nproc", "4", "--strategy", "ps-async", "--epochs", "3",
                      "--lr", "0.01", "--inject", "kill-rank=1:15")
@@ -70,16 +81,16 @@ def test_ps_async_goes_on_when_a_worker_dies(tmp_path):
     assert server["workers"]["1"]["state"] == "died" and server["workers"]["2"]["state"] == "done"
 
 
-def test_max_staleness_drops_old_gradients_and_staleness_lr_still_learns(tmp_path):
-    s, _ = _train(tmp_path / "run", "--nproc", "3", "--strategy", "ps-async", "--epochs", "2", "--lr", "0.1",
+def test_max_staleness_drops_old_gradients_and_staleness_lr_still_learns(train, tmp_path):
+    s = train(tmp_path / "run", "--nproc", "3", "--strategy", "ps-async", "--epochs", "2", "--lr", "0.1",
                   "--max-staleness", "0", "--staleness-lr", "--ps-optimizer", "sgd", "--ps-fetch", "2")
     ps = s["ps"]
     assert ps["dropped_stale"] > 0 and ps["updates_per_shard"][0] + ps["dropped_stale"] == ps["staleness"]["pushes"]
     assert s["top1"] > 0.25  # plain SGD, most gradients dropped: slow, but learning (measured 0.49; chance 0.1)
 
 
-def test_topk_through_the_parameter_server_sends_far_less_and_learns(tmp_path):
-    s, _ = _train(tmp_path / "run", "--nproc", "3", "--strategy", "ps-sync", "--compress", "topk:0.01",
+def test_topk_through_the_parameter_server_sends_far_less_and_learns(train, tmp_path):
+    s = train(tmp_path / "run", "--nproc", "3", "--strategy", "ps-sync", "--compress", "topk:0.01",
                   "--epochs", "4", "--lr", "0.05")
     assert s["top1"] >= 0.80  # measured 0.886 (error feedback per shard, decoded and averaged by the server)
     assert s["compression_ratio"] > 40  # 1% of the values + their int32 indices, and the headers
@@ -87,14 +98,26 @@ def test_topk_through_the_parameter_server_sends_far_less_and_learns(tmp_path):
     assert s["ps"]["server_bytes_received"][0] < 0.03 * 4 * LENET5 * 2 * s["steps"]
 
 
-@pytest.mark.parametrize("args,needle", [
+BAD_SETTINGS = [
     (("--nproc", "2", "--ps-servers", "2", "--strategy", "ps-sync"), "more processes than servers"),
     (("--strategy", "ps-async", "--ps-fetch", "0"), "--ps-fetch must be at least 1"),
     (("--strategy", "ps-async", "--ps-optimizer", "adam"), "--ps-optimizer must be one of"),
     (("--strategy", "ps-sync", "--compress", "powersgd:2"), "cannot go through --strategy ps-sync"),
     (("--inject", "kill-rank=one:5"), "--inject: cannot read"),
-])
+]
+
+
+@pytest.mark.slow  # a process per case: the same in-process below
+@pytest.mark.parametrize("args,needle", BAD_SETTINGS)
 def test_bad_parameter_server_settings_get_one_line(tmp_path, args, needle):
-    proc = scaletrain(*BASE, "--out", str(tmp_path / "run"), *args)
+    proc = scaletrain("train", *BASE, "--out", str(tmp_path / "run"), *args)
     assert proc.returncode == 2 and needle in proc.stderr and "Traceback" not in proc.stderr
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("args,needle", BAD_SETTINGS)
+def test_bad_parameter_server_settings_get_one_line_in_process(tmp_path, capsys, args, needle):
+    assert main(["train", *BASE, "--out", str(tmp_path / "run"), *args]) == 2
+    err = capsys.readouterr().err
+    assert needle in err and "Traceback" not in err and err.startswith("error: ") and err.count("\n") == 1
     assert not (tmp_path / "run").exists()

@@ -1,16 +1,18 @@
-"""Resuming a parameter-server run through the real CLI: ps-sync continues bit for bit, ps-async
-continues the servers' versions; a resume on another layout is refused in one line."""
+"""Resuming a parameter-server run: ps-sync continues bit for bit, ps-async continues the servers' versions
+(with the ranks in-process, the `launch` fixture, and through the real CLI, slow); a resume on another
+layout is refused in one line (in-process through main(), and from the command line, slow)."""
 
 import json
 
 import pytest
 import torch
 
-from conftest import assert_ok, scaletrain, summary
+from conftest import scaletrain, summary
+from scaletrain.cli import main
 from scaletrain.train import checkpoint
 from scaletrain.analysis import load_records
 
-BASE = ("train", "--model", "lenet5", "--dataset", "digits", "--batch-size", "32", "--no-progress")
+BASE = ("--model", "lenet5", "--dataset", "digits", "--batch-size", "32", "--no-progress")
 SYNC = (*BASE, "--strategy", "ps-sync", "--nproc", "3", "--ps-servers", "1", "--epochs", "2", "--lr", "0.05",
         "--optimizer", "nesterov", "--warmup-epochs", "0.5", "--compress", "topk:0.1")
 
@@ -19,21 +21,20 @@ def _ckpt(run):
     return torch.load(run / "checkpoint.pt", map_location="cpu", weights_only=True)
 
 
-@pytest.fixture(scope="module")  # three launches: about 50 s on 2 busy cores
-def sync_runs(tmp_path_factory):
+@pytest.fixture(scope="module")  # three launches: about 50 s on 2 busy cores through the CLI, 5 s in-process
+def sync_runs(tmp_path_factory, launch):
     """2 workers + 1 server, 2 epochs, with and without a break after the first (top-k: error feedback
     on the workers; nesterov and warm-up: momentum and schedule on the server)."""
     base = tmp_path_factory.mktemp("ps-resume")
     straight, broken = base / "straight", base / "broken"
-    assert_ok(scaletrain(*SYNC, "--out", str(straight)))
-    assert_ok(scaletrain(*SYNC, "--stop-after", "1", "--out", str(broken)))
+    launch(*SYNC, "--out", str(straight))
+    launch(*SYNC, "--stop-after", "1", "--out", str(broken))
     assert summary(broken)["status"] == "stopped"
     first = _ckpt(broken)
-    assert_ok(scaletrain("train", "--resume", "--out", str(broken)))
+    launch("--resume", "--out", str(broken))
     return straight, broken, first
 
 
-@pytest.mark.slow
 def test_ps_sync_resume_equals_an_uninterrupted_run(sync_runs):
     straight, broken, first = sync_runs
     ps = first["ps"]
@@ -54,29 +55,48 @@ def test_ps_sync_resume_equals_an_uninterrupted_run(sync_runs):
     assert [r["loss"] for r in load_records(broken)[1]] == [r["loss"] for r in load_records(straight)[1]]
 
 
-def test_ps_resume_on_another_layout_is_refused(tmp_path):
-    """Every rank refuses before the ranks meet: one line, no rank left waiting for a peer."""
+def _checkpoint_of_a_ps_sync_run_on_3_processes(run_dir):
     config = {"model": "lenet5", "dataset": "digits", "strategy": "ps-sync", "nproc": 3, "nnodes": 1,
               "ps_servers": 1}
     ps = {"workers": 2, "servers": [{}], "clients": [{}, {}]}
-    checkpoint.save_atomic({"format": checkpoint.FORMAT, "config": config, "ps": ps}, tmp_path / "checkpoint.pt")
-    proc = scaletrain(*BASE, "--strategy", "ps-sync", "--resume", "--out", str(tmp_path), "--nproc", "4",
+    checkpoint.save_atomic({"format": checkpoint.FORMAT, "config": config, "ps": ps}, run_dir / "checkpoint.pt")
+
+
+LAYOUT_REFUSED = "holds 1 parameter server for 2 workers"
+AS_STARTED = "resume with --nproc 3 --ps-servers 1 as the run was started"
+
+
+def test_ps_resume_on_another_layout_is_refused_in_process(tmp_path, capsys):
+    _checkpoint_of_a_ps_sync_run_on_3_processes(tmp_path)
+    before = (tmp_path / "checkpoint.pt").read_bytes()
+    assert main(["train", *BASE, "--strategy", "ps-sync", "--resume", "--out", str(tmp_path), "--nproc", "4"]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and err[0].startswith("error: ") and LAYOUT_REFUSED in err[0], err
+    assert err[0].endswith(AS_STARTED)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint.pt"]  # refused before writing anything
+    assert (tmp_path / "checkpoint.pt").read_bytes() == before
+
+
+@pytest.mark.slow  # a launch: the same refusal in-process above
+def test_ps_resume_on_another_layout_is_refused(tmp_path):
+    """Every rank refuses before the ranks meet: one line, no rank left waiting for a peer."""
+    _checkpoint_of_a_ps_sync_run_on_3_processes(tmp_path)
+    proc = scaletrain("train", *BASE, "--strategy", "ps-sync", "--resume", "--out", str(tmp_path), "--nproc", "4",
                       timeout=120)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
     first_line = proc.stderr.splitlines()[0]
-    assert first_line.startswith("error: ") and "holds 1 parameter server for 2 workers" in first_line
-    assert first_line.endswith("resume with --nproc 3 --ps-servers 1 as the run was started")
+    assert first_line.startswith("error: ") and LAYOUT_REFUSED in first_line
+    assert first_line.endswith(AS_STARTED)
 
 
-@pytest.mark.slow
-def test_ps_async_resume_continues_the_servers_versions(tmp_path):
+def test_ps_async_resume_continues_the_servers_versions(launch, tmp_path):
     run = tmp_path / "run"
     args = (*BASE, "--strategy", "ps-async", "--nproc", "3", "--epochs", "2", "--lr", "0.01", "--out", str(run))
-    assert_ok(scaletrain(*args, "--stop-after", "1"))
+    launch(*args, "--stop-after", "1")
     first = _ckpt(run)
     version = first["ps"]["servers"][0]["version"]
     assert first["epoch"] == 1 and version > 0 and len(first["ps"]["clients"]) == 1
-    assert_ok(scaletrain("train", "--resume", "--out", str(run)))
+    launch("--resume", "--out", str(run))
     s = summary(run)
     assert s["status"] == "completed" and s["epochs"] == 2
     records = load_records(run)

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
+import multirank
 from conftest import assert_ok, scaletrain
 from scaletrain.dist.launch import preflight as launch
 from scaletrain.cli import build_parser, main, train_config
@@ -74,10 +75,11 @@ def test_changed_optimizer_settings_take_effect_on_resume():
 
 
 @pytest.fixture(scope="module")
-def finished(tmp_path_factory) -> Path:
+def finished(tmp_path_factory, ranks) -> Path:
+    """A finished run (its ranks in-process: tests/multirank.py) that the refusals below must leave alone."""
     out = tmp_path_factory.mktemp("resume") / "run"
-    assert_ok(scaletrain("train", "--model", "mlp", "--epochs", "2", "--batch-size", "128", "--no-progress",
-                         "--out", str(out)))
+    multirank.train(ranks, "--model", "mlp", "--epochs", "2", "--batch-size", "128", "--no-progress",
+                    "--out", str(out))
     return out
 
 
@@ -116,6 +118,26 @@ def test_a_resume_on_another_number_of_processes_says_so(finished, capsys):
     assert "trained with 1 processes (global batch 128)" in err and "uses 2 (global batch 256)" in err
 
 
+def _third_epoch_follows_the_4_epoch_plan(run: Path) -> None:
+    steps = [json.loads(line) for line in (run / "metrics-rank0.jsonl").read_text().splitlines()]
+    spe = 1437 // 128
+    third = [s for s in steps if s["epoch"] == 2]
+    assert len(third) == spe
+    plan = LRSchedule(TrainConfig(epochs=4), spe, 1)
+    assert [s["lr"] for s in third] == pytest.approx([0.1 * plan(2 * spe + i) for i in range(spe)])
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["status"] == "stopped" and summary["epochs"] == 3 and summary["epochs_planned"] == 4
+
+
+def test_resume_with_more_epochs_replans_the_schedule(finished, tmp_path, ranks):
+    run = tmp_path / "run"
+    subprocess.run(["cp", "-r", str(finished), str(run)], check=True)
+    multirank.train(ranks, "--resume", "--out", str(run), "--epochs", "4", "--stop-after", "1")
+    _third_epoch_follows_the_4_epoch_plan(run)
+    assert [json.loads(line)["epoch"] for line in (run / "epochs.jsonl").read_text().splitlines()] == [0, 1, 2]
+
+
+@pytest.mark.slow  # a launch: the schedule's part in-process above
 def test_resume_with_more_epochs_replans_cleans_temps_and_says_how_to_continue(finished, tmp_path):
     run = tmp_path / "run"
     subprocess.run(["cp", "-r", str(finished), str(run)], check=True)
@@ -125,14 +147,7 @@ def test_resume_with_more_epochs_replans_cleans_temps_and_says_how_to_continue(f
     assert_ok(proc)
     assert not stale.exists()
     assert f"scaletrain train --resume --out {run}" in proc.stderr
-    steps = [json.loads(line) for line in (run / "metrics-rank0.jsonl").read_text().splitlines()]
-    spe = 1437 // 128
-    third = [s for s in steps if s["epoch"] == 2]
-    assert len(third) == spe
-    plan = LRSchedule(TrainConfig(epochs=4), spe, 1)
-    assert [s["lr"] for s in third] == pytest.approx([0.1 * plan(2 * spe + i) for i in range(spe)])
-    summary = json.loads((run / "summary.json").read_text())
-    assert summary["status"] == "stopped" and summary["epochs"] == 3 and summary["epochs_planned"] == 4
+    _third_epoch_follows_the_4_epoch_plan(run)
 
 
 def test_resume_on_a_read_only_run_directory_is_one_line(finished, tmp_path, capsys):

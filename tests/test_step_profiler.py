@@ -60,18 +60,6 @@ def test_profile_off_records_step_time_only(tmp_path):
     assert prof.phase("forward") is prof.phase("backward")  # one shared no-op: nothing allocated per step
 
 
-def test_finish_writes_summary_with_diagnosis_and_trace(tmp_path):
-    prof = StepProfiler(tmp_path)
-    _loop(prof, steps=12, data_s=0.02, forward_s=0.001)
-    summary = prof.finish({"model": "linear"}, config={"workers": 0})
-    assert summary["model"] == "linear" and summary["profile"] == "on"
-    # on a busy machine cpu-oversubscribed may come first (its threads starve); of the rest, input-bound
-    assert [f["kind"] for f in summary["diagnosis"] if f["kind"] != "cpu-oversubscribed"][0] == "input-bound"
-    assert json.loads((tmp_path / "summary.json").read_text())["diagnosis"] == summary["diagnosis"]
-    assert json.loads((tmp_path / "trace.json").read_text())["traceEvents"]
-    assert summary["peak_memory_bytes"] > 0 and summary["memory_kind"] == "rss"
-
-
 class FakeClocks:
     """A wall clock (the profiler's HostClock) and a process CPU clock that move only when told."""
 
@@ -112,6 +100,39 @@ def _starved_loop(prof, clocks, steps=24):
             clocks.spend(0.01, 0.02)
         clocks.spend(0.001, 0.001)
         prof.step_end(samples=4)
+
+
+def _input_bound_loop(prof, clocks, steps=12):
+    def loader():
+        for _ in range(steps):
+            clocks.spend(0.02, 0.0)  # 20 ms waiting for each batch, no CPU spent
+            yield None
+
+    for _ in prof.data(loader()):
+        with prof.phase("forward"):
+            clocks.spend(0.001, 0.001)  # the compute phases keep their one thread busy
+        with prof.phase("backward"):
+            clocks.spend(0.002, 0.002)
+        with prof.phase("optimizer"):
+            clocks.spend(0.0005, 0.0005)
+        prof.step_end(samples=4)
+
+
+def test_finish_writes_summary_with_diagnosis_and_trace(tmp_path, monkeypatch):
+    """On recorded times (the fake clocks), not on sleeps that a busy machine stretches."""
+    clocks = FakeClocks()
+    monkeypatch.setattr("scaletrain.profiler.step_profiler.time.process_time", clocks.process_time)
+    prof = StepProfiler(tmp_path)
+    prof.clock = clocks
+    _input_bound_loop(prof, clocks)
+    summary = prof.finish({"model": "linear"}, config={"workers": 0, "threads_per_rank": 1})
+    assert summary["model"] == "linear" and summary["profile"] == "on"
+    assert summary["phases_mean_s"]["data_wait"] == pytest.approx(0.02)
+    assert [f["kind"] for f in summary["diagnosis"]] == ["input-bound"]
+    assert "with 0 loader workers per rank" in summary["diagnosis"][0]["message"]
+    assert json.loads((tmp_path / "summary.json").read_text())["diagnosis"] == summary["diagnosis"]
+    assert json.loads((tmp_path / "trace.json").read_text())["traceEvents"]
+    assert summary["peak_memory_bytes"] > 0 and summary["memory_kind"] == "rss"
 
 
 def test_cpu_time_is_read_at_every_boundary_and_recorded_per_phase(tmp_path, monkeypatch):

@@ -1,4 +1,5 @@
-"""Tests for `scaletrain study`: flags to spec, the runner's pieces, rendering, and real studies through the CLI."""
+"""Tests for `scaletrain study`: flags to spec, the runner's pieces, rendering, and real studies through the CLI
+(one point in the default suite, the command's smoke test; resume, failures and Ctrl-C under `slow`)."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ from scaletrain.config import TrainConfig, build_config
 from scaletrain.errors import UserError
 from scaletrain.study.cli import add_study_args, spec_from_args
 from scaletrain.study.grid import resolve_spec
-from scaletrain.dist.env import JOIN_VARS, child_env
+from scaletrain.dist.env import JOIN_VARS
 from scaletrain.study.runner import (StudyDir, check_study_dir, error_line, run_state,
                                      train_command, write_spec)
 from scaletrain.study.view import flag_lines, hms, plan_table, results_table
@@ -124,11 +125,6 @@ def test_train_command_spells_out_the_point_and_its_run_dir(tmp_path):
         {k: v for k, v in cfg.to_dict().items() if v is not None and k not in ("out", "progress", "resume")}
 
 
-def test_child_env_drops_the_join_variables():
-    env = child_env({"PATH": "/bin", **{v: "1" for v in JOIN_VARS}})
-    assert env == {"PATH": "/bin"}
-
-
 def test_error_line_prefers_the_summary_then_the_log():
     log = "$ python -m scaletrain train\nsome output\nerror: first\nerror: second problem\n"
     assert error_line(log, {"status": "failed", "error": "from summary"}, 2) == "from summary"
@@ -229,6 +225,22 @@ def study_json(out: Path) -> list[dict]:
     return json.loads((out / "study.json").read_text())
 
 
+def test_a_one_point_study_trains_records_and_reports(tmp_path):
+    out = tmp_path / "study"
+    proc = scaletrain("study", "--nproc", "1", "--workers", "0", *TINY, "--batch-size", "64", "--out", str(out))
+    assert_ok(proc)
+    [entry] = study_json(out)
+    assert CONTRACT_KEYS <= set(entry) and entry["id"] == "nproc1"
+    assert entry["status"] == "completed" and entry["epoch_time_s"] > 0 and entry["speedup"] == 1.0
+    run = json.loads((out / "points" / "nproc1" / "r0" / "summary.json").read_text())
+    assert run["status"] == "completed" and run["model"] == "mlp" and run["world_size"] == 1
+    assert "nproc = [1]" in (out / "study.toml").read_text() and (out / "points" / "nproc1" / "r0.log").is_file()
+    if HAS_REPORT:
+        assert (out / "report.html").is_file() and f"report: {out / 'report.html'}" in proc.stdout
+    assert f"study.json: {out / 'study.json'}" in proc.stdout
+
+
+@pytest.mark.slow  # five study commands, three training launches: make test-slow
 def test_study_end_to_end_resume_and_refusal(tmp_path):
     out = tmp_path / "study"
     argv = ["study", "--nproc", "1,2", "--workers", "0", *TINY, "--batch-size", "64", "--out", str(out)]
@@ -297,6 +309,7 @@ def build(num_classes=10):
 """
 
 
+@pytest.mark.slow  # two launches: make test-slow
 def test_a_failing_point_is_recorded_and_the_others_complete(tmp_path):
     # every check before launching passes (the model builds); what fails is found by the run alone
     (tmp_path / "brokennet.py").write_text(BROKEN_MODEL)
@@ -318,6 +331,7 @@ def test_a_failing_point_is_recorded_and_the_others_complete(tmp_path):
     assert "rerun (failed)" in dry.stdout and "1 done, 1 to run" in dry.stdout
 
 
+@pytest.mark.slow  # a launch interrupted: make test-slow
 def test_ctrl_c_stops_the_run_writes_study_json_and_exits_130(tmp_path):
     out = tmp_path / "study"
     env = {k: v for k, v in os.environ.items() if k not in JOIN_VARS}

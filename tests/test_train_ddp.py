@@ -1,4 +1,7 @@
-"""What data parallelism promises, checked through the real CLI and elastic agent."""
+"""What data parallelism promises: 2 ranks equal 1 rank with the same global batch, the replicas stay
+bit-identical, an interrupted run resumes bit for bit. Each is checked with the ranks in-process
+(train/worker.run on the pool's processes: the `launch` fixture) and through the real CLI and elastic agent
+(slow)."""
 
 from __future__ import annotations
 
@@ -20,11 +23,11 @@ COMMON = ["--model", "lenet5", "--dataset", "digits", "--epochs", "2", "--lr", "
 
 
 @pytest.fixture(scope="module")
-def one_and_two_ranks(tmp_path_factory):
+def one_and_two_ranks(tmp_path_factory, launch):
     base = tmp_path_factory.mktemp("ddp")
     one, two = base / "one", base / "two"
-    assert_ok(scaletrain("train", *COMMON, "--nproc", "1", "--batch-size", "64", "--out", str(one)))
-    assert_ok(scaletrain("train", *COMMON, "--nproc", "2", "--batch-size", "32", "--out", str(two)))
+    launch(*COMMON, "--nproc", "1", "--batch-size", "64", "--out", str(one))
+    launch(*COMMON, "--nproc", "2", "--batch-size", "32", "--out", str(two))
     return one, two
 
 
@@ -77,19 +80,18 @@ def test_run_directory_is_complete(one_and_two_ranks):
 
 
 @pytest.fixture(scope="module")
-def resumed_and_straight(tmp_path_factory):
+def resumed_and_straight(tmp_path_factory, launch):
     """ResNet-20 (BatchNorm, augmentation on: RNG state matters) on 2 ranks, with and without a break."""
     base = tmp_path_factory.mktemp("resume")
     args = ["--model", "resnet20", "--width", "0.5", "--dataset", "digits", "--image-size", "16",
             "--epochs", "3", "--batch-size", "32", "--nproc", "2", "--warmup-epochs", "1", "--scale-lr",
             "--optimizer", "nesterov", "--no-progress", "--seed", "1"]
     straight, broken = base / "straight", base / "broken"
-    assert_ok(scaletrain("train", *args, "--out", str(straight)))
-    first = scaletrain("train", *args, "--stop-after", "1", "--out", str(broken))
-    assert_ok(first)
+    launch(*args, "--out", str(straight))
+    launch(*args, "--stop-after", "1", "--out", str(broken))
     assert summary(broken)["status"] == "stopped" and summary(broken)["epochs"] == 1
     # the resumed invocation names only the run directory: its config comes from config.toml
-    assert_ok(scaletrain("train", "--resume", "--out", str(broken)))
+    launch("--resume", "--out", str(broken))
     return straight, broken
 
 
@@ -123,6 +125,7 @@ def test_distributed_evaluation_equals_single_process(resumed_and_straight):
     assert round(result.top5 * 360) == round(s["top5"] * 360)
 
 
+@pytest.mark.slow  # torchrun and two workers: make test-slow
 def test_the_same_command_joins_an_existing_torchrun_launch(tmp_path):
     out = tmp_path / "joined"
     proc = scaletrain("--nproc-per-node", "2", "--standalone", "-m", "scaletrain", "train", "--model", "mlp",
