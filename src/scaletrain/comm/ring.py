@@ -83,9 +83,19 @@ class RingState:
         self._queue.put((buffer, future))
         return future
 
+    def stop(self) -> None:
+        """End the worker thread (after the last bucket; before the groups are destroyed)."""
+        if self._thread is not None:
+            self._queue.put(None)
+            self._thread.join(timeout=10)  # (a thread stuck on a dead peer is a daemon: left behind)
+            self._thread = None
+
     def _serve(self) -> None:
         while True:
-            buffer, future = self._queue.get()
+            item = self._queue.get()
+            if item is None:
+                return
+            buffer, future = item
             try:
                 ring_allreduce_(buffer, self.group, self.wrap_group)
                 future.set_result(buffer)
@@ -111,3 +121,8 @@ class RingAllReduce(AllReduce):
 
     def hooks(self, model):
         return CommSetup(ring_hook, RingState(group=dist.new_group(), wrap_group=dist.new_group()))
+
+    def close(self) -> None:
+        if isinstance(self.comm.state, RingState):
+            self.comm.state.stop()
+        super().close()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from datetime import timedelta
 
 import torch
@@ -44,6 +45,10 @@ def barrier() -> None:
 
 def shutdown() -> None:
     if dist.is_initialized():
+        # gloo's worker threads may still be freeing the last collective's tensors, which needs the GIL
+        # that destroy_process_group holds while it waits for them: seen hanging about 1 in 30 times in
+        # back-to-back in-process runs (torch 2.13). A moment's pause lets them finish first.
+        time.sleep(0.05)
         dist.destroy_process_group()
 
 

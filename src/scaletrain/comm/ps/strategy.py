@@ -70,6 +70,9 @@ class ParameterServer(Strategy):
     def make_client(self, model: torch.nn.Module, steps_per_epoch: int) -> Client:
         raise NotImplementedError
 
+    def _seed(self) -> int:
+        return self.cfg.seed + 7919 * self.links.index  # QSGD's random stream differs per worker
+
     def step(self, optimizer, scaler, prof, global_step: int) -> dict[str, Any]:
         """Push gradients, pull parameters: the servers apply the update."""
         client = self.client
@@ -106,11 +109,8 @@ class SyncParameterServer(ParameterServer):
     def make_client(self, model: torch.nn.Module, steps_per_epoch: int) -> Client:
         return SyncClient(self.links, model, steps_per_epoch, self.cfg.compression, self._seed())
 
-    def _seed(self) -> int:
-        return self.cfg.seed + 7919 * self.links.index  # QSGD's random stream differs per worker
 
-
-class AsyncParameterServer(SyncParameterServer):
+class AsyncParameterServer(ParameterServer):
     """ps-async (Downpour SGD): workers push and fetch on their own cadence; a dead worker is tolerated."""
 
     worker_group = False  # no collective may wait for a worker that died
