@@ -12,7 +12,8 @@ from dataclasses import dataclass
 
 import torch
 from torch import nn
-from torch.utils.flop_counter import FlopCounterMode
+
+from scaletrain.perf.flops import counting, probe_input
 
 OUTSIDE = "(outside leaf modules)"  # the name of the row for FLOPs a container computes itself
 
@@ -55,21 +56,14 @@ def layer_table(model: nn.Module, input_shape: tuple[int, ...], batch_size: int 
                 order.append(i)
         return hook
 
-    param = next(model.parameters(), None)
-    device = param.device if param is not None else torch.device("cpu")
-    dtype = param.dtype if param is not None and param.is_floating_point() else torch.float32
-    x = torch.zeros((batch_size, *input_shape), device=device, dtype=dtype)
+    x = probe_input(model, input_shape, batch_size)
     handles = []
     for i, (_, m) in enumerate(leaves):
         handles += [m.register_forward_pre_hook(before(i)), m.register_forward_hook(after(i))]
-    was_training = model.training
-    # eval(), as forward_flops: train-mode BN rejects a batch of one with 1x1 maps
-    model.eval()
     try:
-        with torch.no_grad(), FlopCounterMode(display=False) as counter:
+        with counting(model) as counter:  # eval mode, as forward_flops
             model(x)
     finally:
-        model.train(was_training)
         for h in handles:
             h.remove()
     seen: set[int] = set()  # a parameter shared by two leaves counts at the first to run
