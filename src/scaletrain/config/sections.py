@@ -201,7 +201,7 @@ class LaunchConfig:
 
 @dataclass(kw_only=True)
 class StrategyConfig:
-    """How gradients are aggregated (comm/registry.py names the strategies)."""
+    """How gradients are aggregated across processes (docs/strategies.md)."""
 
     strategy: str = "allreduce"
     """Gradient aggregation: `allreduce` (DDP with the engine's collective), `ring` (the ring all-reduce
