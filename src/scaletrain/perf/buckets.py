@@ -1,0 +1,96 @@
+"""DDP's gradient buckets and how their reduction overlaps backward (pure functions; docs/perf.md).
+
+DDP (torch 2.x) reduces gradients in buckets. After the first step its Reducer rebuilds them in the order
+backward produced the gradients: walking that order it adds each gradient to the open bucket and closes
+the bucket as soon as it holds at least the limit, the first limit 1 MiB and the next ones
+`bucket_cap_mb` (25 MiB) by default, every limit `bucket_cap_mb` when it is set (the first bucket too).
+(The Reducer also keeps gradients of different dtypes or devices apart; one dtype is modelled here.)
+
+A bucket is ready when the last gradient in it is computed; the buckets are reduced one at a time, in
+order, each starting when it is ready and its predecessor is done:
+
+    backward   |layer L ... layer 1|
+    bucket 1        [reduce 1]                   ready early: hidden behind the rest of backward
+    bucket 2                      [reduce 2]      ready at the end of backward: exposed after it
+
+so `comm_exposed` = last reduction's end - end of backward, as the profiler splits a step (docs/metrics.md).
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+MIB = 1 << 20
+FIRST_BUCKET_BYTES = MIB  # torch.distributed._DEFAULT_FIRST_BUCKET_BYTES
+DEFAULT_BUCKET_CAP_MB = 25.0
+
+
+def bucket_limits(bucket_cap_mb: float | None = None) -> list[int]:
+    """The Reducer's byte limits: the first bucket's, then the others' (the last one repeats)."""
+    if bucket_cap_mb is None:
+        return [FIRST_BUCKET_BYTES, int(DEFAULT_BUCKET_CAP_MB * MIB)]
+    return [int(bucket_cap_mb * MIB)]
+
+
+def assign_buckets(sizes: Sequence[int], bucket_cap_mb: float | None = None) -> list[list[int]]:
+    """Indices into `sizes` (gradient bytes, in the order backward produces them), bucket by bucket in the
+    order they are reduced."""
+    limits = bucket_limits(bucket_cap_mb)
+    buckets: list[list[int]] = []
+    current: list[int] = []
+    total, limit = 0, 0
+    for i, size in enumerate(sizes):
+        current.append(i)
+        total += size
+        if total >= limits[limit]:
+            buckets.append(current)
+            current, total = [], 0
+            limit = min(limit + 1, len(limits) - 1)
+    if current:
+        buckets.append(current)
+    return buckets
+
+
+def reductions(ready_s: Sequence[float], comm_s: Sequence[float]) -> list[tuple[float, float]]:
+    """(start, end) of each bucket's reduction: one at a time, in order, none before its bucket is ready."""
+    out: list[tuple[float, float]] = []
+    free = 0.0
+    for ready, seconds in zip(ready_s, comm_s, strict=True):
+        start = max(ready, free)
+        free = start + seconds
+        out.append((start, free))
+    return out
+
+
+def overlap(backward_s: float, intervals: Sequence[tuple[float, float]]) -> dict[str, float | None]:
+    """Communication against a backward pass of `backward_s` seconds starting at 0: its total, the part
+    hidden behind backward, the part exposed after it, and the overlap ratio (hidden / total)."""
+    total = sum(end - start for start, end in intervals)
+    hidden = sum(max(0.0, min(end, backward_s) - start) for start, end in intervals)
+    exposed = max(0.0, max((end for _, end in intervals), default=0.0) - backward_s)
+    return {"comm_total_s": total, "comm_hidden_s": hidden, "comm_exposed_s": exposed,
+            "overlap_ratio": hidden / total if total > 0 else None}
+
+
+def backward_overlap(grad_s: Sequence[float], grad_bytes: Sequence[int], comm_time: Callable[[int], float],
+                     bucket_cap_mb: float | None = None) -> dict:
+    """One step's backward with DDP: `grad_s[i]` the backward seconds up to and including gradient i's
+    computation (cumulative, in backward's order), `grad_bytes[i]` its bytes, `comm_time(bytes)` a bucket's
+    reduction time (e.g. the alpha-beta model). Returns the buckets, their reductions and `overlap`."""
+    if len(grad_s) != len(grad_bytes):
+        raise ValueError("grad_s and grad_bytes must list the same gradients")
+    buckets = assign_buckets(grad_bytes, bucket_cap_mb)
+    ready = [max(grad_s[i] for i in b) for b in buckets]
+    sizes = [sum(grad_bytes[i] for i in b) for b in buckets]
+    intervals = reductions(ready, [comm_time(n) for n in sizes])
+    backward_s = max(grad_s, default=0.0)
+    return {"buckets": buckets, "bucket_bytes": sizes, "ready_s": ready, "reductions_s": intervals,
+            **overlap(backward_s, intervals)}
+
+
+def best_bucket_cap(grad_s: Sequence[float], grad_bytes: Sequence[int], comm_time: Callable[[int], float],
+                    caps_mb: Sequence[float | None]) -> tuple[float | None, dict]:
+    """The cap among `caps_mb` (None: DDP's default) that leaves the least communication exposed (ties:
+    the larger buckets, fewer messages), with its `backward_overlap`."""
+    results = [(cap, backward_overlap(grad_s, grad_bytes, comm_time, cap)) for cap in caps_mb]
+    return min(results, key=lambda r: (round(r[1]["comm_exposed_s"], 12), len(r[1]["buckets"])))
