@@ -1,0 +1,82 @@
+"""perf/graph.py: the fx layer graph of every built-in model (FLOPs and parameters against the whole-model
+counts), its edges, and the cut points where exactly one tensor crosses."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from torch import nn
+
+from scaletrain.models import build_model, model_names
+from scaletrain.perf.flops import count_params, forward_flops
+from scaletrain.perf.graph import Untraceable, cut_points, layer_graph
+
+
+@pytest.mark.parametrize("name", model_names())
+def test_every_models_graph_adds_up_to_its_flops_and_parameters(name):
+    model = build_model(name, num_classes=10, in_channels=3, image_size=64)
+    graph = layer_graph(model, (3, 64, 64))
+    assert sum(n.flops for n in graph.nodes) == forward_flops(model, (3, 64, 64))
+    assert sum(n.params for n in graph.nodes) == count_params(model)
+    assert graph.nodes[-1].op == "output" and graph.nodes[-2].shape == (1, 10)
+    assert all(s < t for s, t in graph.edges)  # fx's order is topological
+
+
+def test_lenet5_is_a_chain_every_node_is_a_cut_point():
+    model = build_model("lenet5", num_classes=10, in_channels=1, image_size=32)
+    graph = layer_graph(model, (1, 32, 32), batch_size=4)
+    kinds = [n.kind for n in graph.nodes]
+    assert kinds[0] == "placeholder" and "Conv2d" in kinds and "Linear" in kinds
+    convs = [n for n in graph.nodes if n.kind == "Conv2d"]
+    assert convs[0].shape == (4, 6, 28, 28) and convs[0].out_bytes == 4 * 6 * 28 * 28 * 4  # fp32
+    assert cut_points(graph) == [n.id for n in graph.nodes[:-1]]
+    assert graph.edges == [(i, i + 1) for i in range(len(graph.nodes) - 1)]
+
+
+def test_a_residual_block_is_cut_only_at_its_ends():
+    model = build_model("resnet20", num_classes=10, in_channels=3, image_size=32)
+    graph = layer_graph(model, (3, 32, 32))
+    cuts = set(cut_points(graph))
+    adds = [n for n in graph.nodes if n.kind == "add"]
+    assert len(adds) == 9  # three stages of three blocks
+    for add in adds:
+        start = max(c for c in cuts if c < add.id)  # the block's input: the last cut before its sum
+        readers = [n.id for n in graph.nodes if start in n.inputs]
+        assert len(readers) == 2  # it feeds both the block's body and its shortcut
+        assert add.id + 1 in cuts  # after the sum's ReLU, one tensor again
+        assert add.id - start >= 4  # no cut inside: the skip connection is in flight through the block
+    body = json.loads(json.dumps(graph.to_dict()))
+    assert [e for e in body["edges"]] == [list(e) for e in graph.edges]
+    assert [n["id"] for n in body["nodes"]] == list(range(len(graph.nodes)))
+
+
+def test_a_model_fx_cannot_trace_says_why():
+    class Branchy(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(4, 2)
+
+        def forward(self, x):
+            if x.sum() > 0:  # data-dependent control flow
+                return self.fc(x)
+            return self.fc(-x)
+
+    with pytest.raises(Untraceable, match="TraceError|symbolic"):
+        layer_graph(Branchy(), (4,))
+
+
+def test_shared_parameters_count_once():
+    class Tied(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a = nn.Linear(8, 8)
+            self.b = nn.Linear(8, 8)
+            self.b.weight = self.a.weight
+
+        def forward(self, x):
+            return self.b(torch.relu(self.a(x)))
+
+    graph = layer_graph(Tied(), (8,))
+    assert sum(n.params for n in graph.nodes) == count_params(Tied()) == 64 + 8 + 8
