@@ -82,11 +82,13 @@ def test_ps_async_goes_on_when_a_worker_dies(tmp_path):
 
 
 def test_max_staleness_drops_old_gradients_and_staleness_lr_still_learns(train, tmp_path):
-    s = train(tmp_path / "run", "--nproc", "3", "--strategy", "ps-async", "--epochs", "2", "--lr", "0.1",
+    s = train(tmp_path / "run", "--nproc", "3", "--strategy", "ps-async", "--epochs", "4", "--lr", "0.1",
                   "--max-staleness", "0", "--staleness-lr", "--ps-optimizer", "sgd", "--ps-fetch", "2")
     ps = s["ps"]
     assert ps["dropped_stale"] > 0 and ps["updates_per_shard"][0] + ps["dropped_stale"] == ps["staleness"]["pushes"]
-    assert s["top1"] > 0.25  # plain SGD, most gradients dropped: slow, but learning (measured 0.49; chance 0.1)
+    # plain SGD, most gradients dropped: slow, but learning (4 epochs, about 72 updates applied: top-1 0.63-0.84
+    # in 6 in-process runs; with 2 epochs it ranged 0.13-0.62, too close to chance, 0.1, to test)
+    assert s["top1"] > 0.25
 
 
 def test_topk_through_the_parameter_server_sends_far_less_and_learns(train, tmp_path):
