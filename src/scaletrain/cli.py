@@ -30,6 +30,12 @@ def build_parser() -> argparse.ArgumentParser:
                                                          "against the alpha-beta model"))
     from scaletrain.testbed.cli import add_testbed_args
     add_testbed_args(sub.add_parser("testbed", help="a virtual cluster: hosts as network namespaces, shaped links"))
+    from scaletrain.predict.calibrate_cli import add_calibrate_args
+    add_calibrate_args(sub.add_parser("calibrate", help="measure this machine once for the performance model"))
+    from scaletrain.predict.cli import add_predict_args
+    add_predict_args(sub.add_parser("predict", help="predict step time, scaling and memory before running"))
+    from scaletrain.validate.cli import add_validate_args
+    add_validate_args(sub.add_parser("validate", help="compare a prediction with measured runs or studies"))
     models = sub.add_parser("models", help="list the models with parameters and forward FLOPs")
     models.add_argument("--image-size", type=int, default=32)
     models.add_argument("--in-channels", type=int, default=3)
@@ -95,6 +101,15 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "testbed":
             from scaletrain.testbed.cli import run_testbed
             return run_testbed(args)
+        if args.command == "calibrate":
+            from scaletrain.predict.calibrate_cli import run_calibrate
+            return run_calibrate(args)
+        if args.command == "predict":
+            from scaletrain.predict.cli import run_predict
+            return run_predict(args)
+        if args.command == "validate":
+            from scaletrain.validate.cli import run_validate
+            return run_validate(args)
         if args.command == "models":
             from scaletrain.models import model_rows
             from scaletrain.console.summary import print_models

@@ -26,3 +26,11 @@ def quiet_torch_cpp_logs() -> None:
 def testbed_state_path() -> Path:
     """Where `scaletrain testbed up` records the hosts it built ($SCALETRAIN_TESTBED_STATE overrides)."""
     return Path(os.environ.get("SCALETRAIN_TESTBED_STATE", "/run/scaletrain-testbed.json"))
+
+
+def cache_dir() -> Path:
+    """scaletrain's per-user cache (the machine's calibration): `$XDG_CACHE_HOME/scaletrain`, else
+    `~/.cache/scaletrain`; `$SCALETRAIN_CACHE` overrides both (tests, shared clusters)."""
+    if os.environ.get("SCALETRAIN_CACHE"):
+        return Path(os.environ["SCALETRAIN_CACHE"])
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "scaletrain"

@@ -1,0 +1,65 @@
+"""The calibration file: what `scaletrain calibrate` measured on one machine, read back by `predict`
+(format in docs/predict.md). Plain JSON, versioned; no torch, so a file made on a cluster's GPU node
+can be read anywhere.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from scaletrain.errors import UserError
+
+FORMAT = 1
+KIND = "scaletrain-calibration"
+REQUIRED = ("format", "kind", "device", "threads", "precisions", "layers", "optimizer", "loop", "loader", "network",
+            "memory")
+
+
+def cache_path() -> Path:
+    """Where `predict` keeps this machine's calibration when none is given (`$XDG_CACHE_HOME/scaletrain`)."""
+    from scaletrain.dist.env import cache_dir
+
+    return cache_dir() / "calibration.json"
+
+
+def save(calibration: dict[str, Any], path: str | Path) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    with os.fdopen(fd, "w") as f:
+        json.dump(calibration, f, indent=1)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    return path
+
+
+def load(path: str | Path) -> dict[str, Any]:
+    """The calibration in `path`; a missing, unreadable or foreign file is one UserError line."""
+    path = Path(path)
+    if not path.is_file():
+        raise UserError(f"calibration file {path} does not exist: make one with `scaletrain calibrate --out {path}`")
+    try:
+        data = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise UserError(f"{path} is not a calibration file (not JSON: {e}): make one with scaletrain calibrate") from None
+    if not isinstance(data, dict) or data.get("kind") != KIND:
+        raise UserError(f"{path} is not a scaletrain calibration file: make one with `scaletrain calibrate`")
+    if data.get("format") != FORMAT:
+        raise UserError(f"{path} is calibration format {data.get('format')}, this scaletrain reads format {FORMAT}: "
+                        f"calibrate again with `scaletrain calibrate --out {path}`")
+    missing = [k for k in REQUIRED if k not in data]
+    if missing:
+        raise UserError(f"{path} lacks {', '.join(missing)}: it was cut short; calibrate again")
+    return data
+
+
+def nearest_threads(calibration: dict[str, Any], threads: int) -> int:
+    """The calibrated thread count closest to `threads` (ratio-wise)."""
+    import math
+
+    return min(calibration["threads"], key=lambda t: (abs(math.log(t / max(threads, 1))), -t))

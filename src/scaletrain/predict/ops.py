@@ -1,0 +1,192 @@
+"""A model as the operations the performance model prices: each node of its torch.fx graph (perf/graph.py)
+becomes an `Op` of one kind with the features that kind's cost depends on (docs/predict.md).
+
+Kinds and their features (batch first, square or not):
+    conv     n, cin, cout, h, w (input), k, stride, groups, grad_in  Conv2d
+    linear   n (all leading dims), fin, fout, grad_in              Linear
+(grad_in: 1 when backward computes the gradient towards the op's input, 0 for a first layer.)
+    norm     n, c, hw                                              BatchNorm1d/2d, GroupNorm, LayerNorm
+    pool     n, c, h, w (input), k, stride                         MaxPool2d, AvgPool2d, Adaptive*Pool2d
+    eltwise  elements (largest input or output), inputs            activations, add, mul, cat, pad, dropout ...
+    view     -                                                     flatten, view, reshape, getitem on shapes ...
+A module fx cannot trace symbolically is walked with forward hooks instead (`trace_ops(..., fallback=True)`):
+its leaf modules become ops and the functional operations between them are not seen (the notes say so).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+
+from scaletrain.perf.graph import LayerGraph, Untraceable, layer_graph
+
+KINDS = ("conv", "linear", "norm", "pool", "eltwise")
+FEATURES = {
+    "conv": ("n", "cin", "cout", "h", "w", "k", "stride", "groups", "grad_in"),
+    "linear": ("n", "fin", "fout", "grad_in"),
+    "norm": ("n", "c", "hw"),
+    "pool": ("n", "c", "h", "w", "k", "stride"),
+    "eltwise": ("elements", "inputs"),
+}
+_NORMS = ("BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "GroupNorm", "LayerNorm", "InstanceNorm2d", "SyncBatchNorm")
+_POOLS = ("MaxPool2d", "AvgPool2d", "AdaptiveAvgPool2d", "AdaptiveMaxPool2d")
+_VIEWS = ("flatten", "view", "reshape", "size", "getattr", "Flatten", "Identity", "squeeze", "unsqueeze",
+          "permute", "transpose", "contiguous", "dim", "chunk", "split", "Unflatten")
+
+
+@dataclass
+class Op:
+    """One operation of the forward pass at the traced batch size."""
+
+    name: str  # the fx node's (or module's) name
+    kind: str  # one of KINDS, or "view" (no arithmetic: priced at the per-op overhead)
+    features: dict[str, int]
+    flops: int = 0
+    out_bytes: int = 0
+    param_numels: list[int] = field(default_factory=list)  # the parameters it owns, in registration order
+    needs_input_grad: bool = True  # False for the first layer: nothing before it needs a gradient
+    module: str = ""  # qualified module name (call_module nodes), for DDP's gradient order
+    # whether autograd keeps its output (or input) for backward: what the memory model counts
+    saves_activation: bool = True
+
+
+@dataclass
+class Workload:
+    ops: list[Op]
+    batch_size: int
+    input_shape: tuple[int, ...]
+    params: int
+    param_bytes: int
+    traced_by: str  # "fx" or "hooks"
+    notes: list[str] = field(default_factory=list)
+
+
+def trace_ops(model: nn.Module, input_shape: tuple[int, ...], batch_size: int) -> Workload:
+    """The ops of one forward pass of `batch_size` samples; fx first, module hooks where fx cannot trace."""
+    try:
+        graph = layer_graph(model, input_shape, batch_size)
+    except Untraceable as e:
+        return _hooks_workload(model, input_shape, batch_size, str(e))
+    return _fx_workload(model, graph, input_shape, batch_size)
+
+
+def _fx_workload(model: nn.Module, graph: LayerGraph, input_shape, batch_size: int) -> Workload:
+    nodes = graph.nodes
+    ops: list[Op] = []
+    grad: dict[int, bool] = {}  # does the node's output carry a gradient (some parameter upstream)?
+    for n in nodes:
+        if n.op in ("placeholder", "output", "get_attr"):
+            continue
+        in_shapes = [nodes[i].shape for i in n.inputs if nodes[i].shape is not None]
+        module = model.get_submodule(n.target) if n.op == "call_module" else None
+        kind, features = classify(n.kind, module, in_shapes, n.shape)
+        upstream = any(grad.get(i, False) for i in n.inputs)
+        numels = [p.numel() for p in module.parameters(recurse=True) if p.requires_grad] if module is not None else []
+        grad[n.id] = upstream or bool(numels)
+        if kind in ("conv", "linear"):
+            features["grad_in"] = int(upstream)
+        ops.append(Op(n.name, kind, features, n.flops, n.out_bytes, numels, upstream,
+                      n.target if module is not None else "", kind != "view"))
+    params = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    pbytes = sum(p.numel() * p.element_size() for p in model.parameters() if p.requires_grad)
+    return Workload(ops, batch_size, tuple(input_shape), params, pbytes, "fx")
+
+
+def _hooks_workload(model: nn.Module, input_shape, batch_size: int, why: str) -> Workload:
+    from scaletrain.perf.flops import counting, probe_input
+
+    records: list[tuple[str, nn.Module, list, Any, int]] = []
+    leaves = [(name, m) for name, m in model.named_modules() if not list(m.children())]
+    handles = []
+    flops_before: dict[int, float] = {}
+
+    for i, (name, m) in enumerate(leaves):
+        def pre(_m, inputs, i=i):
+            flops_before[i] = counter.get_total_flops()
+
+        def post(_m, inputs, out, i=i, name=name):
+            shapes = [tuple(t.shape) for t in inputs if isinstance(t, torch.Tensor)]
+            records.append((name, _m, shapes, out, int(counter.get_total_flops() - flops_before[i])))
+        handles += [m.register_forward_pre_hook(pre), m.register_forward_hook(post)]
+    try:
+        with counting(model) as counter:
+            model(probe_input(model, input_shape, batch_size))
+    finally:
+        for h in handles:
+            h.remove()
+    ops = []
+    for j, (name, m, shapes, out, flops) in enumerate(records):
+        shape = tuple(out.shape) if isinstance(out, torch.Tensor) else None
+        kind, features = classify(type(m).__name__, m, shapes, shape)
+        if kind in ("conv", "linear"):
+            features["grad_in"] = int(j > 0)
+        out_bytes = out.numel() * out.element_size() if isinstance(out, torch.Tensor) else 0
+        ops.append(Op(name, kind, features, flops, out_bytes,
+                      [p.numel() for p in m.parameters() if p.requires_grad], j > 0, name, kind != "view"))
+    params = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    pbytes = sum(p.numel() * p.element_size() for p in model.parameters() if p.requires_grad)
+    note = (f"torch.fx cannot trace the model ({why}): its leaf modules were timed through forward hooks, "
+            "and functional operations between them are not priced")
+    return Workload(ops, batch_size, tuple(input_shape), params, pbytes, "hooks", [note])
+
+
+def classify(kind: str, module: nn.Module | None, in_shapes: list, out_shape) -> tuple[str, dict[str, int]]:
+    """(op kind, features) of one node: its class or function name, its module, input and output shapes."""
+    x = in_shapes[0] if in_shapes else None
+    if isinstance(module, nn.Conv2d) and x is not None and len(x) == 4:
+        return "conv", {"n": x[0], "cin": x[1], "cout": module.out_channels, "h": x[2], "w": x[3],
+                        "k": int(module.kernel_size[0]), "stride": int(module.stride[0]), "groups": module.groups, "grad_in": 1}
+    if isinstance(module, nn.Linear) and x is not None:
+        return "linear", {"n": math.prod(x[:-1]), "fin": x[-1], "fout": module.out_features, "grad_in": 1}
+    if kind in _NORMS and x is not None and len(x) >= 2:
+        return "norm", {"n": x[0], "c": x[1], "hw": math.prod(x[2:]) if len(x) > 2 else 1}
+    if kind in _POOLS and x is not None and len(x) == 4 and out_shape is not None and len(out_shape) == 4:
+        k, stride = _pool_window(module, x, out_shape)
+        return "pool", {"n": x[0], "c": x[1], "h": x[2], "w": x[3], "k": k, "stride": stride}
+    if kind in _VIEWS or out_shape is None:
+        return "view", {}
+    sizes = [math.prod(s) for s in in_shapes] + [math.prod(out_shape)]
+    return "eltwise", {"elements": max(sizes), "inputs": max(1, len(in_shapes))}
+
+
+def _pool_window(module: nn.Module | None, x, out_shape) -> tuple[int, int]:
+    k = getattr(module, "kernel_size", None)
+    s = getattr(module, "stride", None)
+    if k is not None:
+        k = k if isinstance(k, int) else k[0]
+        s = k if s is None else (s if isinstance(s, int) else s[0])
+        return int(k), int(s)
+    stride = max(1, x[2] // max(1, out_shape[2]))  # adaptive: the window it amounts to
+    return int(x[2] - (out_shape[2] - 1) * stride), int(stride)
+
+
+# ------------------------------------------------------------------ building one op to time it
+def build_op(kind: str, f: dict[str, int]) -> tuple[nn.Module, list[torch.Tensor]]:
+    """A module and its input(s) computing one op of `kind` with features `f` (for calibration)."""
+    if kind == "conv":
+        m = nn.Conv2d(f["cin"], f["cout"], f["k"], stride=f["stride"], padding=f["k"] // 2, groups=f["groups"],
+                      bias=False)
+        return m, [torch.randn(f["n"], f["cin"], f["h"], f["w"])]
+    if kind == "linear":
+        return nn.Linear(f["fin"], f["fout"]), [torch.randn(f["n"], f["fin"])]
+    if kind == "norm":
+        side = max(1, int(round(math.sqrt(f["hw"]))))
+        if side * side == f["hw"] and f["hw"] > 1:
+            return nn.BatchNorm2d(f["c"]), [torch.randn(f["n"], f["c"], side, side)]
+        return nn.BatchNorm1d(f["c"]), [torch.randn(f["n"], f["c"], f["hw"]) if f["hw"] > 1 else torch.randn(f["n"], f["c"])]
+    if kind == "pool":
+        return nn.MaxPool2d(f["k"], f["stride"]), [torch.randn(f["n"], f["c"], f["h"], f["w"])]
+    if kind == "eltwise":
+        if f["inputs"] >= 2:
+            return _Add(), [torch.randn(f["elements"]), torch.randn(f["elements"])]
+        return nn.ReLU(), [torch.randn(f["elements"])]
+    raise ValueError(f"no builder for op kind {kind!r}")
+
+
+class _Add(nn.Module):
+    def forward(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return a + b

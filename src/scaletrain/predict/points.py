@@ -1,0 +1,267 @@
+"""From run settings to predicted points: trace the model, price its ops with the calibration, apply the
+model (model.py) and name each point's limit and the scaling's (docs/predict.md)."""
+
+from __future__ import annotations
+
+import functools
+import math
+import statistics
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from scaletrain.errors import UserError
+from scaletrain.predict import model as M
+from scaletrain.predict.calibration import nearest_threads
+from scaletrain.predict.ops import Workload
+from scaletrain.predict.regress import LayerTimes
+
+LARGE_BATCH = 256  # the batch a device's per-sample efficiency is judged against
+
+
+class Predictor:
+    """Everything one calibration (or hardware profile) predicts with, cached per precision and threads."""
+
+    def __init__(self, calibration: dict[str, Any], network: dict[str, Any], hardware=None) -> None:
+        self.cal, self.network, self.hardware = calibration, network, hardware
+        self._times: dict[tuple[str, int], LayerTimes] = {}
+        self._loops: dict[int, M.Loop] = {}
+        self.notes: list[str] = []
+
+    # ---------------------------------------------------------------- calibrated laws
+    def times(self, precision: str, threads: int) -> LayerTimes:
+        t = nearest_threads(self.cal, threads)
+        key = (precision, t)
+        if key not in self._times:
+            if precision not in self.cal["precisions"]:
+                raise UserError(f"the calibration has no {precision} measurements (it has "
+                                f"{', '.join(self.cal['precisions'])}): calibrate without --quick, or predict "
+                                f"--precision {self.cal['precisions'][0]}")
+            rows = [r for r in self.cal["layers"] if r["precision"] == precision and r["threads"] == t]
+            self._times[key] = LayerTimes(rows)
+        return self._times[key]
+
+    def regression_errors(self) -> dict[str, Any]:
+        out = {}
+        for (prec, t), lt in sorted(self._times.items()):
+            for name, e in lt.errors().items():
+                out[f"{name}/{prec}/t{t}"] = e
+        return out
+
+    def optimizer_law(self, name: str, threads: int):
+        t = nearest_threads(self.cal, threads)
+        rows = [r for r in self.cal["optimizer"] if r["optimizer"] == name and r["threads"] == t] or \
+            [r for r in self.cal["optimizer"] if r["optimizer"] == "sgd" and r["threads"] == t]
+        a = np.array([[1.0, r["tensors"], r["numel"]] for r in rows])
+        y = np.array([r["seconds"] for r in rows])
+        from scipy.optimize import nnls
+
+        coef, _ = nnls(a, y)
+        return lambda tensors, numel: float(coef[0] + coef[1] * tensors + coef[2] * numel)
+
+    def loader_sample_s(self, dataset: str, image_size: int, source_pixels: int | None) -> float:
+        fit = self.cal["loader"]["fit"]
+        kind = dataset.split(":", 1)[0]
+        a, b, c = fit.get(kind, fit.get("synthetic", [0.0, 0.0, 0.0]))
+        return a + b * (source_pixels or image_size * image_size) + c * image_size * image_size
+
+    def handoff(self, image_size: int, sample_s_64: float) -> tuple[float, float]:
+        """(seconds per batch a worker adds handing a batch over, first-batch start-up seconds) per sample
+        of the calibrated 64-pixel folder: start-up scaled to this batch later."""
+        rows = self.cal["loader"]["workers"]
+        if not rows:
+            return 0.0, 0.0
+        r1 = next((r for r in rows if r["workers"] == 1), rows[0])
+        handoff = max(0.0, r1["per_batch_s"] - r1["batch_size"] * sample_s_64)
+        startup = max(0.0, statistics.fmean(r["first_batch_s"] for r in rows) - r1["batch_size"] * sample_s_64)
+        return handoff, startup
+
+    def loop(self, local_ranks: int) -> M.Loop:
+        """The loop factors from the calibration's reference run with the nearest number of ranks per node."""
+        runs = [r for r in self.cal["loop"]["runs"] if "error" not in r and r.get("phases_mean_s")]
+        if not runs:
+            self.notes.append("the calibration has no training-loop run: forward and backward are the ops' sums")
+            return M.Loop()
+        run = min(runs, key=lambda r: (abs(math.log(r["nproc"] / max(1, local_ranks))), -r["nproc"]))
+        if run["nproc"] not in self._loops:
+            self._loops[run["nproc"]] = self._loop_from(run)
+        return self._loops[run["nproc"]]
+
+    def _loop_from(self, run: dict[str, Any]) -> M.Loop:
+        from scaletrain.predict import refnet
+
+        cal = self.cal["loop"]
+        ref = cal_workload(refnet.build(10, 3, cal["image_size"]), (3, cal["image_size"], cal["image_size"]),
+                           cal["batch_size"])
+        threads = run.get("threads") or 1
+        s = M.Setting(batch_size=cal["batch_size"], nproc=run["nproc"], cores=self.cal["device"]["cores"],
+                      threads=threads)
+        ops = self.op_costs(ref, "fp32", threads)
+        loss = self.loss_s(cal["batch_size"], 10, "fp32", threads)
+        fwd = sum(o.forward_s for o in ops) + loss[0]
+        bwd = sum(o.backward_s for o in ops) + loss[1]
+        grads = [g for o in ops for g in o.grad_bytes]
+        opt = self.optimizer_law("sgd", threads)(len(grads), sum(grads) // 4)
+        ph = run["phases_mean_s"]
+        loop = M.Loop(forward=ph["forward"] / fwd if fwd else 1.0, backward=ph["backward"] / bwd if bwd else 1.0,
+                      optimizer=ph["optimizer"] / opt if opt else 1.0, h2d_s=ph["h2d"], other_s=ph["other"])
+        if run["nproc"] > 1:
+            plain = M.predict_step(ops, M.Setting(batch_size=s.batch_size, nproc=run["nproc"], cores=s.cores,
+                                                  threads=threads),
+                                   M.Loop(forward=loop.forward, backward=loop.backward), self.network,
+                                   lambda t, n: 0.0)
+            loop.comm_s = max(0.0, ph["comm_exposed"] - plain["phases_s"]["comm_exposed"])
+        return loop
+
+    # ---------------------------------------------------------------- pricing ops
+    def op_costs(self, workload: Workload, precision: str, threads: int) -> list[M.OpCost]:
+        if self.hardware is not None:
+            return self._roofline_costs(workload, precision)
+        lt = self.times(precision, threads)
+        costs = []
+        for op in workload.ops:
+            grads = [4 * n for n in op.param_numels]
+            if op.kind == "view":
+                costs.append(M.OpCost(0.0, 0.0, grads, "none"))
+                continue
+            fwd, bwd, source = lt.times(op.kind, op.features)
+            costs.append(M.OpCost(fwd, bwd, grads, source))
+        return costs
+
+    def _roofline_costs(self, workload: Workload, precision: str) -> list[M.OpCost]:
+        from scaletrain.perf.hardware import roofline_time
+
+        hw = self.hardware
+        costs = []
+        for op in workload.ops:
+            grads = [4 * n for n in op.param_numels]
+            moved = 2 * op.out_bytes + sum(grads)
+            fwd = roofline_time(op.flops, moved, hw, precision) if op.kind != "view" else 0.0
+            bwd = roofline_time(2 * op.flops, 2 * moved, hw, precision, kernels=2) if op.kind != "view" else 0.0
+            costs.append(M.OpCost(fwd, bwd, grads, "roofline"))
+        return costs
+
+    def loss_s(self, batch: int, classes: int, precision: str, threads: int) -> tuple[float, float]:
+        if self.hardware is not None:
+            return 0.0, 0.0
+        lt = self.times(precision, threads)
+        f, b, _ = lt.times("eltwise", {"elements": batch * classes, "inputs": 1})
+        return 3 * f, 3 * b  # log-softmax, gather, mean: about three element-wise passes each way
+
+
+@functools.lru_cache(maxsize=64)
+def _cached_workload(model_name: str, num_classes: int, in_channels: int, image_size: int, batch: int, stem: str,
+                     width: float) -> Workload:
+    import torch
+
+    from scaletrain.models.registry import build_model
+    from scaletrain.perf.graph import Untraceable  # noqa: F401 (ops falls back itself)
+
+    with torch.device("cpu"):
+        m = build_model(model_name, num_classes=num_classes, in_channels=in_channels, image_size=image_size,
+                        stem=stem, width=width)
+    return cal_workload(m, (in_channels, image_size, image_size), batch)
+
+
+def cal_workload(module, input_shape, batch: int) -> Workload:
+    from scaletrain.predict.ops import trace_ops
+
+    return trace_ops(module, tuple(input_shape), batch)
+
+
+def workload(cfg, data_facts: dict[str, Any], batch: int) -> Workload:
+    return _cached_workload(cfg.model, data_facts["classes"], data_facts["channels"], data_facts["image_size"],
+                            batch, cfg.stem, cfg.width)
+
+
+@functools.lru_cache(maxsize=32)
+def data_facts(dataset: str, image_size: int | None, synthetic_samples: int, synthetic_classes: int) -> dict[str, Any]:
+    """Samples, classes, channels, image size and (image folders) the images' mean source pixels."""
+    from scaletrain.data.registry import build_datasets
+
+    bundle = build_datasets(dataset, image_size=image_size, synthetic_samples=synthetic_samples,
+                            synthetic_classes=synthetic_classes)
+    facts = {"samples": len(bundle.train), "classes": bundle.num_classes, "channels": bundle.in_channels,
+             "image_size": bundle.image_size, "source_pixels": None}
+    if dataset.startswith("imagefolder:"):
+        from PIL import Image
+
+        train = bundle.train
+        picks = range(0, len(train), max(1, len(train) // 16))
+        sizes = []
+        for i in picks:
+            with Image.open(train.path(i)) as im:
+                sizes.append(im.size[0] * im.size[1])
+        facts["source_pixels"] = int(statistics.fmean(sizes)) if sizes else None
+    return facts
+
+
+def predict_config(p: Predictor, cfg, *, shared_cores: int | None = None, cores: int | None = None) -> dict[str, Any]:
+    """One point: the model's phases, epoch, memory and limit for a TrainConfig (its batch per rank)."""
+    from scaletrain.comm.spec import parse_compress
+
+    facts = data_facts(cfg.dataset, cfg.image_size, cfg.synthetic_samples, cfg.synthetic_classes)
+    cores = cores or (p.hardware.cpu_cores if p.hardware and p.hardware.cpu_cores else p.cal["device"]["cores"])
+    s = M.Setting(batch_size=cfg.batch_size, precision=cfg.precision, nproc=cfg.nproc, nnodes=cfg.nnodes,
+                  workers=cfg.workers, strategy=cfg.strategy, compress=parse_compress(cfg.compress),
+                  ps_servers=cfg.ps_servers, bucket_cap_mb=cfg.bucket_cap_mb, optimizer=cfg.optimizer, cores=cores,
+                  shared_cores=shared_cores, threads=cfg.threads, train_samples=facts["samples"])
+    if s.trainers < 1:
+        raise UserError(f"--nproc {cfg.nproc} x --nnodes {cfg.nnodes} leaves no worker beside {s.servers} server(s)")
+    w = workload(cfg, facts, cfg.batch_size)
+    threads = s.rank_threads
+    ops = p.op_costs(w, cfg.precision, threads)
+    loss = p.loss_s(cfg.batch_size, facts["classes"], cfg.precision, threads)
+    s.sample_s = p.loader_sample_s(cfg.dataset, facts["image_size"], facts["source_pixels"])
+    handoff, startup = p.handoff(facts["image_size"], p.loader_sample_s("imagefolder", 64, 64 * 64))
+    loop = p.loop(cfg.nproc)
+    opt_law = p.optimizer_law(cfg.optimizer, threads)
+    step = M.predict_step(ops, s, loop, p.network, opt_law, loss, loader_first_batch_s=startup + s.sample_s *
+                          cfg.batch_size, handoff_s=handoff if cfg.workers else 0.0)
+    steps = facts["samples"] // (cfg.batch_size * s.trainers)
+    act = sum(op.out_bytes for op in w.ops if op.saves_activation)
+    if cfg.precision != "fp32":
+        act = int(act * 0.75)  # autocast keeps conv and linear outputs in 16 bits, the rest in fp32
+    sample_bytes = 4 * facts["channels"] * facts["image_size"] ** 2
+    baseline = (p.cal.get("memory") or {}).get("baseline_rss_bytes") or 0
+    mem = M.memory(s, w.params, act, sample_bytes * cfg.batch_size, 0)
+    if baseline and not p.hardware:
+        ref = _refnet_memory(p)
+        mem["baseline"] = max(0, baseline - ref)
+    eff = batch_efficiency(p, cfg, facts, ops, threads)
+    lim, note = M.limit(step["phases_s"], eff)
+    sources = {}
+    for o in ops:
+        if o.source != "none":
+            sources[o.source] = sources.get(o.source, 0) + 1
+    return {"setting": s, "phases_s": step["phases_s"], "step_time_s": step["step_time_s"],
+            "steps_per_epoch": steps, "epoch_time_s": steps * step["step_time_s"] + step["epoch_start_s"],
+            "samples_per_s": cfg.batch_size * s.trainers / step["step_time_s"],
+            "peak_memory_bytes": sum(mem.values()), "memory_bytes": mem, "memory_kind":
+            ("cuda" if p.cal["device"]["type"] == "cuda" else "rss") if not p.hardware else p.hardware.kind,
+            "comm": step["comm"], "layers": {k: sources.get(k, 0) for k in ("measured", "regression", "roofline")},
+            "limit": lim, "limit_note": note, "batch_efficiency": eff, "threads": threads,
+            "stretch": step["stretch"], "notes": list(w.notes)}
+
+
+def _refnet_memory(p: Predictor) -> int:
+    from scaletrain.predict import refnet
+
+    cal = p.cal["loop"]
+    w = cal_workload(refnet.build(10, 3, cal["image_size"]), (3, cal["image_size"], cal["image_size"]),
+                     cal["batch_size"])
+    act = sum(op.out_bytes for op in w.ops if op.saves_activation)
+    s = M.Setting(batch_size=cal["batch_size"])
+    return sum(M.memory(s, w.params, act, 4 * 3 * cal["image_size"] ** 2 * cal["batch_size"]).values())
+
+
+def batch_efficiency(p: Predictor, cfg, facts, ops: list[M.OpCost], threads: int) -> float:
+    """Per-sample compute at this batch against at LARGE_BATCH (1 = the batch is large enough)."""
+    if cfg.batch_size >= LARGE_BATCH:
+        return 1.0
+    big = workload(cfg, facts, LARGE_BATCH)
+    big_ops = p.op_costs(big, cfg.precision, threads)
+    small = sum(o.forward_s + o.backward_s for o in ops) / cfg.batch_size
+    large = sum(o.forward_s + o.backward_s for o in big_ops) / LARGE_BATCH
+    return min(1.0, large / small) if small > 0 else 1.0

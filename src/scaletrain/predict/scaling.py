@@ -1,0 +1,131 @@
+"""A grid of predicted points and what it says about scaling: speedup and efficiency per point against
+its series' smallest, the first limit met as the processes grow, and where efficiency falls under 80%
+and 50% (docs/predict.md)."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import scaletrain
+from scaletrain.errors import UserError
+from scaletrain.predict.points import Predictor, predict_config
+
+SCALE_KEYS = ("nproc", "nnodes")
+LADDER_NODES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+
+
+def predict_grid(spec, cal: dict[str, Any], network: dict[str, Any], hw, basis: str, *,
+                 global_batch: int | None = None, shared_cores: int | None = None) -> dict[str, Any]:
+    from scaletrain.study.grid import points
+
+    predictor = Predictor(cal, network, hw)
+    grid = points(spec)
+    out = []
+    for point in grid:
+        cfg = _strong(point.config, global_batch)
+        r = predict_config(predictor, cfg, shared_cores=shared_cores)
+        out.append(_entry(point.id, point.axes, cfg, r))
+    _speedups(out, global_batch is not None)
+    series = _series(out, global_batch is not None)
+    scaling = _scaling(series, predictor, shared_cores, global_batch, network)
+    notes = sorted({n for p in out for n in p.pop("notes")} | set(predictor.notes))
+    return {"format": 1, "kind": "prediction", "scaletrain_version": scaletrain.__version__,
+            "basis": "datasheet" if hw is not None else "calibration", "basis_note": basis,
+            "calibration_device": cal["device"], "network": network,
+            "axes": spec.axes, "global_batch": global_batch, "shared_cores": shared_cores,
+            "regression": predictor.regression_errors(), "points": out, "scaling": scaling, "notes": notes}
+
+
+def _strong(cfg, global_batch: int | None):
+    if not global_batch:
+        return cfg
+    trainers = cfg.nproc * cfg.nnodes - (cfg.ps_servers if cfg.strategy.startswith("ps-") else 0)
+    batch = global_batch // max(1, trainers)
+    if batch < 1:
+        raise UserError(f"--global-batch {global_batch} is smaller than the {trainers} trainers of a point: "
+                        "raise it or drop the largest --nproc")
+    return dataclasses.replace(cfg, batch_size=batch)
+
+
+def _entry(pid: str, axes: dict[str, Any], cfg, r: dict[str, Any]) -> dict[str, Any]:
+    s = r["setting"]
+    config = {k: v for k, v in cfg.to_dict().items() if k not in ("out", "resume", "progress", "stop_after")}
+    config.update({"nnodes": cfg.nnodes, "threads": r["threads"], "compress": cfg.compress or "none"})
+    return {"id": pid, "axes": axes, "config": config, "trainers": s.trainers,
+            "phases_s": r["phases_s"], "step_time_s": r["step_time_s"], "epoch_time_s": r["epoch_time_s"],
+            "steps_per_epoch": r["steps_per_epoch"], "samples_per_s": r["samples_per_s"],
+            "speedup": None, "ideal_speedup": None, "efficiency": None,
+            "peak_memory_bytes": r["peak_memory_bytes"], "memory_bytes": r["memory_bytes"],
+            "memory_kind": r["memory_kind"], "comm": r["comm"], "layers": r["layers"],
+            "limit": r["limit"], "limit_note": r["limit_note"], "batch_efficiency": r["batch_efficiency"],
+            "core_sharing_stretch": r["stretch"], "notes": r["notes"]}
+
+
+def _group_key(p: dict[str, Any], strong: bool) -> tuple:
+    skip = set(SCALE_KEYS) | ({"batch_size"} if strong else set())
+    return tuple(sorted((k, str(v)) for k, v in p["axes"].items() if k not in skip))
+
+
+def _series(points: list[dict[str, Any]], strong: bool) -> dict[tuple, list[dict[str, Any]]]:
+    groups: dict[tuple, list[dict[str, Any]]] = {}
+    for p in points:
+        groups.setdefault(_group_key(p, strong), []).append(p)
+    return {k: sorted(v, key=lambda p: p["trainers"]) for k, v in groups.items()}
+
+
+def _speedups(points: list[dict[str, Any]], strong: bool) -> None:
+    for series in _series(points, strong).values():
+        base = series[0]
+        for p in series:
+            p["speedup"] = p["samples_per_s"] / base["samples_per_s"]
+            p["ideal_speedup"] = p["trainers"] / base["trainers"]
+            p["efficiency"] = p["speedup"] / p["ideal_speedup"]
+            p["baseline"] = base["id"]
+
+
+def _scaling(series: dict[tuple, list[dict[str, Any]]], predictor: Predictor, shared_cores, global_batch,
+             network) -> dict[str, Any]:
+    """Over the first series: the first limit met as P grows and the P where efficiency falls under 80% and
+    50%; beyond the grid, nodes are doubled (at its largest nproc) while a link between nodes is known."""
+    first = next(iter(series.values()))
+    ladder = [(p["trainers"], p["efficiency"], p["limit"]) for p in first]
+    notes = []
+    if network.get("inter") and len(ladder) and shared_cores is None:
+        from scaletrain.config import build_config
+
+        top = first[-1]
+        base_cfg = {k: v for k, v in top["config"].items() if k not in ("threads",)}
+        if base_cfg.get("compress") == "none":
+            base_cfg["compress"] = None
+        base = first[0]
+        for nodes in LADDER_NODES:
+            if nodes <= top["config"]["nnodes"]:
+                continue
+            try:
+                cfg = _strong(build_config({}, {**base_cfg, "nnodes": nodes}), global_batch)
+                r = predict_config(predictor, cfg)
+            except UserError:
+                break
+            trainers = r["setting"].trainers
+            speed = r["samples_per_s"] / base["samples_per_s"]
+            ladder.append((trainers, speed / (trainers / base["trainers"]), r["limit"]))
+        notes.append(f"beyond the grid: {top['config']['nproc']} processes per node, nodes doubled up to "
+                     f"{LADDER_NODES[-1]} over {network['source']}")
+    first_limit = next(((p, lim) for p, _, lim in ladder if lim != "compute"), None)
+    below80 = next((p for p, e, _ in ladder if e is not None and e < 0.8), None)
+    below50 = next((p for p, e, _ in ladder if e is not None and e < 0.5), None)
+    words = []
+    if first_limit:
+        words.append(f"first limit as P grows: {first_limit[1]} (from P = {first_limit[0]})")
+    else:
+        words.append(f"compute-bound up to P = {ladder[-1][0]}: no other limit met")
+    words.append(f"efficiency under 80% from P = {below80}" if below80 else
+                 f"efficiency stays at or above 80% up to P = {ladder[-1][0]}")
+    words.append(f"efficiency under 50% from P = {below50}" if below50 else
+                 f"efficiency stays at or above 50% up to P = {ladder[-1][0]}")
+    return {"first_limit": first_limit[1] if first_limit else None,
+            "first_limit_at": first_limit[0] if first_limit else None,
+            "efficiency_below_80_at": below80, "efficiency_below_50_at": below50,
+            "ladder": [{"trainers": p, "efficiency": e, "limit": lim} for p, e, lim in ladder],
+            "notes": words + notes}
