@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: setup demo test test-slow bench bench-testbed report-check clean
+.PHONY: setup demo test test-slow bench bench-testbed validate-predict report-check clean
 
 setup: $(STAMP)
 
@@ -39,6 +39,11 @@ bench: $(STAMP)
 bench-testbed: $(STAMP)  # root only: builds network namespaces (docs/testbed.md)
 	$(PY) benchmarks/testbed_bytes.py
 	$(PY) benchmarks/testbed_strategies.py
+
+# The performance model against measurements here (docs/predict.md): calibrates (about 3 min), runs 30+
+# configurations (studies, and testbed hosts over shaped links when root), predicts and validates them.
+validate-predict: $(STAMP)
+	$(PY) benchmarks/validate_predict.py
 
 # Renders a report in headless Chromium: tables in the DOM, plots decoded (skips without Chromium).
 report-check: $(STAMP)

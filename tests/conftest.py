@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import tempfile
 import sys
 from pathlib import Path
 
@@ -13,6 +14,8 @@ import pytest
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
+# the machine's calibration cache of this session, never the user's ~/.cache (before any rank pool starts)
+os.environ.setdefault("SCALETRAIN_CACHE", tempfile.mkdtemp(prefix="scaletrain-test-cache-"))
 
 
 def scaletrain(*args: str, cwd: Path | None = None, env: dict | None = None, timeout: float = 600,

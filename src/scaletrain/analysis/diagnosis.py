@@ -78,6 +78,9 @@ def diagnose(run: dict[str, Any], stragglers: dict[str, Any], config: dict[str, 
             servers = config.get("ps_servers") or 1
             lever = (f"spread the parameters over more servers: try --ps-servers {2 * servers}; or more compute "
                      f"per exchange: {bigger}" + ("; or push less often: --ps-push 4" if strategy == "ps-async" else ""))
+        elif overlap is not None and overlap < 0.5 and config.get("bucket_cap_mb") == "auto":
+            lever = ("--bucket-cap-mb auto already chose the size the model predicts hides the most: more compute "
+                     f"per exchange: {bigger}; or fewer bytes: --precision bf16, gradient compression")
         elif overlap is not None and overlap < 0.5 and "bucket_cap_mb" in config:
             cap = config["bucket_cap_mb"] or 25.0  # unset: DDP's default of 25 MiB
             lever = (f"start reducing earlier with smaller buckets: try --bucket-cap-mb {cap / 4:g}; "

@@ -39,12 +39,38 @@ class AllReduce(Strategy):
         if self.rank.world_size == 1:
             return model
         device = self.device
-        self.ddp = DDP(model, device_ids=[device.index] if device.type == "cuda" else None,
-                       bucket_cap_mb=self.cfg.bucket_cap_mb)
+        cap = self.cfg.bucket_cap_mb
+        if cap == "auto":
+            cap = self._auto_bucket_cap()
+        self.ddp = DDP(model, device_ids=[device.index] if device.type == "cuda" else None, bucket_cap_mb=cap)
         self.comm = self.hooks(model)  # collective when it creates a group (ring)
         if self.comm.hook is not None and self.cfg.profile == "off":
             self.ddp.register_comm_hook(self.comm.state, self.comm.hook)  # with profiling, the profiler wraps it
         return self.ddp
+
+    def _auto_bucket_cap(self) -> float | None:
+        """--bucket-cap-mb auto: time this group's all-reduce, let rank 0 choose with the model, share it."""
+        from scaletrain.dist.group import broadcast_object, time_allreduce
+        from scaletrain.perf.alphabeta import fit_alpha_beta
+        from scaletrain.predict import auto_bucket
+
+        world = self.rank.world_size
+        rows = [{"strategy": "allreduce", "world": world, "size": n, "time_s": time_allreduce(n, self.device)}
+                for n in auto_bucket.PROBE_BYTES]
+        choice = None
+        if self.rank.is_main:
+            alpha, beta = fit_alpha_beta(rows)
+            cap, info = auto_bucket.choose(self.cfg, alpha, beta)
+            print(auto_bucket.describe(info), flush=True)
+            choice = (cap, info)
+        self.auto_bucket = broadcast_object(choice)
+        return self.auto_bucket[0]
+
+    def finish(self, chief: bool) -> dict[str, Any]:
+        ended = super().finish(chief)
+        if getattr(self, "auto_bucket", None) is not None and chief:
+            ended = {**(ended or {}), "bucket_cap_auto": self.auto_bucket[1]}
+        return ended
 
     def profiled(self) -> Profiled:
         return Profiled(self.ddp, self.comm.hook, self.comm.state)

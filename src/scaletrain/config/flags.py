@@ -14,6 +14,14 @@ from scaletrain.config.sections import SECTIONS
 _TYPES = {"int": int, "float": float, "str": str}
 
 
+def _number_or_word(text: str) -> float | str:
+    """A field that takes a number or a word (`--bucket-cap-mb 0.5` or `auto`)."""
+    try:
+        return float(text)
+    except ValueError:
+        return text
+
+
 def field_help() -> dict[str, str]:
     """The docstring written under each setting of every section, used as its --help text."""
     helps = {}
@@ -53,7 +61,8 @@ def _add_flag(p, f, helps: dict[str, str], is_list: bool) -> None:
         p.add_argument(flag, action=argparse.BooleanOptionalAction, default=argparse.SUPPRESS,
                        help=helps.get(f.name))
     else:
-        p.add_argument(flag, type=_TYPES[kind], default=argparse.SUPPRESS, metavar=f.name.upper(),
+        p.add_argument(flag, type=_number_or_word if "str" in str(f.type) else _TYPES[kind], default=argparse.SUPPRESS,
+                       metavar=f.name.upper(),
                        help=f"{helps.get(f.name, '')} (default: {f.default})")
 
 

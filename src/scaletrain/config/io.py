@@ -71,6 +71,8 @@ def _coerce(name: str, value: Any, annotation: str) -> Any:
     if value is None and "None" in parts:
         return value
     want = _TYPES[parts[0]]
+    if "str" in parts and isinstance(value, str):  # a number or a word (`--bucket-cap-mb auto`): the field checks
+        return value
     if want is float and isinstance(value, int) and not isinstance(value, bool):
         return float(value)
     if not isinstance(value, want) or (want is not bool and isinstance(value, bool)):

@@ -232,9 +232,10 @@ class StrategyConfig:
     `qsgd:LEVELS`, `powersgd:RANK` (allreduce only; top-k and sign keep the rest as error feedback);
     see docs/strategies.md."""
 
-    bucket_cap_mb: float | None = None
+    bucket_cap_mb: float | str | None = None
     """DDP gradient bucket size in MiB (smaller buckets start communicating earlier in backward); unset:
-    DDP's default, 25 MiB with a first bucket of 1 MiB (a setting applies to the first bucket too)."""
+    DDP's default, 25 MiB with a first bucket of 1 MiB (a setting applies to the first bucket too); `auto`:
+    the size the performance model predicts hides the most communication (docs/predict.md)."""
 
     compression: tuple[str, float | int | None] | None = field(init=False, repr=False, compare=False)
     """`compress` parsed: (name, argument) or None (comm/spec.py)."""
@@ -246,8 +247,16 @@ class StrategyConfig:
         _at_least(self, 1, "ps_servers", "ps_fetch", "ps_push")
         if self.max_staleness is not None and self.max_staleness < 0:
             raise UserError(f"--max-staleness must be 0 or more (got {self.max_staleness})")
-        if self.bucket_cap_mb is not None and not 0 < self.bucket_cap_mb < math.inf:
-            raise UserError(f"--bucket-cap-mb must be positive (got {self.bucket_cap_mb})")
+        if isinstance(self.bucket_cap_mb, str):
+            if self.bucket_cap_mb.strip().lower() != "auto":
+                try:
+                    self.bucket_cap_mb = float(self.bucket_cap_mb)
+                except ValueError:
+                    raise UserError(f"--bucket-cap-mb {self.bucket_cap_mb!r}: give MiB (e.g. 0.5) or auto") from None
+            else:
+                self.bucket_cap_mb = "auto"
+        if self.bucket_cap_mb not in (None, "auto") and not 0 < self.bucket_cap_mb < math.inf:
+            raise UserError(f"--bucket-cap-mb must be positive or auto (got {self.bucket_cap_mb})")
 
 
 @dataclass(kw_only=True)

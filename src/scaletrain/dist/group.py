@@ -67,3 +67,27 @@ def broadcast_buffers(model: torch.nn.Module) -> None:
     if current_world_size() > 1:
         for buf in model.buffers():
             dist.broadcast(buf, src=0)
+
+
+def broadcast_object(obj):
+    """Rank 0's `obj` on every rank."""
+    box = [obj]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]
+
+
+def time_allreduce(nbytes: int, device: torch.device, iters: int = 3) -> float:
+    """Seconds of one all-reduce of `nbytes` on the default group (after a warm-up), the slowest rank's."""
+    import time
+
+    buf = torch.zeros(max(1, nbytes // 4), dtype=torch.float32, device=device)
+    dist.all_reduce(buf)
+    dist.barrier()
+    t0 = time.perf_counter()
+    for _ in range(iters):
+        dist.all_reduce(buf)
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    t = torch.tensor([(time.perf_counter() - t0) / iters], dtype=torch.float64, device=device)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return float(t.item())

@@ -50,8 +50,12 @@ def calibrate(*, quick: bool, device: torch.device, cores: int, work_dir: Path,
               progress: Callable[[str, int, int], None] = lambda *a: None) -> dict[str, Any]:
     p = plan(quick, device, cores)
     shapes = {kind: grid.shapes(kind, n) for kind, n in p["counts"].items()}
+    # the reference network's own ops too: its loop factor must measure the loop, not the regression's error
+    for op in _refnet_ops():
+        if op.kind in shapes and op.features not in shapes[op.kind]:
+            shapes[op.kind].append(op.features)
     layer_jobs = [(prec, t, kind, f) for prec in p["precisions"] for t in p["threads"]
-                  for kind in grid.COUNTS for f in shapes[kind]]
+                  for kind in shapes for f in shapes[kind]]
     total = len(layer_jobs) + len(OPTIMIZERS) * len(p["threads"]) + 4 + 1 + 2
     done = 0
 
@@ -61,6 +65,7 @@ def calibrate(*, quick: bool, device: torch.device, cores: int, work_dir: Path,
         progress(what, done, total)
 
     started = time.time()
+    steady_allocator()
     layers = []
     for prec, threads, kind, f in layer_jobs:
         torch.set_num_threads(threads)
@@ -90,6 +95,32 @@ def calibrate(*, quick: bool, device: torch.device, cores: int, work_dir: Path,
             "layers": layers, "optimizer": optimizer, "loader": loader, "network": network,
             "loop": {"runs": loop, "refnet": REFNET, **LOOP_RUN},
             "memory": {"baseline_rss_bytes": loop[0].get("peak_memory_bytes")}}
+
+
+def _refnet_ops():
+    from scaletrain.predict import refnet
+    from scaletrain.predict.ops import trace_ops
+
+    size = LOOP_RUN["image_size"]
+    return trace_ops(refnet.build(10, 3, size), (3, size, size), LOOP_RUN["batch_size"]).ops
+
+
+def steady_allocator() -> None:
+    """Keep glibc from mapping and unmapping large buffers on every call (and trimming the heap), so each op
+    is timed as in a training process whose allocator has settled, not with page faults that depend on which
+    shapes ran before it (they made single timings 6-9x apart here)."""
+    import ctypes
+    import ctypes.util
+
+    name = ctypes.util.find_library("c")
+    if not name:
+        return
+    try:
+        libc = ctypes.CDLL(name)
+        libc.mallopt(-1, 1 << 31)  # M_TRIM_THRESHOLD: 2 GiB
+        libc.mallopt(-3, 1 << 25)  # M_MMAP_THRESHOLD: 32 MiB, glibc's largest
+    except (OSError, AttributeError):
+        pass
 
 
 def _device_info(device: torch.device, cores: int) -> dict[str, Any]:

@@ -149,6 +149,17 @@ def run_predict(args: argparse.Namespace) -> int:
     return 0
 
 
+def _nodes(text: str) -> list[int]:
+    """--nnodes 1,2,4 (checked here: a single train run's check wants a rendezvous that predict never needs)."""
+    try:
+        values = [int(t) for t in text.split(",")]
+    except ValueError:
+        raise UserError(f"--nnodes {text!r}: give a comma list of integers such as 1,2,4") from None
+    if len(set(values)) != len(values):
+        raise UserError(f"--nnodes {text}: give each value once")
+    return values
+
+
 def spec_from_args(args: argparse.Namespace):
     from scaletrain.config import config_fields
     from scaletrain.study.grid import AXES, STUDY_OWNED, StudySpec, load_spec_file, parse_axis
@@ -156,7 +167,8 @@ def spec_from_args(args: argparse.Namespace):
     names = tuple(AXES) + PREDICT_AXES_EXTRA
     file_spec = load_spec_file(args.config) if args.config else {"axes": {}, "train": {}}
     given = vars(args)
-    axes = {**file_spec["axes"], **{n: parse_axis(n, given[n]) for n in names if n in given}}
+    axes = {**file_spec["axes"], **{n: (_nodes(given[n]) if n == "nnodes" else parse_axis(n, given[n]))
+                                     for n in names if n in given}}
     for n in names:
         if n in file_spec["train"] and n not in axes:
             axes[n] = [file_spec["train"].pop(n)]
@@ -167,4 +179,7 @@ def spec_from_args(args: argparse.Namespace):
                 raise UserError(f"--{n} {v}: every value must be at least 1")
     train = {**file_spec["train"], **{f.name: given[f.name] for f in config_fields()
                                         if f.name in given and f.name not in names and f.name not in STUDY_OWNED}}
+    if any(v > 1 for v in axes.get("nnodes", [])):  # where the nodes would meet does not change a prediction
+        train.setdefault("master_port", 29500)
+        train.setdefault("master_addr", "node0")
     return StudySpec(axes={n: axes[n] for n in names if n in axes}, train=train, repeats=1)

@@ -30,21 +30,29 @@ def shapes(kind: str, count: int, seed: int = 0) -> list[dict[str, int]]:
 def _draw(kind: str, rng: random.Random) -> dict[str, int] | None:
     batch = rng.choice([4, 8, 16, 32, 48, 64, 96, 128, 192, 256])
     if kind == "conv":
-        cin = rng.choice([1, 3, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512])
-        cout = rng.choice([6, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512])
-        side = rng.choice([4, 6, 7, 8, 12, 14, 16, 24, 28, 32, 48, 56, 64, 112])
-        k = rng.choices([1, 3, 5, 7, 11], weights=[3, 8, 2, 1, 1])[0]
-        stride = rng.choices([1, 2, 4], weights=[6, 3, 1])[0]
-        groups = 1
-        if rng.random() < 0.1:  # depthwise
-            cin = cout = rng.choice([16, 32, 64, 128, 256])
-            groups = cin
+        side = rng.choice([4, 7, 8, 14, 16, 28, 32, 56, 64, 112])
+        if rng.random() < 0.15:  # a first layer: image channels in, larger kernels
+            cin, k = rng.choice([1, 3]), rng.choice([3, 5, 7, 11])
+            cout = rng.choice([6, 16, 24, 32, 48, 64, 96])
+        else:
+            cin = rng.choice([6, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512])
+            cout = int(cin * rng.choice([0.25, 0.5, 1, 1, 1, 2, 2, 4]))
+            k = rng.choices([1, 3, 5], weights=[3, 8, 1])[0]
+            if not 8 <= cout <= 1024:
+                return None
+        stride = rng.choices([1, 2, 4], weights=[6, 3, 1 if k >= 7 else 0])[0]
         if k > side:
             return None
-        f = {"n": batch, "cin": cin, "cout": cout, "h": side, "w": side, "k": k, "stride": stride, "groups": groups,
-             "grad_in": int(rng.random() < 0.8)}
-        macs = batch * cout * (-(-side // stride)) ** 2 * cin / groups * k * k
+        f = {"n": batch, "cin": cin, "cout": cout, "h": side, "w": side, "k": k, "stride": stride,
+             "grad_in": int(cin > 3 and rng.random() < 0.85)}
+        macs = batch * cout * (-(-side // stride)) ** 2 * cin * k * k
         return f if 1e4 <= macs <= CAP_MACS["conv"] else None
+    if kind == "dwconv":
+        c = rng.choice([16, 32, 64, 96, 128, 256, 512])
+        side = rng.choice([4, 7, 8, 14, 16, 28, 32, 56])
+        k, stride = rng.choice([3, 3, 5]), rng.choice([1, 1, 2])
+        f = {"n": batch, "c": c, "h": side, "w": side, "k": k, "stride": stride, "grad_in": int(rng.random() < 0.9)}
+        return f if batch * c * side * side <= CAP_ELEMENTS else None
     if kind == "linear":
         fin = rng.choice([16, 64, 84, 120, 128, 256, 400, 512, 784, 1024, 2048, 3072, 4096, 9216])
         fout = rng.choice([2, 10, 84, 100, 120, 128, 256, 512, 1000, 1024, 2048, 4096])
@@ -68,4 +76,4 @@ def _draw(kind: str, rng: random.Random) -> dict[str, int] | None:
     raise ValueError(kind)
 
 
-COUNTS = {"conv": 110, "linear": 40, "norm": 40, "pool": 25, "eltwise": 30}
+COUNTS = {"conv": 150, "dwconv": 30, "linear": 40, "norm": 40, "pool": 25, "eltwise": 30}

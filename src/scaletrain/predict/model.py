@@ -13,7 +13,7 @@ prediction and a measurement compare phase by phase:
     backward      sum of the ops' backward times, x the loop factor: until the last bucket is ready
     comm_exposed  DDP's buckets reduced one at a time in backward's order (perf/buckets.py), the part
                   that outlasts backward; a parameter server's push, apply and pull after backward
-    optimizer     a law in tensors and elements per optimizer, x the loop factor
+    optimizer     a law in tensors and elements per optimizer, + the loop's own overhead
 Processes that share cores (ranks x threads, plus busy loader workers, beyond the node's cores) stretch
 the compute phases by the CPU time they need over the cores there are.
 """
@@ -86,7 +86,7 @@ class Loop:
 
     forward: float = 1.0
     backward: float = 1.0
-    optimizer: float = 1.0
+    optimizer_s: float = 0.0  # the optimizer phase's own overhead beyond its law (zero_grad, the loop)
     h2d_s: float = 0.0
     other_s: float = 0.0
     comm_s: float = 0.0  # exposed communication the bucket model does not explain (DDP's own, peers' jitter)
@@ -148,7 +148,7 @@ def predict_step(ops: list[OpCost], s: Setting, loop: Loop, network: dict[str, A
     fwd = (sum(o.forward_s for o in ops) + loss_s[0]) * loop.forward
     bwd = (sum(o.backward_s for o in ops) + loss_s[1]) * loop.backward
     ps = s.strategy.startswith("ps-")
-    opt = 0.0 if ps else optimizer_s(len(grads), sum(grads) // 4) * loop.optimizer
+    opt = 0.0 if ps else optimizer_s(len(grads), sum(grads) // 4) + loop.optimizer_s
     loader_cpu = s.batch_size * s.sample_s
     stretch = compute_stretch(s, loader_cpu, fwd + bwd + opt)
     fwd, bwd, opt = fwd * stretch, bwd * stretch, opt * stretch

@@ -2,7 +2,8 @@
 becomes an `Op` of one kind with the features that kind's cost depends on (docs/predict.md).
 
 Kinds and their features (batch first, square or not):
-    conv     n, cin, cout, h, w (input), k, stride, groups, grad_in  Conv2d
+    conv     n, cin, cout, h, w (input), k, stride, grad_in        Conv2d (groups of a grouped conv: in n)
+    dwconv   n, c, h, w, k, stride, grad_in                        depthwise Conv2d (groups = in = out channels)
     linear   n (all leading dims), fin, fout, grad_in              Linear
 (grad_in: 1 when backward computes the gradient towards the op's input, 0 for a first layer.)
     norm     n, c, hw                                              BatchNorm1d/2d, GroupNorm, LayerNorm
@@ -22,11 +23,13 @@ from typing import Any
 import torch
 from torch import nn
 
+from scaletrain.errors import UserError
 from scaletrain.perf.graph import LayerGraph, Untraceable, layer_graph
 
-KINDS = ("conv", "linear", "norm", "pool", "eltwise")
+KINDS = ("conv", "dwconv", "linear", "norm", "pool", "eltwise")
 FEATURES = {
-    "conv": ("n", "cin", "cout", "h", "w", "k", "stride", "groups", "grad_in"),
+    "conv": ("n", "cin", "cout", "h", "w", "k", "stride", "grad_in"),
+    "dwconv": ("n", "c", "h", "w", "k", "stride", "grad_in"),
     "linear": ("n", "fin", "fout", "grad_in"),
     "norm": ("n", "c", "hw"),
     "pool": ("n", "c", "h", "w", "k", "stride"),
@@ -67,10 +70,18 @@ class Workload:
 
 def trace_ops(model: nn.Module, input_shape: tuple[int, ...], batch_size: int) -> Workload:
     """The ops of one forward pass of `batch_size` samples; fx first, module hooks where fx cannot trace."""
+    shape = "x".join(str(d) for d in (batch_size, *input_shape))
     try:
-        graph = layer_graph(model, input_shape, batch_size)
-    except Untraceable as e:
-        return _hooks_workload(model, input_shape, batch_size, str(e))
+        try:
+            graph = layer_graph(model, input_shape, batch_size)
+        except Untraceable as e:
+            return _hooks_workload(model, input_shape, batch_size, str(e))
+    except UserError:
+        raise
+    except Exception as e:  # the user's forward itself fails: nothing to price
+        first = str(e).splitlines()[0] if str(e) else ""
+        raise UserError(f"the model's forward fails on a batch of {shape} ({type(e).__name__}: {first}): "
+                        "fix the model, or its --image-size / --in-channels") from None
     return _fx_workload(model, graph, input_shape, batch_size)
 
 
@@ -87,7 +98,7 @@ def _fx_workload(model: nn.Module, graph: LayerGraph, input_shape, batch_size: i
         upstream = any(grad.get(i, False) for i in n.inputs)
         numels = [p.numel() for p in module.parameters(recurse=True) if p.requires_grad] if module is not None else []
         grad[n.id] = upstream or bool(numels)
-        if kind in ("conv", "linear"):
+        if "grad_in" in features:
             features["grad_in"] = int(upstream)
         ops.append(Op(n.name, kind, features, n.flops, n.out_bytes, numels, upstream,
                       n.target if module is not None else "", kind != "view"))
@@ -122,7 +133,7 @@ def _hooks_workload(model: nn.Module, input_shape, batch_size: int, why: str) ->
     for j, (name, m, shapes, out, flops) in enumerate(records):
         shape = tuple(out.shape) if isinstance(out, torch.Tensor) else None
         kind, features = classify(type(m).__name__, m, shapes, shape)
-        if kind in ("conv", "linear"):
+        if "grad_in" in features:
             features["grad_in"] = int(j > 0)
         out_bytes = out.numel() * out.element_size() if isinstance(out, torch.Tensor) else 0
         ops.append(Op(name, kind, features, flops, out_bytes,
@@ -138,8 +149,11 @@ def classify(kind: str, module: nn.Module | None, in_shapes: list, out_shape) ->
     """(op kind, features) of one node: its class or function name, its module, input and output shapes."""
     x = in_shapes[0] if in_shapes else None
     if isinstance(module, nn.Conv2d) and x is not None and len(x) == 4:
-        return "conv", {"n": x[0], "cin": x[1], "cout": module.out_channels, "h": x[2], "w": x[3],
-                        "k": int(module.kernel_size[0]), "stride": int(module.stride[0]), "groups": module.groups, "grad_in": 1}
+        g, k, stride = module.groups, int(module.kernel_size[0]), int(module.stride[0])
+        if g > 1 and g == x[1] == module.out_channels:
+            return "dwconv", {"n": x[0], "c": x[1], "h": x[2], "w": x[3], "k": k, "stride": stride, "grad_in": 1}
+        return "conv", {"n": x[0] * g, "cin": x[1] // g, "cout": module.out_channels // g, "h": x[2], "w": x[3],
+                        "k": k, "stride": stride, "grad_in": 1}
     if isinstance(module, nn.Linear) and x is not None:
         return "linear", {"n": math.prod(x[:-1]), "fin": x[-1], "fout": module.out_features, "grad_in": 1}
     if kind in _NORMS and x is not None and len(x) >= 2:
@@ -168,9 +182,11 @@ def _pool_window(module: nn.Module | None, x, out_shape) -> tuple[int, int]:
 def build_op(kind: str, f: dict[str, int]) -> tuple[nn.Module, list[torch.Tensor]]:
     """A module and its input(s) computing one op of `kind` with features `f` (for calibration)."""
     if kind == "conv":
-        m = nn.Conv2d(f["cin"], f["cout"], f["k"], stride=f["stride"], padding=f["k"] // 2, groups=f["groups"],
-                      bias=False)
+        m = nn.Conv2d(f["cin"], f["cout"], f["k"], stride=f["stride"], padding=f["k"] // 2, bias=False)
         return m, [torch.randn(f["n"], f["cin"], f["h"], f["w"])]
+    if kind == "dwconv":
+        m = nn.Conv2d(f["c"], f["c"], f["k"], stride=f["stride"], padding=f["k"] // 2, groups=f["c"], bias=False)
+        return m, [torch.randn(f["n"], f["c"], f["h"], f["w"])]
     if kind == "linear":
         return nn.Linear(f["fin"], f["fout"]), [torch.randn(f["n"], f["fin"])]
     if kind == "norm":

@@ -18,6 +18,7 @@ from scaletrain.predict.ops import Workload
 from scaletrain.predict.regress import LayerTimes
 
 LARGE_BATCH = 256  # the batch a device's per-sample efficiency is judged against
+_LAWS: dict[tuple, LayerTimes] = {}
 
 
 class Predictor:
@@ -38,8 +39,11 @@ class Predictor:
                 raise UserError(f"the calibration has no {precision} measurements (it has "
                                 f"{', '.join(self.cal['precisions'])}): calibrate without --quick, or predict "
                                 f"--precision {self.cal['precisions'][0]}")
-            rows = [r for r in self.cal["layers"] if r["precision"] == precision and r["threads"] == t]
-            self._times[key] = LayerTimes(rows)
+            cache = (self.cal.get("created"), self.cal["device"].get("name"), len(self.cal["layers"]), precision, t)
+            if cache not in _LAWS:  # fitting takes seconds: once per calibration, precision and thread count
+                rows = [r for r in self.cal["layers"] if r["precision"] == precision and r["threads"] == t]
+                _LAWS[cache] = LayerTimes(rows)
+            self._times[key] = _LAWS[cache]
         return self._times[key]
 
     def regression_errors(self) -> dict[str, Any]:
@@ -78,41 +82,50 @@ class Predictor:
         return handoff, startup
 
     def loop(self, local_ranks: int) -> M.Loop:
-        """The loop factors from the calibration's reference run with the nearest number of ranks per node."""
-        runs = [r for r in self.cal["loop"]["runs"] if "error" not in r and r.get("phases_mean_s")]
+        """What the training loop adds, from the calibration's reference runs (docs/predict.md).
+
+        One rank per node: forward and backward are the ops' sums (factor 1), `optimizer` gains what the
+        reference run's optimizer phase took beyond its law, `h2d` and `other` are the run's. More ranks per
+        node: forward and backward are scaled by how much slower the reference network ran per op on that
+        many ranks than on one (ranks sharing the memory bus and caches), its own op sums taken out; the
+        exposed communication its buckets do not explain is added."""
+        runs = {r["nproc"]: r for r in self.cal["loop"]["runs"] if "error" not in r and r.get("phases_mean_s")}
         if not runs:
             self.notes.append("the calibration has no training-loop run: forward and backward are the ops' sums")
             return M.Loop()
-        run = min(runs, key=lambda r: (abs(math.log(r["nproc"] / max(1, local_ranks))), -r["nproc"]))
-        if run["nproc"] not in self._loops:
-            self._loops[run["nproc"]] = self._loop_from(run)
-        return self._loops[run["nproc"]]
+        nproc = min(runs, key=lambda n: (abs(math.log(n / max(1, local_ranks))), -n))
+        if nproc not in self._loops:
+            one = self._reference(runs[min(runs)])
+            mine = self._reference(runs[nproc]) if nproc != min(runs) else one
+            ph = runs[nproc]["phases_mean_s"]
+            loop = M.Loop(forward=mine["forward"] / one["forward"], backward=mine["backward"] / one["backward"],
+                          optimizer_s=max(0.0, ph["optimizer"] - mine["optimizer_law_s"]), h2d_s=ph["h2d"],
+                          other_s=ph["other"])
+            if nproc > 1:
+                plain = M.predict_step(mine["ops"], M.Setting(batch_size=self.cal["loop"]["batch_size"], nproc=nproc,
+                                                              cores=self.cal["device"]["cores"], threads=mine["threads"]),
+                                       M.Loop(), self.network, lambda t, n: 0.0)
+                loop.comm_s = max(0.0, ph["comm_exposed"] - plain["phases_s"]["comm_exposed"])
+            self._loops[nproc] = loop
+        return self._loops[nproc]
 
-    def _loop_from(self, run: dict[str, Any]) -> M.Loop:
+    def _reference(self, run: dict[str, Any]) -> dict[str, Any]:
+        """The reference run's measured phase over its ops' calibrated sum (its shapes were measured)."""
         from scaletrain.predict import refnet
 
         cal = self.cal["loop"]
         ref = cal_workload(refnet.build(10, 3, cal["image_size"]), (3, cal["image_size"], cal["image_size"]),
                            cal["batch_size"])
         threads = run.get("threads") or 1
-        s = M.Setting(batch_size=cal["batch_size"], nproc=run["nproc"], cores=self.cal["device"]["cores"],
-                      threads=threads)
         ops = self.op_costs(ref, "fp32", threads)
         loss = self.loss_s(cal["batch_size"], 10, "fp32", threads)
         fwd = sum(o.forward_s for o in ops) + loss[0]
         bwd = sum(o.backward_s for o in ops) + loss[1]
         grads = [g for o in ops for g in o.grad_bytes]
-        opt = self.optimizer_law("sgd", threads)(len(grads), sum(grads) // 4)
         ph = run["phases_mean_s"]
-        loop = M.Loop(forward=ph["forward"] / fwd if fwd else 1.0, backward=ph["backward"] / bwd if bwd else 1.0,
-                      optimizer=ph["optimizer"] / opt if opt else 1.0, h2d_s=ph["h2d"], other_s=ph["other"])
-        if run["nproc"] > 1:
-            plain = M.predict_step(ops, M.Setting(batch_size=s.batch_size, nproc=run["nproc"], cores=s.cores,
-                                                  threads=threads),
-                                   M.Loop(forward=loop.forward, backward=loop.backward), self.network,
-                                   lambda t, n: 0.0)
-            loop.comm_s = max(0.0, ph["comm_exposed"] - plain["phases_s"]["comm_exposed"])
-        return loop
+        return {"forward": ph["forward"] / fwd if fwd else 1.0, "backward": ph["backward"] / bwd if bwd else 1.0,
+                "optimizer_law_s": self.optimizer_law("sgd", threads)(len(grads), sum(grads) // 4), "ops": ops,
+                "threads": threads}
 
     # ---------------------------------------------------------------- pricing ops
     def op_costs(self, workload: Workload, precision: str, threads: int) -> list[M.OpCost]:

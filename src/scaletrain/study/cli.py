@@ -32,6 +32,9 @@ def add_study_args(p: argparse.ArgumentParser) -> None:
                                      "flags override it")
     p.add_argument("--repeats", type=int, default=None, help="runs of each point, to measure noise (default: 1)")
     p.add_argument("--dry-run", action="store_true", help="list the points and what is already done; launch nothing")
+    p.add_argument("--predict", action="store_true", help="predict every point first (OUT/prediction/), run the "
+                                                           "study, then validate the prediction (OUT/validation/)")
+    p.add_argument("--calibration", help="with --predict: the calibration file (default: this machine's)")
     add_config_flags(p, lists=tuple(AXES), skip=tuple(STUDY_OWNED))
 
 
@@ -64,6 +67,8 @@ def run_study(args: argparse.Namespace) -> int:
     if args.dry_run:
         return _dry_run(console, study, spec, grid)
     write_spec(study, spec)
+    if getattr(args, "predict", False):
+        _predict(console, study, spec, args)
     runs = {p.id: [initial_record(study, p.id, k) for k in range(spec.repeats)] for p in grid}
     write_results(study, study_entries(grid, runs))
     total = len(grid) * spec.repeats
@@ -73,7 +78,10 @@ def run_study(args: argparse.Namespace) -> int:
     try:
         with terminate_as_interrupt():
             _run_all(console, study, spec, grid, runs)
-            return _finish(console, study, spec, grid, runs)
+            code = _finish(console, study, spec, grid, runs)
+            if getattr(args, "predict", False):
+                _validate(console, study)
+            return code
     except KeyboardInterrupt:
         write_results(study, study_entries(grid, runs))
         finished = sum(r["status"] != "pending" for rs in runs.values() for r in rs)
@@ -148,6 +156,36 @@ def _finish(console, study: StudyDir, spec: StudySpec, grid: list, runs: dict[st
               f"{study.root / 'points'}/<point>/r<k>.log; rerun the same command to retry them", file=sys.stderr)
         return 1
     return 0
+
+
+def _predict(console, study: StudyDir, spec: StudySpec, args: argparse.Namespace) -> None:
+    """--predict: the study's points predicted before anything runs (the same axes and settings)."""
+    from scaletrain.predict.cli import load_basis, network_from
+    from scaletrain.predict.report import write_prediction_report
+    from scaletrain.predict.scaling import predict_grid
+    from scaletrain.rundir import write_json_atomic
+
+    args.hardware, args.network, args.link, args.latency = None, None, None, None
+    cal, hw, basis = load_basis(args)
+    prediction = predict_grid(spec, cal, network_from(args, cal, hw), hw, basis)
+    out = study.root / "prediction"
+    out.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(out / "prediction.json", prediction)
+    console.print(f"prediction: {out / 'prediction.json'} ({len(prediction['points'])} points; "
+                  f"report {write_prediction_report(prediction, out)})")
+
+
+def _validate(console, study: StudyDir) -> None:
+    """--predict: the prediction against what the study measured."""
+    from scaletrain.validate import load_measured, load_prediction, validate
+    from scaletrain.validate.match import summary_line
+    from scaletrain.validate.output import prepare, write_validation
+
+    notes: list[str] = []
+    result = validate(load_prediction(study.root / "prediction"), load_measured([study.root], notes))
+    out = prepare(study.root / "validation")
+    write_validation(result, out)
+    console.print(f"validation: {out / 'validation.json'}: {summary_line(result['summary'])}")
 
 
 def _size(n_points: int, repeats: int) -> str:

@@ -1,0 +1,163 @@
+"""`make validate-predict`: the performance model against measurements on this machine (issue 11).
+
+Runs every group below for real (studies on this machine, testbed launches over shaped links), predicts
+the same configurations from a calibration, and validates point by point. The models include two
+written for this test alone (validation_models.py: widenet, dwnet) besides built-in ones; the calibration
+was never run on any of them (its loop runs use predict/refnet.py).
+
+    python benchmarks/validate_predict.py [--calibration FILE] [--out DIR] [--no-testbed] [--only GROUP]
+
+Writes DIR/validation.json (every point's errors, median and 90th percentile), DIR/plots/ and each group's
+study and prediction under DIR/<group>/. Points already run are reused (delete DIR to start over).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+COMMON = ["--epochs", "1", "--no-augment", "--tensorboard", "off", "--eval-every", "1"]
+W, D = "validation_models:widenet", "validation_models:dwnet"
+
+# name: (axes and settings as flags, extra predict flags, testbed (hosts, rate) or None)
+GROUPS = {
+    "cnn-fp32": (["--model", f"resnet20,lenet5,{W},{D}", "--nproc", "1,2", "--batch-size", "32,96",
+                  "--dataset", "synthetic", "--synthetic-samples", "2304", "--image-size", "32"], [], None),
+    "bf16": (["--model", f"resnet20,{W}", "--nproc", "1,2", "--batch-size", "64", "--precision", "bf16",
+              "--dataset", "synthetic", "--synthetic-samples", "2048", "--image-size", "32"], [], None),
+    "mlp-digits": (["--model", "mlp", "--nproc", "1,2", "--batch-size", "128", "--dataset", "digits"], [], None),
+    "imagefolder": (["--model", f"lenet5,{D}", "--nproc", "1", "--workers", "0,1,2", "--batch-size", "32",
+                     "--image-size", "32"], [], "folder"),
+}
+TESTBED = {  # group: (hosts, rate, train flags)
+    "testbed-2h-100mbit": (2, "100mbit", ["--model", "resnet20", "--batch-size", "64", "--strategy", "allreduce,ring"]),
+    "testbed-2h-1gbit": (2, "1gbit", ["--model", f"resnet20,{W}", "--batch-size", "64"]),
+    "testbed-3h-200mbit": (3, "200mbit", ["--model", "lenet5", "--batch-size", "64", "--strategy", "allreduce,ps-sync"]),
+}
+TESTBED_COMMON = ["--dataset", "synthetic", "--synthetic-samples", "2048", "--image-size", "32"]
+
+
+def scaletrain(*args: str, log: Path | None = None, check: bool = True) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
+    cmd = [sys.executable, "-m", "scaletrain", *args]
+    result = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    if log:
+        log.parent.mkdir(parents=True, exist_ok=True)
+        log.write_text(" ".join(cmd) + "\n" + result.stdout + result.stderr)
+    if check and result.returncode != 0:
+        raise SystemExit(f"failed ({result.returncode}): {' '.join(cmd)}\n{(result.stderr or result.stdout)[-2000:]}")
+    return result
+
+
+def expand(flags: list[str]) -> list[dict[str, str]]:
+    """Comma-list flags -> one dict of flag values per combination (for testbed launches, one run each)."""
+    import itertools
+
+    pairs = [(flags[i], flags[i + 1]) for i in range(0, len(flags), 2)]
+    names = [p[0] for p in pairs]
+    return [dict(zip(names, combo)) for combo in itertools.product(*(p[1].split(",") for p in pairs))]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--calibration", default=None)
+    ap.add_argument("--out", default=str(ROOT / "runs" / "validate-predict"))
+    ap.add_argument("--no-testbed", action="store_true")
+    ap.add_argument("--only", default=None, help="comma list of groups")
+    args = ap.parse_args()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    cal = Path(args.calibration) if args.calibration else out / "calibration.json"
+    if not cal.is_file():
+        print(f"calibrating this machine: {cal}", flush=True)
+        scaletrain("calibrate", "--out", str(cal), log=out / "calibrate.log")
+    only = set(args.only.split(",")) if args.only else None
+    testbed = not args.no_testbed and os.geteuid() == 0 and shutil.which("tc") and shutil.which("ip")
+    folder = out / "digits-64"
+    if not (folder / "train").is_dir():
+        scaletrain("make-imagefolder", "--out", str(folder), "--image-size", "64")
+    from scaletrain.validate import load_measured, validate
+    from scaletrain.validate.match import error_summary, phase_summary, summary_line
+    from scaletrain.validate.output import prepare, write_validation
+
+    merged, notes, started = [], [], time.time()
+    for name, (flags, extra, kind) in GROUPS.items():
+        if only and name not in only:
+            continue
+        flags = [*flags, *(["--dataset", f"imagefolder:{folder}"] if kind == "folder" else [])]
+        gdir = out / name
+        print(f"[{name}] study", flush=True)
+        scaletrain("study", *flags, *COMMON, "--out", str(gdir / "study"), log=gdir / "study.log", check=False)
+        scaletrain("predict", *flags, *COMMON, *extra, "--calibration", str(cal), "--out", str(gdir / "prediction"),
+                   log=gdir / "predict.log")
+        merged += _validated(name, gdir / "prediction", [gdir / "study"], notes)
+    for name, (hosts, rate, flags) in TESTBED.items():
+        if only and name not in only:
+            continue
+        if not testbed:
+            notes.append(f"{name}: skipped (the testbed needs root, ip and tc)")
+            continue
+        gdir = out / name
+        runs = []
+        for combo in expand(flags):
+            run_flags = [x for kv in combo.items() for x in kv]
+            rid = "-".join(v.split(":")[-1] for v in combo.values())
+            run = gdir / "runs" / rid
+            if not (run / "summary.json").is_file():
+                shutil.rmtree(run, ignore_errors=True)
+                print(f"[{name}] testbed run {rid}", flush=True)
+                scaletrain("testbed", "run", "--hosts", str(hosts), "--rate", rate, "--", "scaletrain", "train",
+                           "--nproc", "1", *run_flags, *TESTBED_COMMON, *COMMON, "--out", str(run),
+                           log=gdir / "runs" / f"{rid}.log", check=False)
+            runs.append(run)
+        scaletrain("predict", *flags, *TESTBED_COMMON, *COMMON, "--nproc", "1", "--nnodes", str(hosts),
+                   "--link", rate, "--shared-cores", str(os.cpu_count()), "--calibration", str(cal),
+                   "--out", str(gdir / "prediction"), log=gdir / "predict.log")
+        merged += _validated(name, gdir / "prediction", runs, notes)
+
+    step_errors = [p["errors"]["step_time"] for p in merged if p["errors"]["step_time"] is not None]
+    result = {"format": 1, "kind": "validation", "basis": "calibration", "basis_note": f"calibration {cal}",
+              "points": merged, "unmatched": [], "unmeasured_points": [],
+              "summary": error_summary(step_errors), "phase_summary": phase_summary(merged), "notes": notes,
+              "seconds": round(time.time() - started)}
+    prepare(out)
+    write_validation(result, out)
+    _table(merged)
+    print(summary_line(result["summary"]))
+    print(f"validation.json: {out / 'validation.json'}")
+    return 0
+
+
+def _validated(group: str, prediction_dir: Path, paths: list[Path], notes: list[str]) -> list[dict]:
+    from scaletrain.validate import load_measured, validate
+    from scaletrain.validate.load import load_prediction
+
+    prediction = load_prediction(prediction_dir)
+    runs = load_measured([p for p in paths if p.exists()], notes)
+    result = validate(prediction, runs)
+    for p in result["points"]:
+        p["id"] = f"{group}/{p['id']}"
+    notes += [f"{group}: unmatched {u['run_dir']}" for u in result["unmatched"]]
+    return result["points"]
+
+
+def _table(points: list[dict]) -> None:
+    print(f"{'point':58s} {'measured':>10s} {'predicted':>10s} {'error':>8s}  largest phase error")
+    for p in points:
+        m, q, e = p["measured"]["step_time_s"], p["predicted"]["step_time_s"], p["errors"]["step_time"]
+        ph = max(((k, v) for k, v in p["errors"]["phases"].items() if v.get("difference_s") is not None),
+                 key=lambda kv: abs(kv[1]["difference_s"]), default=(None, {}))
+        phase = f"{ph[0]} {1e3 * ph[1]['difference_s']:+.1f} ms" if ph[0] else ""
+        print(f"{p['id']:58s} {1e3 * m:8.1f}ms {1e3 * q:8.1f}ms {100 * e:+7.1f}%  {phase}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

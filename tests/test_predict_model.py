@@ -1,0 +1,151 @@
+"""The performance model's arithmetic: regression, op tracing, phases, buckets, memory, limits."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+import torch
+from torch import nn
+
+from scaletrain.models import model_rows
+from scaletrain.models.registry import build_model
+from scaletrain.perf.flops import count_params, forward_flops
+from scaletrain.predict import model as M
+from scaletrain.predict.ops import trace_ops
+from scaletrain.predict.regress import LayerTimes, fit, work
+
+from predict_fixtures import fake_calibration, law_forward
+
+
+@pytest.mark.parametrize("name", ["resnet20", "lenet5", "vgg11", "mlp", "alexnet", "resnet18"])
+def test_the_ops_of_every_model_add_up_to_its_flops_and_parameters(name):
+    size = 64 if name in ("alexnet",) else 32
+    model = build_model(name, num_classes=10, in_channels=3, image_size=size)
+    w = trace_ops(model, (3, size, size), 2)
+    assert w.traced_by == "fx"
+    assert sum(op.flops for op in w.ops) == 2 * forward_flops(model, (3, size, size))
+    assert sum(sum(op.param_numels) for op in w.ops) == count_params(model) == w.params
+    kinds = {op.kind for op in w.ops}
+    assert "conv" in kinds or name == "mlp"
+
+
+def test_the_first_layer_needs_no_input_gradient():
+    w = trace_ops(build_model("mlp", num_classes=10, in_channels=1, image_size=8), (1, 8, 8), 4)
+    linears = [op for op in w.ops if op.kind == "linear"]
+    assert [op.features["grad_in"] for op in linears] == [0, 1, 1]
+
+
+def test_a_model_fx_cannot_trace_is_walked_with_hooks_and_says_so():
+    class Branchy(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = nn.Conv2d(3, 8, 3, padding=1)
+            self.fc = nn.Linear(8 * 8 * 8, 10)
+
+        def forward(self, x):
+            if x.sum() > 0:  # data-dependent: fx cannot trace it
+                x = x * 2
+            return self.fc(torch.relu(self.conv(x)).flatten(1))
+
+    w = trace_ops(Branchy(), (3, 8, 8), 4)
+    assert w.traced_by == "hooks" and "torch.fx cannot trace" in w.notes[0]
+    assert [op.kind for op in w.ops] == ["conv", "linear"]
+
+
+def test_the_regression_recovers_a_synthetic_cost_law():
+    rng = random.Random(0)
+    from scaletrain.predict import grid
+
+    rows = [{"features": f, "forward_s": law_forward("conv", f) * math.exp(rng.gauss(0, 0.03))}
+            for f in grid.shapes("conv", 110)]
+    train, test = rows[:90], rows[90:]
+    law = fit("conv", train, "forward_s")
+    assert law.cv_error is not None and law.cv_error < 0.15
+    errors = [abs(law.seconds("conv", r["features"]) / law_forward("conv", r["features"]) - 1) for r in test]
+    assert sorted(errors)[len(errors) // 2] < 0.10
+
+
+def test_a_measured_shape_is_looked_up_and_any_other_predicted():
+    cal = fake_calibration(threads=(1,))
+    times = LayerTimes([r for r in cal["layers"] if r["threads"] == 1])
+    row = next(r for r in cal["layers"] if r["kind"] == "linear")
+    assert times.times("linear", row["features"]) == (row["forward_s"], row["backward_s"], "measured")
+    other = {**row["features"], "fout": row["features"]["fout"] + 1}
+    fwd, bwd, source = times.times("linear", other)
+    assert source == "regression" and fwd == pytest.approx(law_forward("linear", other), rel=0.25)
+
+
+def _costs(backward_s: list[float], grad_bytes: list[int]) -> list[M.OpCost]:
+    return [M.OpCost(0.001, b, [g]) for b, g in zip(backward_s, grad_bytes)]
+
+
+def test_buckets_overlap_backward_as_computed_by_hand():
+    # backward runs ops in reverse: op 2 (10 ms), op 1 (10 ms), op 0 (10 ms); each 1 MiB of gradient, cap 1 MiB:
+    # three buckets ready at 10, 20, 30 ms, each reduced in 2 x alpha + bytes x beta x 2(P-1)/P = 5 + 10 = 15 ms
+    ops = _costs([0.010, 0.010, 0.010], [1 << 20] * 3)
+    beta = 0.010 / (1 << 20)
+    network = {"intra": {"allreduce": {"alpha_s": 0.0025, "beta_s_per_byte": beta}}, "inter": None}
+    s = M.Setting(batch_size=8, nproc=2, cores=2, threads=1, bucket_cap_mb=1.0)
+    out = M.predict_step(ops, s, M.Loop(), network, lambda t, n: 0.0)
+    # reductions: [10, 25], [25, 40], [40, 55] ms; backward ends at 30: exposed 25 ms, hidden 5 + 15 + 0 = 20 of 45
+    assert out["phases_s"]["comm_exposed"] == pytest.approx(0.025)
+    assert out["comm"]["comm_hidden_s"] == pytest.approx(0.020)
+    assert out["comm"]["overlap_ratio"] == pytest.approx(20 / 45)
+    assert out["comm"]["buckets"] == 3
+    assert out["step_time_s"] == pytest.approx(sum(out["phases_s"].values()))
+
+
+def test_one_rank_communicates_nothing_and_the_phases_tile_the_step():
+    ops = _costs([0.01, 0.02], [4096, 4096])
+    s = M.Setting(batch_size=8, nproc=1, cores=2, sample_s=1e-4)
+    out = M.predict_step(ops, s, M.Loop(h2d_s=1e-5, other_s=2e-4), {"intra": {}, "inter": None},
+                         lambda t, n: 1e-3)
+    p = out["phases_s"]
+    assert set(p) == set(M.PHASES) and p["comm_exposed"] == 0
+    assert p["forward"] == pytest.approx(0.002) and p["backward"] == pytest.approx(0.03)
+    assert p["data_wait"] == pytest.approx(8e-4) and p["optimizer"] == pytest.approx(1e-3)
+
+
+def test_a_parameter_server_pays_the_push_and_pull_after_backward():
+    ops = _costs([0.01], [4 << 20])
+    net = {"intra": {"ps": {"alpha_s": 1e-3, "beta_s_per_byte": 1e-9}}, "inter": None}
+    s = M.Setting(batch_size=8, nproc=3, cores=4, threads=1, strategy="ps-sync", ps_servers=1)
+    out = M.predict_step(ops, s, M.Loop(), net, lambda t, n: 0.002)
+    # 2 workers push 4 MiB and pull 4 MiB through the server's link, then its update (2 ms)
+    assert out["phases_s"]["comm_exposed"] == pytest.approx(2e-3 + 2 * 2 * (4 << 20) * 1e-9 + 2e-3)
+    assert out["phases_s"]["optimizer"] == 0
+
+
+def test_workers_hide_the_loader_behind_the_step():
+    ops = _costs([0.05], [4096])
+    base = dict(batch_size=32, nproc=1, cores=8, threads=1, sample_s=1e-3)
+    slow = M.predict_step(ops, M.Setting(**base, workers=0), M.Loop(), {"intra": {}}, lambda t, n: 0.0)
+    fast = M.predict_step(ops, M.Setting(**base, workers=2), M.Loop(), {"intra": {}}, lambda t, n: 0.0)
+    assert slow["phases_s"]["data_wait"] == pytest.approx(0.032)
+    assert fast["phases_s"]["data_wait"] == pytest.approx(0.0)  # 16 ms a batch per worker pair < 51 ms of step
+
+
+def test_ranks_sharing_cores_stretch_compute():
+    s = M.Setting(batch_size=8, nproc=4, cores=2, threads=1)
+    assert M.compute_stretch(s, 0.0, 0.1) == pytest.approx(2.0)
+    testbed = M.Setting(batch_size=8, nproc=1, nnodes=3, cores=1, shared_cores=2)
+    assert M.compute_stretch(testbed, 0.0, 0.1) == pytest.approx(1.5)
+
+
+def test_memory_counts_every_part():
+    s = M.Setting(batch_size=8, nproc=2, cores=2, optimizer="adamw", workers=2)
+    mem = M.memory(s, params=1000, activation_bytes=5000, batch_input_bytes=100, baseline_bytes=7)
+    assert mem == {"parameters": 4000, "gradients": 4000, "optimizer": 8000, "activations": 5000, "buckets": 4000,
+                   "loader": 500, "baseline": 7}
+
+
+@pytest.mark.parametrize("phases, eff, want", [
+    ({"data_wait": 0.5, "comm_exposed": 0.1}, 1.0, "input"),
+    ({"data_wait": 0.0, "comm_exposed": 0.3}, 1.0, "communication"),
+    ({"data_wait": 0.0, "comm_exposed": 0.0}, 0.5, "small-batch"),
+    ({"data_wait": 0.0, "comm_exposed": 0.0}, 0.95, "compute")])
+def test_limits(phases, eff, want):
+    full = {p: 0.0 for p in M.PHASES} | {"forward": 0.3, "backward": 0.3} | phases
+    assert M.limit(full, eff)[0] == want
