@@ -73,7 +73,7 @@ def main() -> int:
     ap.add_argument("--no-testbed", action="store_true")
     ap.add_argument("--only", default=None, help="comma list of groups")
     args = ap.parse_args()
-    out = Path(args.out)
+    out = Path(args.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
     cal = Path(args.calibration) if args.calibration else out / "calibration.json"
     if not cal.is_file():
@@ -114,7 +114,8 @@ def main() -> int:
             if not (run / "summary.json").is_file():
                 shutil.rmtree(run, ignore_errors=True)
                 print(f"[{name}] testbed run {rid}", flush=True)
-                scaletrain("testbed", "run", "--hosts", str(hosts), "--rate", rate, "--", "scaletrain", "train",
+                exe = str(Path(sys.executable).parent / "scaletrain")  # the venv's, whether or not it is on PATH
+                scaletrain("testbed", "run", "--hosts", str(hosts), "--rate", rate, "--", exe, "train",
                            "--nproc", "1", *run_flags, *TESTBED_COMMON, *COMMON, "--out", str(run),
                            log=gdir / "runs" / f"{rid}.log", check=False)
             runs.append(run)

@@ -74,6 +74,20 @@ def test_lower_layers_do_not_import_higher_ones(lower, higher):
             assert "torch" not in names, path
 
 
+def test_the_performance_model_is_pure():
+    """predict/model.py and the laws it prices with import neither torch nor torch.distributed's users."""
+    pure = ("scaletrain.predict.model", "scaletrain.predict.regress", "scaletrain.predict.calibration",
+            "scaletrain.predict.kinds")
+    for module in pure:
+        path = PACKAGE / (module.removeprefix("scaletrain.").replace(".", "/") + ".py")
+        tree = ast.parse(path.read_text())
+        names = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+        names |= {(n.module or "").split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+        assert "torch" not in names, module
+        deps = [d for d in GRAPH[module] if d.removeprefix("scaletrain.").split(".")[0] in ("dist", "train", "comm")]
+        assert deps == [] or module == "scaletrain.predict.calibration" and deps == ["scaletrain.dist.env"], module
+
+
 def test_a_strategy_is_one_module_and_one_registry_line():
     from scaletrain.comm.registry import STRATEGIES, strategy_class
     from scaletrain.comm.spec import STRATEGIES as FLAG_VALUES

@@ -26,15 +26,8 @@ from torch import nn
 from scaletrain.errors import UserError
 from scaletrain.perf.graph import LayerGraph, Untraceable, layer_graph
 
-KINDS = ("conv", "dwconv", "linear", "norm", "pool", "eltwise")
-FEATURES = {
-    "conv": ("n", "cin", "cout", "h", "w", "k", "stride", "grad_in"),
-    "dwconv": ("n", "c", "h", "w", "k", "stride", "grad_in"),
-    "linear": ("n", "fin", "fout", "grad_in"),
-    "norm": ("n", "c", "hw"),
-    "pool": ("n", "c", "h", "w", "k", "stride"),
-    "eltwise": ("elements", "inputs"),
-}
+from scaletrain.predict.kinds import FEATURES, KINDS  # noqa: F401 (re-exported)
+
 _NORMS = ("BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "GroupNorm", "LayerNorm", "InstanceNorm2d", "SyncBatchNorm")
 _POOLS = ("MaxPool2d", "AvgPool2d", "AdaptiveAvgPool2d", "AdaptiveMaxPool2d")
 _VIEWS = ("flatten", "view", "reshape", "size", "getattr", "Flatten", "Identity", "squeeze", "unsqueeze",

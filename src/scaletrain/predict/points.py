@@ -255,7 +255,7 @@ def predict_config(p: Predictor, cfg, *, shared_cores: int | None = None, cores:
             ("cuda" if p.cal["device"]["type"] == "cuda" else "rss") if not p.hardware else p.hardware.kind,
             "comm": step["comm"], "layers": {k: sources.get(k, 0) for k in ("measured", "regression", "roofline")},
             "limit": lim, "limit_note": note, "batch_efficiency": eff, "threads": threads,
-            "stretch": step["stretch"], "notes": list(w.notes)}
+            "stretch": step["stretch"], "notes": list(w.notes), "image_size": facts["image_size"]}
 
 
 def _refnet_memory(p: Predictor) -> int:

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from scaletrain.predict.ops import FEATURES
+from scaletrain.predict.kinds import FEATURES
 
 
 def feature_vector(kind: str, f: dict[str, int]) -> list[float]:

@@ -51,7 +51,8 @@ def _strong(cfg, global_batch: int | None):
 def _entry(pid: str, axes: dict[str, Any], cfg, r: dict[str, Any]) -> dict[str, Any]:
     s = r["setting"]
     config = {k: v for k, v in cfg.to_dict().items() if k not in ("out", "resume", "progress", "stop_after")}
-    config.update({"nnodes": cfg.nnodes, "threads": r["threads"], "compress": cfg.compress or "none"})
+    config.update({"nnodes": cfg.nnodes, "threads": r["threads"], "compress": cfg.compress or "none",
+                   "image_size": r["image_size"]})
     return {"id": pid, "axes": axes, "config": config, "trainers": s.trainers,
             "phases_s": r["phases_s"], "step_time_s": r["step_time_s"], "epoch_time_s": r["epoch_time_s"],
             "steps_per_epoch": r["steps_per_epoch"], "samples_per_s": r["samples_per_s"],

@@ -7,6 +7,7 @@ reads a file, prints or draws. `validate` returns the whole of validation.json.
 from __future__ import annotations
 
 import json
+import os
 import statistics
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -37,9 +38,12 @@ class MeasuredRun:
 
 
 def normalise(key: str, value: Any) -> Any:
-    """A setting as compared: no compression is "none" whichever way it is written, one node is 1."""
+    """A setting as compared: no compression is "none" whichever way it is written, one node is 1, an image
+    folder is its absolute path (a run may have named it relative to where it was started)."""
     if value is None:
         return _DEFAULTS.get(key)
+    if key == "dataset" and isinstance(value, str) and value.startswith("imagefolder:"):
+        return "imagefolder:" + os.path.realpath(value.removeprefix("imagefolder:"))
     return value
 
 
