@@ -14,7 +14,7 @@ study and prediction under DIR/<group>/. Points already run are reused (delete D
 from __future__ import annotations
 
 import argparse
-import json
+
 import os
 import shutil
 import subprocess
@@ -84,7 +84,7 @@ def main() -> int:
     folder = out / "digits-64"
     if not (folder / "train").is_dir():
         scaletrain("make-imagefolder", "--out", str(folder), "--image-size", "64")
-    from scaletrain.validate import load_measured, validate
+
     from scaletrain.validate.match import error_summary, phase_summary, summary_line
     from scaletrain.validate.output import prepare, write_validation
 
@@ -138,7 +138,7 @@ def main() -> int:
 
 
 def _validated(group: str, prediction_dir: Path, paths: list[Path], notes: list[str]) -> list[dict]:
-    from scaletrain.validate import load_measured, validate
+
     from scaletrain.validate.load import load_prediction
 
     prediction = load_prediction(prediction_dir)

@@ -9,12 +9,11 @@ import pytest
 import torch
 from torch import nn
 
-from scaletrain.models import model_rows
 from scaletrain.models.registry import build_model
 from scaletrain.perf.flops import count_params, forward_flops
 from scaletrain.predict import model as M
 from scaletrain.predict.ops import trace_ops
-from scaletrain.predict.regress import LayerTimes, fit, work
+from scaletrain.predict.regress import LayerTimes, fit
 
 from predict_fixtures import fake_calibration, law_forward
 

@@ -26,7 +26,6 @@ from torch import nn
 from scaletrain.errors import UserError
 from scaletrain.perf.graph import LayerGraph, Untraceable, layer_graph
 
-from scaletrain.predict.kinds import FEATURES, KINDS  # noqa: F401 (re-exported)
 
 _NORMS = ("BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "GroupNorm", "LayerNorm", "InstanceNorm2d", "SyncBatchNorm")
 _POOLS = ("MaxPool2d", "AvgPool2d", "AdaptiveAvgPool2d", "AdaptiveMaxPool2d")

@@ -6,7 +6,6 @@ from __future__ import annotations
 import functools
 import math
 import statistics
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -169,7 +168,6 @@ def _cached_workload(model_name: str, num_classes: int, in_channels: int, image_
     import torch
 
     from scaletrain.models.registry import build_model
-    from scaletrain.perf.graph import Untraceable  # noqa: F401 (ops falls back itself)
 
     with torch.device("cpu"):
         m = build_model(model_name, num_classes=num_classes, in_channels=in_channels, image_size=image_size,

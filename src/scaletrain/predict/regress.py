@@ -3,7 +3,7 @@ error; a shape that was measured is looked up, any other is predicted (docs/pred
 
 For each (op kind, precision, threads) and each of forward and backward, the law is the op's rate:
 log(seconds / work) (work = multiply-adds or elements) as gradient-boosted trees over the logs of the
-kind's features (ops.FEATURES) and of its work, times the work. Trees follow the steps a device's rate
+kind's features (kinds.FEATURES) and of its work, times the work. Trees follow the steps a device's rate
 takes with the shape (vector widths, cache sizes) that a polynomial smooths over; outside the calibrated
 range the rate is held at its edge, so time grows with work. Its error is the median of
 |predicted/measured - 1| over 5-fold cross-validation: what a shape the calibration never saw costs.

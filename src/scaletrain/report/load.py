@@ -96,7 +96,7 @@ def load_run(path: str | Path) -> Run:
         why = f" (the run failed: {summary['error']})" if summary and summary.get("error") else ""
         raise UserError(f"{root} has no metrics lines in metrics-rank*.jsonl{why}: the run recorded no training "
                         "step; train it (or resume it) before reporting")
-    config = _read_toml(root / "config.toml") if (root / "config.toml").is_file() else {}
+    config = read_toml(root / "config.toml") if (root / "config.toml").is_file() else {}
     schema.check(config, schema.CONFIG, str(root / "config.toml"), FIX_CONFIG)
     epochs = read_jsonl(root / "epochs.jsonl", notes)
     _check_lines(epochs, root / "epochs.jsonl", schema.EPOCH_RECORD)
@@ -174,7 +174,7 @@ def load_study(path: str | Path) -> Study:
     for i, p in enumerate(points, 1):
         name = f" ({p['id']})" if isinstance(p["id"], str) else ""
         schema.check(p, schema.STUDY_POINT, f"{root / 'study.json'} point {i}{name}", FIX_STUDY)
-    spec = _read_toml(root / "study.toml") if (root / "study.toml").is_file() else {}
+    spec = read_toml(root / "study.toml") if (root / "study.toml").is_file() else {}
     schema.check(spec, schema.STUDY_TOML, str(root / "study.toml"), "fix that value in study.toml")
     # a hand-written study.toml may give an axis one bare value: it is a list of one
     spec["axes"] = {a: v if isinstance(v, list) else [v] for a, v in (spec.get("axes") or {}).items()}
@@ -213,7 +213,8 @@ def _read_json(path: Path) -> Any:
         raise UserError(f"{path} is not valid JSON ({e.msg}, line {e.lineno}): the file is damaged") from None
 
 
-def _read_toml(path: Path) -> dict[str, Any]:
+def read_toml(path: Path) -> dict[str, Any]:
+    """A run's config.toml or a study's study.toml as a dict (its [train] table when it has only that)."""
     try:
         data = tomllib.loads(path.read_text())
     except tomllib.TOMLDecodeError as e:

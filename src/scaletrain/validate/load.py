@@ -7,13 +7,12 @@ configuration from config.toml; nothing is recomputed, written or rerun.
 from __future__ import annotations
 
 import json
-import tomllib
 from pathlib import Path
 from typing import Any
 
 from scaletrain.errors import UserError
 from scaletrain.report import schema
-from scaletrain.report.load import kind_of, load_study
+from scaletrain.report.load import kind_of, load_study, read_toml
 from scaletrain.validate.match import FORMAT, MeasuredRun
 
 PREDICTION_FILE = "prediction.json"
@@ -60,15 +59,6 @@ def load_prediction(path: str | Path) -> dict[str, Any]:
     return data
 
 
-def _read_toml(path: Path) -> dict[str, Any]:
-    try:
-        data = tomllib.loads(path.read_text())
-    except tomllib.TOMLDecodeError as e:
-        raise UserError(f"{path} is not valid TOML ({e}): fix that file, or rerun the run") from None
-    # a config may keep its settings in a [train] table (as `scaletrain train --config` accepts)
-    return data["train"] if set(data) == {"train"} and isinstance(data["train"], dict) else data
-
-
 def _resolved(config: dict[str, Any]) -> dict[str, Any]:
     """config.toml leaves image_size out when the dataset's default was used: fill that in, as a prediction does."""
     if config.get("image_size") is None and isinstance(config.get("dataset"), str):
@@ -102,7 +92,7 @@ def read_run(run_dir: Path, label: str, point: str | None = None, point_config: 
     if summary.get("step_time_mean_s") is None:
         return skip("summary.json has no step_time_mean_s (trained with --profile off, or too few steps)")
     if (run_dir / "config.toml").is_file():
-        config = _read_toml(run_dir / "config.toml")
+        config = read_toml(run_dir / "config.toml")
         schema.check(config, schema.CONFIG, str(run_dir / "config.toml"), "fix that value, or rerun the run")
     elif point_config is not None:
         config = point_config
