@@ -138,6 +138,7 @@ def main() -> int:
 
 
 def _validated(group: str, prediction_dir: Path, paths: list[Path], notes: list[str]) -> list[dict]:
+    from scaletrain.validate import load_measured, validate
 
     from scaletrain.validate.load import load_prediction
 
