@@ -14,7 +14,6 @@ study and prediction under DIR/<group>/. Points already run are reused (delete D
 from __future__ import annotations
 
 import argparse
-
 import os
 import shutil
 import subprocess
