@@ -43,6 +43,9 @@ def test_predict_writes_every_point_with_the_profilers_phases(cal_file, tmp_path
     assert two["efficiency"] == pytest.approx(two["speedup"] / 2)
     assert (out / "report.html").is_file() and list((out / "plots").glob("*.png"))
     assert p["regression"] and all(v["points"] > 0 for v in p["regression"].values())
+    ops = one["ops"]  # each op says whether its time was measured or predicted by the regression
+    assert {o["source"] for o in ops} <= {"measured", "regression"} and {o["kind"] for o in ops} >= {"conv", "norm"}
+    assert sum(o["source"] == "measured" for o in ops) == one["layers"]["measured"]
 
 
 def test_strong_scaling_splits_the_global_batch(cal_file, tmp_path):

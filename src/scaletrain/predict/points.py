@@ -242,6 +242,8 @@ def predict_config(p: Predictor, cfg, *, shared_cores: int | None = None, cores:
         mem["baseline"] = max(0, baseline - ref)
     eff = batch_efficiency(p, cfg, facts, ops, threads)
     lim, note = M.limit(step["phases_s"], eff)
+    per_op = [{"name": op.name, "kind": op.kind, "source": c.source, "forward_s": c.forward_s,
+               "backward_s": c.backward_s} for op, c in zip(w.ops, ops) if op.kind != "view"]
     sources = {}
     for o in ops:
         if o.source != "none":
@@ -253,7 +255,7 @@ def predict_config(p: Predictor, cfg, *, shared_cores: int | None = None, cores:
             ("cuda" if p.cal["device"]["type"] == "cuda" else "rss") if not p.hardware else p.hardware.kind,
             "comm": step["comm"], "layers": {k: sources.get(k, 0) for k in ("measured", "regression", "roofline")},
             "limit": lim, "limit_note": note, "batch_efficiency": eff, "threads": threads,
-            "stretch": step["stretch"], "notes": list(w.notes), "image_size": facts["image_size"]}
+            "stretch": step["stretch"], "notes": list(w.notes), "image_size": facts["image_size"], "ops": per_op}
 
 
 def _refnet_memory(p: Predictor) -> int:

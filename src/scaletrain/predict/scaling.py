@@ -58,7 +58,7 @@ def _entry(pid: str, axes: dict[str, Any], cfg, r: dict[str, Any]) -> dict[str, 
             "steps_per_epoch": r["steps_per_epoch"], "samples_per_s": r["samples_per_s"],
             "speedup": None, "ideal_speedup": None, "efficiency": None,
             "peak_memory_bytes": r["peak_memory_bytes"], "memory_bytes": r["memory_bytes"],
-            "memory_kind": r["memory_kind"], "comm": r["comm"], "layers": r["layers"],
+            "memory_kind": r["memory_kind"], "comm": r["comm"], "layers": r["layers"], "ops": r["ops"],
             "limit": r["limit"], "limit_note": r["limit_note"], "batch_efficiency": r["batch_efficiency"],
             "core_sharing_stretch": r["stretch"], "notes": r["notes"]}
 
