@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import time
 
 import torch
 import torch.distributed as dist
@@ -69,6 +70,8 @@ def main() -> None:
     if summary is not None:
         for finding in summary["diagnosis"]:
             print(f"{finding['kind']}: {finding['message']} -> {finding['lever']}")
+    dist.barrier()  # leave together: a rank tearing gloo down while its peer still uses it can abort
+    time.sleep(0.05)  # and let gloo's threads release the last collective's tensors first
     dist.destroy_process_group()
 
 
