@@ -32,12 +32,10 @@ def choose(cfg, alpha: float, beta: float) -> tuple[float | None, dict[str, Any]
     network = {"intra": {k: {"alpha_s": alpha, "beta_s_per_byte": beta} for k in ("allreduce", "ring")},
                "inter": None, "source": "measured on this launch's process group"}
     flat = dataclasses.replace(cfg, bucket_cap_mb=None, nnodes=1, nproc=cfg.nproc * cfg.nnodes)
-    point = predict_config(Predictor(cal, network), flat)
-    comm = point["comm"]
-    default = predict_config(Predictor(cal, network), flat)["comm"]
+    comm = predict_config(Predictor(cal, network), flat)["comm"]  # at DDP's default, with the best cap beside it
     return comm.get("best_bucket_cap_mb"), {
         "chosen_mb": comm.get("best_bucket_cap_mb"), "candidates_mb": [c for c in BUCKET_CAPS_MB],
-        "predicted_overlap_ratio": comm.get("best_overlap_ratio"), "default_overlap_ratio": default.get("overlap_ratio"),
+        "predicted_overlap_ratio": comm.get("best_overlap_ratio"), "default_overlap_ratio": comm.get("overlap_ratio"),
         "predicted_comm_exposed_s": comm.get("best_comm_exposed_s"), "alpha_s": alpha, "beta_s_per_byte": beta,
         "calibration": str(path)}
 
