@@ -3,6 +3,7 @@ and quickly: op seconds = 20 us + 1 ns x work forward, twice that backward."""
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 from scaletrain.predict import grid
@@ -43,3 +44,21 @@ def fake_calibration(threads=(1, 2), precisions=("fp32",)) -> dict[str, Any]:
                                "peak_memory_bytes": 500_000_000, "memory_kind": "rss"}],
                      "refnet": "scaletrain.predict.refnet:build", "batch_size": 32, "image_size": 32, "samples": 2048},
             "memory": {"baseline_rss_bytes": 500_000_000}}
+
+
+NETWORK = {"intra": {k: {"alpha_s": 1e-4, "beta_s_per_byte": 1e-9} for k in ("allreduce", "ring", "ps")},
+           "inter": None}
+
+
+def calibrated_here(cal, mean=(0.1, 0.05)):
+    """`cal` as if made on this machine, with speed probes of `mean` seconds at 1 and 2 threads."""
+    import platform
+
+    import torch
+
+    from scaletrain.predict.probe import device_name
+
+    cal = copy.deepcopy(cal)
+    cal["device"].update(host=platform.node(), name=device_name(torch.device("cpu")))
+    cal["probe"] = {"mean_s": {"1": mean[0], "2": mean[1]}, "loop_mean_s": {"1": mean[0], "2": mean[1]}}
+    return cal

@@ -54,4 +54,6 @@ def make_calibration(out: Path | None, *, quick: bool, device: str = "auto", sho
     path = calibration.save(result, out)
     if problems:
         print(f"warning: part of the calibration failed ({'; '.join(problems)}): predictions will lack it")
+    if calibration.unsteady(result):
+        print(f"warning: {calibration.unsteady(result)}")
     return path

@@ -58,6 +58,19 @@ def load(path: str | Path) -> dict[str, Any]:
     return data
 
 
+UNSTEADY = 0.15  # a calibration whose probes moved more than this is flagged (docs/predict.md, Speed probe)
+
+
+def unsteady(calibration: dict[str, Any]) -> str | None:
+    """One line when the machine's speed moved more than UNSTEADY while it was calibrated, else None."""
+    spread = (calibration.get("probe") or {}).get("spread") or {}
+    worst = max(spread.values(), default=0.0)
+    if worst <= UNSTEADY:
+        return None
+    return (f"the machine's speed moved {worst:.0%} while it was calibrated (speed probes along the op grid): "
+            "predictions from this calibration can be off by as much; calibrate again when the machine is quieter")
+
+
 def nearest_threads(calibration: dict[str, Any], threads: int) -> int:
     """The calibrated thread count closest to `threads` (ratio-wise)."""
     import math

@@ -36,6 +36,9 @@ def add_predict_args(p: argparse.ArgumentParser) -> None:
                                      "--link/--latency")
     p.add_argument("--global-batch", type=int, default=None,
                    help="strong scaling: keep this global batch, each trainer gets global / trainers")
+    p.add_argument("--probe", choices=("auto", "on", "off"), default="off",
+                   help="time a one-second speed probe and scale the calibrated compute by how much faster or "
+                        "slower this machine runs now than when calibrated (auto: on the calibrated host only)")
     p.add_argument("--shared-cores", type=int, default=None,
                    help="the nodes are testbed hosts sharing this many cores of one machine")
     add_config_flags(p, lists=tuple(AXES) + PREDICT_AXES_EXTRA, skip=tuple(STUDY_OWNED))
@@ -138,7 +141,7 @@ def run_predict(args: argparse.Namespace) -> int:
     cal, hw, basis = load_basis(args)
     network = network_from(args, cal, hw)
     prediction = predict_grid(spec, cal, network, hw, basis, global_batch=args.global_batch,
-                              shared_cores=args.shared_cores)
+                              shared_cores=args.shared_cores, probe=speed_probe(cal, hw, args.probe))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     write_json_atomic(out / "prediction.json", prediction)
@@ -147,6 +150,15 @@ def run_predict(args: argparse.Namespace) -> int:
     print_prediction(prediction, console)
     console.print(f"prediction.json: {out / 'prediction.json'}\nreport: {report}")
     return 0
+
+
+def speed_probe(cal: dict[str, Any], hw, mode: str) -> dict[str, Any] | None:
+    """The speed probe's result for a calibration-based prediction (None with a hardware profile)."""
+    if hw is not None:
+        return None
+    from scaletrain.predict.probe import speed_now
+
+    return speed_now(cal, mode)
 
 
 def _nodes(text: str) -> list[int]:

@@ -57,8 +57,20 @@ def basis_line(prediction: dict[str, Any]) -> str:
         return (f"Data-sheet prediction: computed from published figures, not from a calibration of this "
                 f"machine; expect larger errors ({note})")
     if prediction.get("basis") == "calibration":
-        return f"Predicted from a calibration measured on this machine ({note})"
+        return f"Predicted from a calibration measured on this machine ({note}){probe_words(prediction)}"
     return f"Prediction basis: {prediction.get('basis') or 'not stated'} ({note})"
+
+
+def probe_words(prediction: dict[str, Any]) -> str:
+    """The speed probe in words: how fast this machine runs now against when it was calibrated."""
+    probe = prediction.get("speed_probe")
+    if not probe:
+        return ""
+    if not probe.get("applied"):
+        return f"; no speed probe: {probe.get('why')}"
+    ratios = ", ".join(f"{r['ratio']:.2f} at {t} thread{'s' if t != '1' else ''}"
+                       for t, r in sorted(probe["threads"].items(), key=lambda kv: int(kv[0])))
+    return f"; speed probe: compute takes {ratios} of its calibrated time now, and is scaled by it"
 
 
 def _columns(points: list[dict[str, Any]], axes: dict[str, Any]) -> tuple[list[str], dict[str, Any]]:
@@ -225,7 +237,8 @@ def write_prediction_report(prediction: dict[str, Any], out_dir: Path) -> Path:
                     notes=limits_notes),
             Section("where the time goes", grids=[phases_table(prediction)], figures=phase_figs),
             Section("communication and memory", grids=[comm_memory_table(prediction)]),
-            Section("what the prediction rests on", lead=basis_line(prediction), grids=basis_tables(prediction)),
+            Section("what the prediction rests on", lead=basis_line(prediction), grids=basis_tables(prediction),
+                    notes=list(prediction.get("notes") or [])),
         ]
         axes = "; ".join(f"{a}: {fmt.setting(v)}" for a, v in (prediction.get("axes") or {}).items())
         title = "prediction (data sheet, not calibrated)" if datasheet else "prediction"
@@ -244,7 +257,7 @@ def print_prediction(prediction: dict[str, Any], console: Console) -> None:
     lead = scaling_lead(scaling)
     if lead:
         say(lead[0].upper() + lead[1:] + ".")
-    for note in scaling.get("notes") or []:
+    for note in [*(scaling.get("notes") or []), *(prediction.get("notes") or [])]:
         say(f"note: {note}")
 
 

@@ -16,10 +16,12 @@ LADDER_NODES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 
 
 def predict_grid(spec, cal: dict[str, Any], network: dict[str, Any], hw, basis: str, *,
-                 global_batch: int | None = None, shared_cores: int | None = None) -> dict[str, Any]:
+                 global_batch: int | None = None, shared_cores: int | None = None,
+                 probe: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Every point of the spec predicted; `probe` (probe.speed_now()) scales the calibrated compute."""
     from scaletrain.study.grid import points
 
-    predictor = Predictor(cal, network, hw)
+    predictor = Predictor(cal, network, hw, probe)
     grid = points(spec)
     out = []
     for point in grid:
@@ -29,12 +31,15 @@ def predict_grid(spec, cal: dict[str, Any], network: dict[str, Any], hw, basis: 
     _speedups(out, global_batch is not None)
     series = _series(out, global_batch is not None)
     scaling = _scaling(series, predictor, shared_cores, global_batch, network)
-    notes = sorted({n for p in out for n in p.pop("notes")} | set(predictor.notes))
+    from scaletrain.predict.calibration import unsteady
+
+    shaky = [unsteady(cal)] if hw is None and unsteady(cal) else []
+    notes = sorted({n for p in out for n in p.pop("notes")} | set(predictor.notes) | set(shaky))
     return {"format": 1, "kind": "prediction", "scaletrain_version": scaletrain.__version__,
             "basis": "datasheet" if hw is not None else "calibration", "basis_note": basis,
             "calibration_device": cal["device"], "network": network,
             "axes": spec.axes, "global_batch": global_batch, "shared_cores": shared_cores,
-            "regression": predictor.regression_errors(), "points": out, "scaling": scaling, "notes": notes}
+            "regression": predictor.regression_errors(), "speed_probe": probe, "points": out, "scaling": scaling, "notes": notes}
 
 
 def _strong(cfg, global_batch: int | None):

@@ -160,14 +160,14 @@ def _finish(console, study: StudyDir, spec: StudySpec, grid: list, runs: dict[st
 
 def _predict(console, study: StudyDir, spec: StudySpec, args: argparse.Namespace) -> None:
     """--predict: the study's points predicted before anything runs (the same axes and settings)."""
-    from scaletrain.predict.cli import load_basis, network_from
+    from scaletrain.predict.cli import load_basis, network_from, speed_probe
     from scaletrain.predict.report import write_prediction_report
     from scaletrain.predict.scaling import predict_grid
     from scaletrain.rundir import write_json_atomic
 
     args.hardware, args.network, args.link, args.latency = None, None, None, None
     cal, hw, basis = load_basis(args)
-    prediction = predict_grid(spec, cal, network_from(args, cal, hw), hw, basis)
+    prediction = predict_grid(spec, cal, network_from(args, cal, hw), hw, basis, probe=speed_probe(cal, hw, "off"))
     out = study.root / "prediction"
     out.mkdir(parents=True, exist_ok=True)
     write_json_atomic(out / "prediction.json", prediction)
