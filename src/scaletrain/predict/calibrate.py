@@ -7,8 +7,11 @@ What it measures, in order (a rich progress bar over all of it):
   loader     seconds per sample of each dataset kind (an image folder written from digits at several
              sizes, digits, synthetic), and loader worker start-up and hand-over
   network    commbench between 2 local ranks: the alpha-beta of allreduce, ring and a parameter server
-  loop       two real `scaletrain train` runs of the reference network (predict/refnet.py) on 1 and 2
-             ranks: what the training loop adds to the ops' own times, and the resident memory baseline
+  loop       real `scaletrain train` runs of the reference networks (predict/refnet.py): each of the three on
+             1 rank (3 times each: one run varies ~10% here), the mixed one on 2 ranks at two batch sizes:
+             what a training step adds to its ops' isolated times per group of ops, the exposed
+             communication the bucket model does not explain, and the resident memory baseline
+  probe      the speed probe (predict/probe.py) before, between and after the op grid, and at the end
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ import numpy as np
 import torch
 
 import scaletrain
-from scaletrain.predict import grid
+from scaletrain.predict import grid, probe, refnet
 from scaletrain.predict.calibration import FORMAT, KIND
 from scaletrain.predict.ops import build_op
 from scaletrain.predict.timing import median_time, time_op
@@ -34,6 +37,13 @@ from scaletrain.predict.timing import median_time, time_op
 OPTIMIZERS = ("sgd", "nesterov", "adamw", "adagrad")
 REFNET = "scaletrain.predict.refnet:build"
 LOOP_RUN = {"batch_size": 32, "image_size": 32, "samples": 2048}
+# (reference network, ranks, batch per rank, runs, loader workers): the three networks on 1 rank separate the loop factors
+# of compute- and memory-bound ops; two batches on 2 ranks separate the exposed communication that grows
+# with the step's compute (ranks out of step) from the part that does not
+LOOP_RUNS = (("refnet", 1, 32, 3, 0), ("plain", 1, 32, 3, 0), ("memory", 1, 32, 3, 0), ("refnet", 2, 32, 1, 0),
+             ("refnet", 2, 8, 1, 0), ("refnet", 1, 32, 2, 1))
+# the last, with one loader worker decoding the calibration's 64-pixel JPEG folder beside the rank's threads:
+# how much a busy worker slows the step's compute when threads already fill the cores
 
 
 def plan(quick: bool, device: torch.device, cores: int) -> dict[str, Any]:
@@ -56,7 +66,7 @@ def calibrate(*, quick: bool, device: torch.device, cores: int, work_dir: Path,
             shapes[op.kind].append(op.features)
     layer_jobs = [(prec, t, kind, f) for prec in p["precisions"] for t in p["threads"]
                   for kind in shapes for f in shapes[kind]]
-    total = len(layer_jobs) + len(OPTIMIZERS) * len(p["threads"]) + 4 + 1 + 2
+    total = len(layer_jobs) + len(OPTIMIZERS) * len(p["threads"]) + 4 + 1 + len(LOOP_RUNS)
     done = 0
 
     def tick(what: str) -> None:
@@ -66,8 +76,11 @@ def calibrate(*, quick: bool, device: torch.device, cores: int, work_dir: Path,
 
     started = time.time()
     steady_allocator()
+    probes = [probe.measure(p["threads"], device)]
     layers = []
-    for prec, threads, kind, f in layer_jobs:
+    for i, (prec, threads, kind, f) in enumerate(layer_jobs):
+        if i and i % max(1, len(layer_jobs) // 4) == 0:
+            probes.append(probe.measure(p["threads"], device))
         torch.set_num_threads(threads)
         module, inputs = build_op(kind, f)
         fwd, bwd = time_op(module, inputs, precision=prec, input_grad=bool(f.get("grad_in", 1)), device=device,
@@ -81,28 +94,48 @@ def calibrate(*, quick: bool, device: torch.device, cores: int, work_dir: Path,
         for name in OPTIMIZERS:
             optimizer += _optimizer_rows(name, threads, device, quick)
             tick(f"optimizer {name} {threads}t")
+    probes.append(probe.measure(p["threads"], device))
+    after_grid = probes[-1]
     torch.set_num_threads(max(p["threads"]))
     loader = _loader(work_dir / "loader", quick, tick)
     network = _network(work_dir / "commbench", quick)
     tick("network")
-    loop = [_loop_run(work_dir / f"loop-{n}", n, quick) for n in (1, 2)]
-    tick("loop 1 rank")
-    tick("loop 2 ranks")
+    loop = []
+    for net, n, batch, repeats, workers in LOOP_RUNS:
+        folder = work_dir / "loader" / "digits-64" if workers else None
+        loop.append(_loop_runs(work_dir / f"loop-{net}-{n}-{batch}-{workers}", net, n, batch,
+                               1 if quick else repeats, quick, folder))
+        tick(f"loop {net} {n} rank(s), batch {batch}" + (f", {workers} worker" if workers else ""))
+    after_loop = probe.measure(p["threads"], device)
+    torch.set_num_threads(max(p["threads"]))
     return {"format": FORMAT, "kind": KIND, "scaletrain_version": scaletrain.__version__,
             "torch_version": torch.__version__, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             "seconds": round(time.time() - started, 1), "quick": quick,
             "device": _device_info(device, cores), "threads": p["threads"], "precisions": p["precisions"],
             "layers": layers, "optimizer": optimizer, "loader": loader, "network": network,
-            "loop": {"runs": loop, "refnet": REFNET, **LOOP_RUN},
-            "memory": {"baseline_rss_bytes": loop[0].get("peak_memory_bytes")}}
+            "loop": {"runs": loop, "refnet": REFNET, "nets": {k: f"scaletrain.predict.refnet:{v}"
+                                                                 for k, v in refnet.NETS.items()}, **LOOP_RUN},
+            "memory": {"baseline_rss_bytes": loop[0].get("peak_memory_bytes")},
+            "probe": _probe_summary(probes, [after_grid, after_loop])}
+
+
+def _probe_summary(grid_probes: list[dict[str, float]], loop_probes: list[dict[str, float]]) -> dict[str, Any]:
+    """The probes taken along the op grid: their mean per thread count (the speed the op times hold, which
+    `predict` compares with) and spread (how much the machine's speed moved meanwhile); and the mean of
+    the two around the loop runs (the speed they ran at)."""
+    keys = grid_probes[0].keys()
+    mean = {t: float(np.mean([p[t] for p in grid_probes])) for t in keys}
+    spread = {t: float((max(p[t] for p in grid_probes) - min(p[t] for p in grid_probes)) / mean[t]) for t in keys}
+    return {"batch_size": probe.BATCH, "image_size": probe.SIZE, "grid_s": grid_probes, "mean_s": mean,
+            "spread": spread, "loop_mean_s": {t: float(np.mean([p[t] for p in loop_probes])) for t in keys}}
 
 
 def _refnet_ops():
-    from scaletrain.predict import refnet
     from scaletrain.predict.ops import trace_ops
 
     size = LOOP_RUN["image_size"]
-    return trace_ops(refnet.build(10, 3, size), (3, size, size), LOOP_RUN["batch_size"]).ops
+    return [op for name in refnet.NETS
+            for op in trace_ops(refnet.factory(name)(10, 3, size), (3, size, size), LOOP_RUN["batch_size"]).ops]
 
 
 def steady_allocator() -> None:
@@ -124,24 +157,9 @@ def steady_allocator() -> None:
 
 
 def _device_info(device: torch.device, cores: int) -> dict[str, Any]:
-    if device.type == "cuda":
-        name = torch.cuda.get_device_name(device)
-        memory = torch.cuda.get_device_properties(device).total_memory
-    else:
-        name = _cpu_name()
-        memory = None
-    return {"type": device.type, "name": name, "cores": cores, "memory_bytes": memory,
+    memory = torch.cuda.get_device_properties(device).total_memory if device.type == "cuda" else None
+    return {"type": device.type, "name": probe.device_name(device), "cores": cores, "memory_bytes": memory,
             "host": platform.node()}
-
-
-def _cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "cpu"
 
 
 # ------------------------------------------------------------------ optimizer
@@ -190,8 +208,10 @@ def _loader(work: Path, quick: bool, tick: Callable[[str], None]) -> dict[str, A
     for size in ((16, 32) if quick else (16, 32, 64)):
         for kind in ("digits", "synthetic"):
             data = build_datasets(kind, image_size=size, synthetic_samples=2048)
-            rows.append({"dataset": kind, "image_size": size, "source_pixels": size * size,
-                         "channels": data.in_channels, "seconds_per_sample": per_sample(data.train)})
+            # batch 128 beside 32 at one size: what a batch costs beyond its samples (sampler, collate)
+            for batch in ((32, 128) if size == 32 else (32,)):
+                rows.append({"dataset": kind, "image_size": size, "source_pixels": size * size, "batch_size": batch,
+                             "channels": data.in_channels, "seconds_per_sample": per_sample(data.train, batch)})
     tick("loader digits, synthetic")
     folders = {}
     for size in ((64,) if quick else (32, 64, 128)):
@@ -202,7 +222,7 @@ def _loader(work: Path, quick: bool, tick: Callable[[str], None]) -> dict[str, A
         for out_size in sorted({size, max(16, size // 2)}):
             data = build_datasets(f"imagefolder:{folder}", image_size=out_size)
             rows.append({"dataset": "imagefolder", "image_size": out_size, "source_pixels": size * size,
-                         "channels": 3, "seconds_per_sample": per_sample(data.train)})
+                         "batch_size": 32, "channels": 3, "seconds_per_sample": per_sample(data.train)})
     tick("loader image folders")
     workers = []
     folder = folders[64]
@@ -229,11 +249,14 @@ def _loader(work: Path, quick: bool, tick: Callable[[str], None]) -> dict[str, A
 
 
 def fit_loader(rows: list[dict[str, Any]]) -> dict[str, list[float]]:
-    """Per dataset kind, seconds per sample = a + b x source pixels + c x output pixels (least squares, >= 0)."""
+    """Per dataset kind, seconds per sample = a + b x source pixels + c x output pixels + d / batch (least
+    squares, >= 0; d, a batch's own cost, only where two batch sizes were measured)."""
     fits = {}
     for kind in sorted({r["dataset"] for r in rows}):
         mine = [r for r in rows if r["dataset"] == kind]
-        a = np.array([[1.0, r["source_pixels"], r["image_size"] ** 2] for r in mine])
+        batches = len({r.get("batch_size", 32) for r in mine}) > 1
+        a = np.array([[1.0, r["source_pixels"], r["image_size"] ** 2, 1.0 / r.get("batch_size", 32) if batches else 0.0]
+                      for r in mine])
         t = np.array([r["seconds_per_sample"] for r in mine])
         from scipy.optimize import nnls
 
@@ -255,18 +278,40 @@ def _network(work: Path, quick: bool) -> dict[str, Any]:
 
 
 # ------------------------------------------------------------------ the loop, for real
-def _loop_run(out: Path, nproc: int, quick: bool) -> dict[str, Any]:
-    samples = LOOP_RUN["samples"] // (2 if quick else 1)
-    cmd = [sys.executable, "-m", "scaletrain", "train", "--model", REFNET, "--dataset", "synthetic",
-           "--synthetic-samples", str(samples), "--image-size", str(LOOP_RUN["image_size"]),
-           "--batch-size", str(LOOP_RUN["batch_size"]), "--epochs", "1", "--nproc", str(nproc),
+def _loop_runs(out: Path, net: str, nproc: int, batch: int, repeats: int, quick: bool,
+               folder: Path | None = None) -> dict[str, Any]:
+    """`repeats` runs of one loop setting, their phases' medians (one process varies ~10% here)."""
+    runs = [_loop_run(out / f"r{k}", net, nproc, batch, quick, folder) for k in range(repeats)]
+    good = [r for r in runs if "error" not in r]
+    if not good:
+        return runs[0]
+    first = good[0]
+    median = {k: float(np.median([r["phases_mean_s"][k] for r in good])) for k in first["phases_mean_s"]}
+    return {**first, "phases_mean_s": median, "runs": len(good),
+            "step_time_mean_s": float(np.median([r["step_time_mean_s"] for r in good])),
+            "step_time_runs_s": [r["step_time_mean_s"] for r in good],
+            "peak_memory_bytes": float(np.median([r["peak_memory_bytes"] for r in good]))}
+
+
+def _loop_run(out: Path, net: str, nproc: int, batch: int, quick: bool, folder: Path | None = None) -> dict[str, Any]:
+    """One run; with `folder`, on that JPEG folder with one loader worker (else synthetic data, no worker)."""
+    samples = LOOP_RUN["samples"] // (2 if quick else 1) // (LOOP_RUN["batch_size"] // batch)
+    data = ["--dataset", f"imagefolder:{folder}", "--workers", "1"] if folder else \
+        ["--dataset", "synthetic", "--synthetic-samples", str(samples)]
+    cmd = [sys.executable, "-m", "scaletrain", "train", "--model", f"scaletrain.predict.refnet:{refnet.NETS[net]}",
+           *data, "--image-size", str(LOOP_RUN["image_size"]),
+           "--batch-size", str(batch), "--epochs", "1", "--nproc", str(nproc),
            "--no-augment", "--no-progress", "--tensorboard", "off", "--out", str(out)]
     result = _run(cmd)
     summary_path = out / "summary.json"
     if result.returncode != 0 or not summary_path.is_file():
-        return {"nproc": nproc, "error": _last_line(result)}
+        return {"model": net, "nproc": nproc, "batch_size": batch, "workers": int(bool(folder)),
+                "error": _last_line(result)}
     s = json.loads(summary_path.read_text())
-    return {"nproc": nproc, "threads": s.get("threads_per_rank"), "phases_mean_s": s.get("phases_mean_s"),
+    return {"model": net, "nproc": nproc, "batch_size": batch, "workers": int(bool(folder)),
+            "dataset": "imagefolder" if folder else "synthetic", "source_pixels": 64 * 64 if folder else None,
+            "threads": s.get("threads_per_rank"),
+            "phases_mean_s": s.get("phases_mean_s"),
             "step_time_mean_s": s.get("step_time_mean_s"), "peak_memory_bytes": s.get("peak_memory_bytes"),
             "memory_kind": s.get("memory_kind"), "comm_total_mean_s": s.get("comm_total_mean_s"),
             "bytes_sent_per_step": s.get("bytes_sent_per_step")}

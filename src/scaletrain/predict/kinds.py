@@ -10,3 +10,8 @@ FEATURES = {
     "pool": ("n", "c", "h", "w", "k", "stride"),
     "eltwise": ("elements", "inputs"),
 }
+# What bounds an op's time: arithmetic ("compute": dense multiply-adds) or moving memory ("memory").
+# Inside a real step a memory-bound op meets colder caches than when it is timed alone, so the two
+# groups get their own loop factors (predict/points.py).
+GROUP = {"conv": "compute", "linear": "compute", "dwconv": "memory", "norm": "memory", "pool": "memory",
+         "eltwise": "memory"}

@@ -52,6 +52,7 @@ class Setting:
     train_samples: int = 0
     sample_s: float = 0.0  # loader seconds per sample (decode + augment + collate)
     sample_bytes: int = 0  # one sample's tensor bytes
+    worker_interference: float | None = None  # compute seconds a busy loader worker costs per second of its work
 
     @property
     def world(self) -> int:
@@ -78,23 +79,38 @@ class OpCost:
     backward_s: float
     grad_bytes: list[int] = field(default_factory=list)  # its parameters' gradients, registration order
     source: str = "regression"  # measured | regression | none
+    group: str = "compute"  # kinds.GROUP: which of the loop's factors applies
 
 
 @dataclass
 class Loop:
     """What the training loop adds, from the calibration's reference runs at this many ranks per node."""
 
-    forward: float = 1.0
+    forward: float = 1.0  # compute-bound ops (conv, linear)
     backward: float = 1.0
+    forward_memory: float | None = None  # memory-bound ops and the loss (None: as compute-bound)
+    backward_memory: float | None = None
     optimizer_s: float = 0.0  # the optimizer phase's own overhead beyond its law (zero_grad, the loop)
     h2d_s: float = 0.0
     other_s: float = 0.0
-    comm_s: float = 0.0  # exposed communication the bucket model does not explain (DDP's own, peers' jitter)
+    comm_s: float = 0.0  # exposed communication the bucket model does not explain (DDP's own, peers' jitter) ...
+    comm_per_compute: float = 0.0  # ... and its part that grows with the step's forward + backward
+
+    def factor(self, group: str, direction: str) -> float:
+        """The factor of a `group` op's isolated time in `direction` (forward | backward) inside a step."""
+        compute = self.forward if direction == "forward" else self.backward
+        memory = self.forward_memory if direction == "forward" else self.backward_memory
+        return memory if group == "memory" and memory is not None else compute
 
 
 def compute_stretch(s: Setting, loader_cpu_s: float, compute_s: float) -> float:
     """How much slower compute runs because processes share cores: ranks' threads and busy loader workers
-    against the cores there are (1 = not at all)."""
+    against the cores there are (1 = not at all).
+
+    Loader workers on cores the ranks' threads already fill: with a calibrated `worker_interference` k,
+    compute grows by k x the workers' CPU seconds per step (a worker preempting one thread of a parallel
+    region stalls the whole team at its next barrier, so k is above 1); without it, by the CPU time
+    needed over the cores there are."""
     threads = s.nproc * s.rank_threads
     cores = s.cores
     if s.shared_cores:  # testbed hosts on one machine: every host's threads compete for its cores
@@ -102,9 +118,14 @@ def compute_stretch(s: Setting, loader_cpu_s: float, compute_s: float) -> float:
         cores = s.shared_cores
     over = max(1.0, threads / max(1, cores))
     if s.workers and loader_cpu_s > 0 and compute_s > 0:
-        # CPU seconds a step needs on the node: every rank's compute on its threads and its loader's work
-        demand = (s.nproc if not s.shared_cores else s.nproc * s.nnodes) * (compute_s * s.rank_threads + loader_cpu_s)
-        over = max(over, demand / (cores * compute_s))
+        ranks = s.nproc if not s.shared_cores else s.nproc * s.nnodes
+        if s.worker_interference is not None:
+            if threads + ranks * s.workers > cores:
+                over = max(over, over + s.worker_interference * loader_cpu_s / compute_s)
+        else:
+            # CPU seconds a step needs on the node: every rank's compute on its threads and its loader's work
+            demand = ranks * (compute_s * s.rank_threads + loader_cpu_s)
+            over = max(over, demand / (cores * compute_s))
     return over
 
 
@@ -145,8 +166,9 @@ def predict_step(ops: list[OpCost], s: Setting, loop: Loop, network: dict[str, A
 
     `optimizer_s(tensors, numel)` is the optimizer's calibrated law at this point's threads."""
     grads = [g for op in ops for g in op.grad_bytes]
-    fwd = (sum(o.forward_s for o in ops) + loss_s[0]) * loop.forward
-    bwd = (sum(o.backward_s for o in ops) + loss_s[1]) * loop.backward
+    fwd = sum(o.forward_s * loop.factor(o.group, "forward") for o in ops) + loss_s[0] * loop.factor("memory", "forward")
+    bwd = sum(o.backward_s * loop.factor(o.group, "backward") for o in ops) + \
+        loss_s[1] * loop.factor("memory", "backward")
     ps = s.strategy.startswith("ps-")
     opt = 0.0 if ps else optimizer_s(len(grads), sum(grads) // 4) + loop.optimizer_s
     loader_cpu = s.batch_size * s.sample_s
@@ -155,26 +177,27 @@ def predict_step(ops: list[OpCost], s: Setting, loop: Loop, network: dict[str, A
 
     comm = {"bytes_per_step": 0, "buckets": 0, "comm_total_s": 0.0, "comm_hidden_s": 0.0, "overlap_ratio": None}
     exposed = 0.0
+    residual = loop.comm_s + loop.comm_per_compute * (fwd + bwd)  # ranks out of step: see Loop
     if s.trainers > 1 and not ps and grads:
         # gradients in the order backward produces them: ops in reverse, each op's parameters in reverse
         ready, sizes, elapsed = [], [], 0.0
         for op in reversed(ops):
-            elapsed += op.backward_s * loop.backward * stretch
+            elapsed += op.backward_s * loop.factor(op.group, "backward") * stretch
             for g in reversed(op.grad_bytes):
                 ready.append(elapsed)
                 sizes.append(g)
         ready = [r * bwd / elapsed for r in ready] if elapsed > 0 else ready
         comm_time = comm_time_fn(s, network, s.strategy)
         result = buckets.backward_overlap(ready, sizes, comm_time, s.bucket_cap_mb)
-        exposed = result["comm_exposed_s"] + loop.comm_s
+        exposed = result["comm_exposed_s"] + residual
         best_cap, best = buckets.best_bucket_cap(ready, sizes, comm_time, BUCKET_CAPS_MB)
         comm = {"bytes_per_step": sum(wire.ddp_bytes(b // 4, s.trainers, s.compress) for b in result["bucket_bytes"]),
                 "buckets": len(result["buckets"]), "comm_total_s": result["comm_total_s"],
                 "comm_hidden_s": result["comm_hidden_s"], "overlap_ratio": result["overlap_ratio"],
                 "best_bucket_cap_mb": best_cap, "best_overlap_ratio": best["overlap_ratio"],
-                "best_comm_exposed_s": best["comm_exposed_s"] + loop.comm_s}
+                "best_comm_exposed_s": best["comm_exposed_s"] + residual}
     elif ps and s.trainers >= 1:
-        exposed, comm = _parameter_server(s, network, sum(grads), len(grads), optimizer_s, loop, fwd + bwd)
+        exposed, comm = _parameter_server(s, network, sum(grads), len(grads), optimizer_s, residual, fwd + bwd)
 
     produce = loader_cpu + handoff_s
     busy = fwd + bwd + opt + exposed + loop.h2d_s + loop.other_s
@@ -191,7 +214,8 @@ def predict_step(ops: list[OpCost], s: Setting, loop: Loop, network: dict[str, A
 
 
 def _parameter_server(s: Setting, network: dict[str, Any], grad_bytes: int, tensors: int,
-                      optimizer_s: Callable[[int, int], float], loop: Loop, compute_s: float) -> tuple[float, dict]:
+                      optimizer_s: Callable[[int, int], float], residual_s: float,
+                      compute_s: float) -> tuple[float, dict]:
     """ps-sync: every worker pushes its gradient to the servers, each applies the update on its shard and
     sends it back: 2 alpha + 2 W x (its shard) x beta on the busiest server link, plus the apply.
     ps-async: a worker's own push and pull; the server link is shared, so a worker also waits for its
@@ -208,7 +232,7 @@ def _parameter_server(s: Setting, network: dict[str, Any], grad_bytes: int, tens
         server_busy = workers * ((push + shard) * beta + apply)
         exposed = max(own + apply, server_busy - compute_s)
     sent = int(servers * push)
-    return exposed + loop.comm_s, {"bytes_per_step": sent, "buckets": servers, "comm_total_s": exposed,
+    return exposed + residual_s, {"bytes_per_step": sent, "buckets": servers, "comm_total_s": exposed,
                                    "comm_hidden_s": 0.0, "overlap_ratio": 0.0 if workers else None}
 
 

@@ -1,0 +1,127 @@
+"""The loop calibration (predict/points.py Predictor.loop): what a real step adds to isolated ops, per group
+of ops, corrected for the machine's drift; and the exposed communication that grows with the step."""
+
+from __future__ import annotations
+
+import pytest
+
+from predict_fixtures import NETWORK, calibrated_here, fake_calibration
+from scaletrain.predict import model as M
+from scaletrain.predict import refnet
+from scaletrain.predict.kinds import GROUP
+from scaletrain.predict.ops import trace_ops
+from scaletrain.predict.points import Predictor, _affine
+
+
+def test_a_loop_run_on_a_slower_machine_than_the_grid_is_corrected():
+    cal = calibrated_here(fake_calibration())
+    steady = Predictor(cal, NETWORK).loop(1)
+    cal["probe"]["loop_mean_s"] = {"1": 0.2, "2": 0.1}  # twice as slow while the loop runs ran
+    drifted = Predictor(cal, NETWORK).loop(1)
+    assert drifted.forward == pytest.approx(steady.forward / 2)
+    assert drifted.backward == pytest.approx(steady.backward / 2)
+
+
+def test_affine_through_points():
+    assert _affine([(0.1, 0.003), (0.02, 0.0014)]) == pytest.approx((0.001, 0.02))
+    assert _affine([(0.1, 0.004)]) == (0.004, 0.0)
+    assert _affine([(0.1, 0.001), (0.02, 0.003)])[1] == 0.0  # never a negative slope
+
+
+def test_two_batches_on_two_ranks_separate_constant_and_proportional_communication():
+    cal = fake_calibration()
+    base = cal["loop"]["runs"][0]
+    runs = []
+    for batch, scale in ((32, 1.0), (8, 0.25)):
+        ph = {k: v * (scale if k in ("forward", "backward") else 1.0) for k, v in base["phases_mean_s"].items()}
+        runs.append({**base, "nproc": 2, "threads": 1, "batch_size": batch, "phases_mean_s": ph})
+    cal["loop"]["runs"] = [base, *runs]
+    p = Predictor(cal, NETWORK)
+    for r in runs:  # measured = what the buckets explain + 2 ms + 5% of forward and backward
+        compute = r["phases_mean_s"]["forward"] + r["phases_mean_s"]["backward"]
+        r["phases_mean_s"]["comm_exposed"] = p._plain_comm(r) + 0.002 + 0.05 * compute
+    loop = Predictor(cal, NETWORK).loop(2)
+    assert loop.comm_s == pytest.approx(0.002) and loop.comm_per_compute == pytest.approx(0.05)
+
+
+def test_the_unexplained_communication_is_added_to_the_buckets():
+    ops = [M.OpCost(0.01, 0.02, [4000]), M.OpCost(0.01, 0.02, [4000])]
+    s = M.Setting(batch_size=8, nproc=2, cores=2, threads=1)
+    plain = M.predict_step(ops, s, M.Loop(), NETWORK, lambda t, n: 0.0)["phases_s"]
+    more = M.predict_step(ops, s, M.Loop(comm_s=0.001, comm_per_compute=0.1), NETWORK, lambda t, n: 0.0)["phases_s"]
+    assert more["comm_exposed"] - plain["comm_exposed"] == pytest.approx(0.001 + 0.1 * (0.02 + 0.04))
+
+
+def test_three_reference_networks_separate_compute_and_memory_factors():
+    cal = fake_calibration()
+    base = cal["loop"]["runs"][0]
+    cal["loop"]["runs"] = [{**base, "model": m, "phases_mean_s": dict(base["phases_mean_s"])}
+                           for m in ("refnet", "plain", "memory")]
+    p = Predictor(cal, NETWORK)
+    want = {"forward": (1.1, 1.5), "backward": (1.2, 1.8)}
+    for r in cal["loop"]["runs"]:  # measured = a x compute-bound ops + b x memory-bound ops (and the loss)
+        ref = p._reference(r)
+        for d, (a, b) in want.items():
+            r["phases_mean_s"][d] = a * ref[d]["compute"] + b * ref[d]["memory"]
+    loop = Predictor(cal, NETWORK).loop(1)
+    assert (loop.forward, loop.forward_memory) == pytest.approx(want["forward"])
+    assert (loop.backward, loop.backward_memory) == pytest.approx(want["backward"])
+
+
+def test_one_reference_network_gives_one_factor_for_both_groups():
+    loop = Predictor(fake_calibration(), NETWORK).loop(1)
+    assert loop.forward == pytest.approx(loop.forward_memory)
+    assert loop.backward == pytest.approx(loop.backward_memory)
+
+
+def test_each_op_takes_its_groups_factor():
+    ops = [M.OpCost(0.01, 0.02, [], group="compute"), M.OpCost(0.001, 0.002, [], group="memory")]
+    loop = M.Loop(forward=2.0, backward=3.0, forward_memory=5.0, backward_memory=7.0)
+    ph = M.predict_step(ops, M.Setting(batch_size=8), loop, NETWORK, lambda t, n: 0.0, (0.0001, 0.0002))["phases_s"]
+    assert ph["forward"] == pytest.approx(2 * 0.01 + 5 * 0.001 + 5 * 0.0001)
+    assert ph["backward"] == pytest.approx(3 * 0.02 + 7 * 0.002 + 7 * 0.0002)
+
+
+def test_the_reference_networks_lean_the_way_their_names_say():
+    work = {}
+    for name in refnet.NETS:
+        ops = trace_ops(refnet.factory(name)(10, 3, 32), (3, 32, 32), 8).ops
+        flops = {g: sum(o.flops for o in ops if GROUP.get(o.kind) == g) for g in ("compute", "memory")}
+        work[name] = {"kinds": {o.kind for o in ops}, "ops": len(ops), **flops}
+    assert "norm" not in work["plain"]["kinds"] and "norm" in work["refnet"]["kinds"]
+    assert work["memory"]["ops"] > work["refnet"]["ops"] > work["plain"]["ops"]
+    assert work["plain"]["compute"] > work["memory"]["compute"]
+
+
+def test_the_loader_law_separates_a_batchs_own_cost_from_its_samples():
+    from scaletrain.predict.calibrate import fit_loader
+
+    rows = [{"dataset": "digits", "image_size": s, "source_pixels": s * s, "batch_size": b,
+             "seconds_per_sample": 1e-5 + 2e-9 * s * s + 1e-3 / b} for s in (16, 32, 64) for b in (32, 128)]
+    a, b, c, d = fit_loader(rows)["digits"]
+    assert d == pytest.approx(1e-3, rel=1e-3) and a == pytest.approx(1e-5, abs=2e-6)
+    assert b + c == pytest.approx(2e-9, rel=1e-3)  # source and output pixels are the same here
+    cal = fake_calibration()
+    cal["loader"]["fit"]["digits"] = [1e-5, 0.0, 0.0, 1e-3]
+    p = Predictor(cal, NETWORK)
+    assert p.loader_sample_s("digits", 8, None, 128) == pytest.approx(1e-5 + 1e-3 / 128)
+    cal["loader"]["fit"]["digits"] = [1e-5, 0.0, 0.0]  # a calibration from before the batch term
+    assert Predictor(cal, NETWORK).loader_sample_s("digits", 8, None, 128) == pytest.approx(1e-5)
+
+
+def test_a_busy_worker_slows_compute_by_the_calibrated_interference():
+    cal = fake_calibration()
+    idle = cal["loop"]["runs"][0]
+    p = Predictor(cal, NETWORK)
+    assert p.worker_interference() is None
+    loader = 32 * p.loader_sample_s("imagefolder", 32, 4096, 32)
+    busy = {**idle, "workers": 1, "batch_size": 32, "source_pixels": 4096,
+            "phases_mean_s": {**idle["phases_mean_s"], "forward": idle["phases_mean_s"]["forward"] + 2 * loader}}
+    cal["loop"]["runs"].append(busy)
+    p = Predictor(cal, NETWORK)
+    assert p.worker_interference() == pytest.approx(2.0)
+    assert p.loop(1) == Predictor(fake_calibration(), NETWORK).loop(1)  # the worker run is no loop factor
+    s = M.Setting(batch_size=32, cores=2, workers=1, worker_interference=2.0)
+    assert M.compute_stretch(s, 0.01, 0.1) == pytest.approx(1 + 2.0 * 0.01 / 0.1)
+    roomy = M.Setting(batch_size=32, cores=8, threads=2, workers=1, worker_interference=2.0)
+    assert M.compute_stretch(roomy, 0.01, 0.1) == 1.0  # a core to spare: the worker slows nobody
