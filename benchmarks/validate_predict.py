@@ -5,10 +5,13 @@ the same configurations from a calibration, and validates point by point. The mo
 written for this test alone (validation_models.py: widenet, dwnet) besides built-in ones; the calibration
 was never run on any of them (its loop runs use predict/refnet.py).
 
-    python benchmarks/validate_predict.py [--calibration FILE] [--out DIR] [--no-testbed] [--only GROUP]
+    python benchmarks/validate_predict.py [--calibration FILE] [--out DIR] [--repeats N] [--no-testbed]
+                                          [--only GROUP]
 
-Writes DIR/validation.json (every point's errors, median and 90th percentile), DIR/plots/ and each group's
-study and prediction under DIR/<group>/. Points already run are reused (delete DIR to start over).
+Writes DIR/validation.json (every point's errors against the mean of its N runs, median and 90th
+percentile; `repeatability`: how far a point's runs differ from each other, the floor under any
+prediction's error), DIR/plots/ and each group's study and prediction under DIR/<group>/. Points already
+run are reused (delete DIR to start over).
 """
 
 from __future__ import annotations
@@ -69,6 +72,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--calibration", default=None)
     ap.add_argument("--out", default=str(ROOT / "runs" / "validate-predict"))
+    ap.add_argument("--repeats", type=int, default=2, help="runs of each configuration (default 2)")
     ap.add_argument("--no-testbed", action="store_true")
     ap.add_argument("--only", default=None, help="comma list of groups")
     args = ap.parse_args()
@@ -93,10 +97,12 @@ def main() -> int:
             continue
         flags = [*flags, *(["--dataset", f"imagefolder:{folder}"] if kind == "folder" else [])]
         gdir = out / name
-        print(f"[{name}] study", flush=True)
-        scaletrain("study", *flags, *COMMON, "--out", str(gdir / "study"), log=gdir / "study.log", check=False)
+        # predicted first, as `study --predict` does: its speed probe is timed just before the runs it predicts
         scaletrain("predict", *flags, *COMMON, *extra, "--calibration", str(cal), "--out", str(gdir / "prediction"),
                    log=gdir / "predict.log")
+        print(f"[{name}] study", flush=True)
+        scaletrain("study", *flags, *COMMON, "--repeats", str(args.repeats), "--out", str(gdir / "study"),
+                   log=gdir / "study.log", check=False)
         merged += _validated(name, gdir / "prediction", [gdir / "study"], notes)
     for name, (hosts, rate, flags) in TESTBED.items():
         if only and name not in only:
@@ -105,10 +111,13 @@ def main() -> int:
             notes.append(f"{name}: skipped (the testbed needs root, ip and tc)")
             continue
         gdir = out / name
+        scaletrain("predict", *flags, *TESTBED_COMMON, *COMMON, "--nproc", "1", "--nnodes", str(hosts),
+                   "--link", rate, "--shared-cores", str(os.cpu_count()), "--calibration", str(cal),
+                   "--out", str(gdir / "prediction"), log=gdir / "predict.log")
         runs = []
-        for combo in expand(flags):
+        for combo, k in ((c, k) for c in expand(flags) for k in range(args.repeats)):
             run_flags = [x for kv in combo.items() for x in kv]
-            rid = "-".join(v.split(":")[-1] for v in combo.values())
+            rid = "-".join(v.split(":")[-1] for v in combo.values()) + (f"-r{k}" if k else "")
             run = gdir / "runs" / rid
             if not (run / "summary.json").is_file():
                 shutil.rmtree(run, ignore_errors=True)
@@ -118,22 +127,44 @@ def main() -> int:
                            "--nproc", "1", *run_flags, *TESTBED_COMMON, *COMMON, "--out", str(run),
                            log=gdir / "runs" / f"{rid}.log", check=False)
             runs.append(run)
-        scaletrain("predict", *flags, *TESTBED_COMMON, *COMMON, "--nproc", "1", "--nnodes", str(hosts),
-                   "--link", rate, "--shared-cores", str(os.cpu_count()), "--calibration", str(cal),
-                   "--out", str(gdir / "prediction"), log=gdir / "predict.log")
         merged += _validated(name, gdir / "prediction", runs, notes)
 
     step_errors = [p["errors"]["step_time"] for p in merged if p["errors"]["step_time"] is not None]
     result = {"format": 1, "kind": "validation", "basis": "calibration", "basis_note": f"calibration {cal}",
               "points": merged, "unmatched": [], "unmeasured_points": [],
-              "summary": error_summary(step_errors), "phase_summary": phase_summary(merged), "notes": notes,
+              "summary": error_summary(step_errors), "phase_summary": phase_summary(merged),
+              "repeatability": repeatability(merged), "notes": notes,
               "seconds": round(time.time() - started)}
     prepare(out)
     write_validation(result, out)
     _table(merged)
     print(summary_line(result["summary"]))
+    rep = result["repeatability"]
+    if rep["points"]:
+        print(f"repeatability: a point's two runs differ by median {rep['median_abs_difference']:.1%}, "
+              f"90th percentile {rep['p90_abs_difference']:.1%} ({rep['points']} points)")
     print(f"validation.json: {out / 'validation.json'}")
     return 0
+
+
+def repeatability(points: list[dict]) -> dict:
+    """How far each point's first two runs' step times differ (|a / b - 1|): the measurement's own noise."""
+    import json
+
+    from scaletrain.validate.match import quantile
+
+    diffs = []
+    for p in points:
+        steps = []
+        for d in p.get("run_dirs") or []:
+            path = Path(d) / "summary.json"
+            if path.is_file():
+                steps.append(json.loads(path.read_text()).get("step_time_mean_s"))
+        steps = [s for s in steps if s]
+        if len(steps) >= 2:
+            diffs.append(abs(steps[0] / steps[1] - 1))
+    return {"points": len(diffs), "median_abs_difference": quantile(diffs, 0.5) if diffs else None,
+            "p90_abs_difference": quantile(diffs, 0.9) if diffs else None}
 
 
 def _validated(group: str, prediction_dir: Path, paths: list[Path], notes: list[str]) -> list[dict]:
