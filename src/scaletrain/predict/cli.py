@@ -38,7 +38,8 @@ def add_predict_args(p: argparse.ArgumentParser) -> None:
                    help="strong scaling: keep this global batch, each trainer gets global / trainers")
     p.add_argument("--probe", choices=("auto", "on", "off"), default="off",
                    help="time a one-second speed probe and scale the calibrated compute by how much faster or "
-                        "slower this machine runs now than when calibrated (auto: on the calibrated host only)")
+                        "slower this machine runs now than when calibrated (auto: on the calibrated host only; "
+                        "default off: docs/predict.md says why)")
     p.add_argument("--shared-cores", type=int, default=None,
                    help="the nodes are testbed hosts sharing this many cores of one machine")
     add_config_flags(p, lists=tuple(AXES) + PREDICT_AXES_EXTRA, skip=tuple(STUDY_OWNED))

@@ -121,7 +121,7 @@ def compute_stretch(s: Setting, loader_cpu_s: float, compute_s: float) -> float:
         ranks = s.nproc if not s.shared_cores else s.nproc * s.nnodes
         if s.worker_interference is not None:
             if threads + ranks * s.workers > cores:
-                over = max(over, over + s.worker_interference * loader_cpu_s / compute_s)
+                over += s.worker_interference * loader_cpu_s / compute_s
         else:
             # CPU seconds a step needs on the node: every rank's compute on its threads and its loader's work
             demand = ranks * (compute_s * s.rank_threads + loader_cpu_s)
