@@ -36,12 +36,14 @@ class Node:
     flops: int = 0  # FlopCounterMode's count at the traced batch size (2 per multiply-add; element-wise 0)
     out_bytes: int = 0  # bytes of the output tensor(s)
     inputs: list[int] = field(default_factory=list)  # ids of the nodes whose outputs it reads
+    depthwise: bool = False  # a depthwise convolution (groups = input = output channels)
 
 
 @dataclass
 class LayerGraph:
     nodes: list[Node]
     batch_size: int
+    traced: fx.GraphModule | None = field(default=None, repr=False)  # fx's module, sharing the model's weights
 
     @property
     def edges(self) -> list[tuple[int, int]]:
@@ -64,7 +66,12 @@ def layer_graph(model: nn.Module, input_shape: tuple[int, ...], batch_size: int 
                   inputs=[ids[a] for a in n.all_input_nodes]) for n in traced.graph.nodes]
     _Measure(traced, nodes, ids).run_once(probe_input(model, input_shape, batch_size))
     _count_params(traced, nodes, ids)
-    return LayerGraph(nodes, batch_size)
+    for fx_node in traced.graph.nodes:
+        if fx_node.op == "call_module":
+            m = traced.get_submodule(fx_node.target)
+            nodes[ids[fx_node]].depthwise = (isinstance(m, nn.Conv2d) and m.groups > 1
+                                             and m.groups == m.in_channels == m.out_channels)
+    return LayerGraph(nodes, batch_size, traced)
 
 
 def cut_points(graph: LayerGraph) -> list[int]:

@@ -1,0 +1,139 @@
+"""`scaletrain graph`: a model's graph at the layer, block or module level as graph.json, DOT and a picture,
+each node with its output shape, parameters, FLOPs and predicted time, cut points marked (docs/graph.md)."""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from scaletrain.errors import UserError
+
+MAX_ROWS = 60  # the terminal table's rows; graph.json has every node
+PRECISIONS = ("fp32", "bf16", "fp16")
+
+
+def add_graph_args(p: argparse.ArgumentParser) -> None:
+    p.description = ("The model's graph from torch.fx at one level (layer, block or module): graph.json, graph.dot, "
+                     "graph.png and graph.svg, each node with its output shape, parameters, FLOPs and predicted "
+                     "time; the cut points, where a pipeline may cut, marked.")
+    p.epilog = "example: scaletrain graph --model resnet56 --out runs/graph"
+    p.add_argument("--model", required=True, help="a built-in model (`scaletrain models`) or package.module:factory")
+    p.add_argument("--out", required=True, help="folder for graph.json, graph.dot, graph.png, graph.svg")
+    p.add_argument("--level", default="block", help="layer, block (default: single-entry/single-exit regions "
+                                                    "such as a residual block) or module (top-level children)")
+    p.add_argument("--batch-size", type=int, default=32, help="batch the shapes, FLOPs and times are given at")
+    p.add_argument("--image-size", type=int, default=32)
+    p.add_argument("--in-channels", type=int, default=3)
+    p.add_argument("--num-classes", type=int, default=10)
+    p.add_argument("--calibration", help="calibration file for predicted times (default: this machine's, if "
+                                         "`scaletrain calibrate` has made one; else no times)")
+    p.add_argument("--precision", default="fp32", help="precision the times are predicted at: fp32, bf16, fp16")
+
+
+def run_graph(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from scaletrain.graph.build import document, trace
+    from scaletrain.graph.dot import to_dot
+    from scaletrain.graph.picture import draw
+    from scaletrain.graph.timing import block_times, node_times
+    from scaletrain.models import build_model
+    from scaletrain.perf.blocks import LEVELS, group
+    from scaletrain.predict.calibration import unsteady
+    from scaletrain.rundir import replace_atomic, write_json_atomic
+
+    if args.level not in LEVELS:
+        raise UserError(f"--level {args.level!r} is not a level: use one of {', '.join(LEVELS)}")
+    if args.batch_size < 1:
+        raise UserError(f"--batch-size must be at least 1 (got {args.batch_size})")
+    if min(args.image_size, args.in_channels, args.num_classes) < 1:
+        raise UserError("--image-size, --in-channels and --num-classes must be at least 1")
+    if args.precision not in PRECISIONS:
+        raise UserError(f"--precision {args.precision!r}: use one of {', '.join(PRECISIONS)}")
+    cal, basis = calibration(args.calibration)
+    console = Console(highlight=False)
+    input_shape = (args.in_channels, args.image_size, args.image_size)
+    model = build_model(args.model, num_classes=args.num_classes, in_channels=args.in_channels,
+                        image_size=args.image_size)
+    out = writable(args.out)  # before the slow part, after what needs no folder
+    traced = trace(model, input_shape, args.batch_size, label=args.model)
+    blocks = group(traced.graph, args.level)
+    if not blocks:
+        raise UserError(f"{args.model} has no layer that computes (its forward returns its input): nothing to draw")
+    times = None
+    if cal is not None:
+        per_op = node_times(model, input_shape, args.batch_size, cal, args.precision)
+        times = block_times(blocks, traced.graph, per_op)
+    doc = document(args.model, args.level, input_shape, traced, blocks, times, basis, args.precision)
+    if cal is not None and unsteady(cal):
+        doc["notes"].append(unsteady(cal))
+    if cal is None:
+        doc["notes"].append("no predicted times: no calibration of this machine yet; `scaletrain calibrate` "
+                            "makes one (about 5 minutes), or pass --calibration FILE")
+    write_json_atomic(out / "graph.json", doc)
+    replace_atomic(out / "graph.dot", lambda f: f.write(to_dot(doc)), mode="w")
+    pictures = draw(doc, out)
+    console.print(summary_table(doc))
+    for note in doc["notes"]:
+        console.print(f"note: {note}", soft_wrap=True)  # one line each, however narrow the terminal
+    if basis:
+        console.print(f"times: {basis}", soft_wrap=True)
+    for path in (out / "graph.json", out / "graph.dot", *pictures):
+        console.print(f"wrote {path}", soft_wrap=True)
+    return 0
+
+
+def writable(path: str) -> Path:
+    """`path` as a folder that exists and takes files, or one UserError line."""
+    out = Path(path)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=out):
+            pass
+    except OSError as e:
+        raise UserError(f"cannot write to --out {path} ({type(e).__name__}: {e.strerror or e}): "
+                        "pick a folder you can write") from None
+    return out
+
+
+def calibration(path: str | None) -> tuple[dict[str, Any] | None, str | None]:
+    """(the calibration, one line on where it comes from), or (None, None) when none was given and this
+    machine has none: `graph` never calibrates."""
+    from scaletrain.predict import calibration as cal_file
+
+    where = Path(path) if path else cal_file.cache_path()
+    if not path and not where.is_file():
+        return None, None
+    cal = cal_file.load(where)
+    d = cal["device"]
+    return cal, (f"calibration {where}: {d['name']}, {d['cores']} cores, made {cal.get('created')}"
+                 + (" (--quick)" if cal.get("quick") else "") + "; one process, loss and optimizer left out")
+
+
+def summary_table(doc: dict[str, Any]):
+    from rich.table import Table
+
+    from scaletrain.graph import labels
+
+    t = doc["totals"]
+    table = Table(title=f"{doc['model']}: {t['nodes']} {doc['level']} nodes, {t['edges']} edges, "
+                        f"{t['cut_points']} cut points, batch {doc['batch_size']}")
+    for col in ("#", "name", "output", "params", "FLOPs", "fwd ms", "bwd ms", "cut"):
+        table.add_column(col, justify="left" if col in ("name", "output", "cut") else "right",
+                         no_wrap=col != "name", overflow="ellipsis")
+    cuts = set(doc["cut_points"])
+    for n in doc["nodes"][:MAX_ROWS]:
+        table.add_row(str(n["id"]), n["name"], labels.shape(n["out_shape"]), labels.count(n["params"]),
+                      labels.count(n["flops"]), _ms(n["forward_s"]), _ms(n["backward_s"]),
+                      "cut" if n["id"] in cuts else "")
+    if len(doc["nodes"]) > MAX_ROWS:
+        table.add_row("", f"... {len(doc['nodes']) - MAX_ROWS} more in graph.json", *[""] * 6)
+    table.add_row("", "total", "", labels.count(t["params"]), labels.count(t["flops"]), _ms(t["forward_s"]),
+                  _ms(t["backward_s"]), "", style="bold")
+    return table
+
+
+def _ms(seconds: float | None) -> str:
+    return "-" if seconds is None else f"{seconds * 1e3:.3g}"
