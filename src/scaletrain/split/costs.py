@@ -1,0 +1,115 @@
+"""Each block's cost per micro-batch (split/partition.py's `BlockCost`): predicted from a calibration
+(graph/timing.py, the performance model of docs/predict.md) or measured here, block by block.
+
+Bytes come from the block graph (perf/blocks.py), traced at some batch in fp32: they scale linearly with the
+batch, and activations scale with the precision's bytes (bf16/fp16 autocast halves them; weights stay fp32).
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import math
+from typing import Any
+
+import torch
+from torch import nn
+
+from scaletrain.errors import UserError
+from scaletrain.perf.footprint import PRECISION_BYTES
+from scaletrain.split.partition import BlockCost
+from scaletrain.split.stages import Blocked, stage_module
+
+SOURCES = ("predicted", "measured")
+ROUNDS = 3  # passes over the blocks when measuring; each block keeps its least time
+
+
+def block_costs(blocked: Blocked, model: nn.Module, input_shape: tuple[int, ...], micro_batch: int, *,
+                source: str = "predicted", calibration: dict[str, Any] | None = None, precision: str = "fp32",
+                threads: int | None = None, rounds: int | None = None) -> list[BlockCost]:
+    """The blocks' costs at `micro_batch` samples. `threads` (predicted only): the calibrated thread count to
+    price at (default the calibrated machine's cores); measured times use this process's threads, the least
+    of `rounds` passes over the blocks (default ROUNDS)."""
+    if source not in SOURCES:
+        raise UserError(f"costs {source!r}: use one of {', '.join(SOURCES)}")
+    if micro_batch < 1:
+        raise UserError(f"a micro-batch of {micro_batch} samples: the batch must hold at least one per micro-batch")
+    if source == "predicted":
+        if calibration is None:
+            raise UserError("predicted block costs need a calibration: run `scaletrain calibrate`, pass "
+                            "--calibration FILE, or use --costs measured")
+        times = _predicted(blocked, model, input_shape, micro_batch, calibration, precision, threads)
+    else:
+        times = _measured(blocked, model, input_shape, micro_batch, precision, rounds or ROUNDS)
+    return [dataclasses.replace(c, forward_s=f, backward_s=bw)
+            for c, (f, bw) in zip(block_sizes(blocked, micro_batch, precision), times)]
+
+
+def block_sizes(blocked: Blocked, micro_batch: int, precision: str = "fp32") -> list[BlockCost]:
+    """The blocks' bytes at `micro_batch` samples, their times not known (NaN): enough to check memory."""
+    act = micro_batch / blocked.graph.batch_size * PRECISION_BYTES.get(precision, 4) / 4
+    return [BlockCost(b.name, math.nan, math.nan, b.param_bytes, round(b.saved_bytes * act), round(b.out_bytes * act))
+            for b in blocked.blocks]
+
+
+def _predicted(blocked: Blocked, model: nn.Module, input_shape: tuple[int, ...], micro_batch: int,
+               calibration: dict[str, Any], precision: str, threads: int | None) -> list[tuple[float, float]]:
+    from scaletrain.graph.timing import block_times, node_times
+
+    if precision not in calibration.get("precisions", ["fp32"]):
+        raise UserError(f"the calibration has no {precision} timings: calibrate with --precision {precision} "
+                        "or use --costs measured")
+    times = node_times(model, tuple(input_shape), micro_batch, calibration, precision, threads)
+    per_block = block_times(blocked.blocks, blocked.graph, times)
+    unpriced = [b.name for b, (f, bw) in zip(blocked.blocks, per_block) if b.flops > 0 and f + bw <= 0]
+    if unpriced:  # not a silent zero: a block that computes must cost something
+        raise UserError(f"the calibration prices no op of block(s) {', '.join(unpriced[:3])}: use --costs measured")
+    return per_block
+
+
+def _measured(blocked: Blocked, model: nn.Module, input_shape: tuple[int, ...], micro_batch: int, precision: str,
+              rounds: int) -> list[tuple[float, float]]:
+    """torchgpipe's balance_by_time measurement: each block run alone, forward and backward, on the tensor
+    that reaches it, in training mode. Blocks are timed in turn, `rounds` times over, and each keeps its
+    least time: on a shared machine another process's load only adds time, and passing over every block in
+    turn spreads it instead of landing on one block. Timed on a copy of the traced model, so the model's
+    BatchNorm statistics stay as they were."""
+    from scaletrain.perf.flops import probe_input
+    from scaletrain.predict.timing import time_op
+
+    assert blocked.graph.traced is not None
+    copied = Blocked(dataclasses.replace(blocked.graph, traced=copy.deepcopy(blocked.graph.traced)), blocked.blocks)
+    modules = [stage_module(copied, i, i + 1) for i in range(len(copied.blocks))]
+    inputs = [probe_input(model, input_shape, micro_batch).normal_()]  # on the model's device
+    best = [(math.inf, math.inf)] * len(modules)
+    for r in range(max(1, rounds)):
+        for i, (b, module) in enumerate(zip(copied.blocks, modules)):
+            try:
+                # the first block needs no input gradient, as in training (the data needs none)
+                f, bw = time_op(module, [inputs[i]], precision=precision, input_grad=i > 0, repeats=3,
+                                device=inputs[0].device)
+                if r == 0:
+                    with torch.no_grad():
+                        inputs.append(module(inputs[i]))
+            except (ValueError, RuntimeError) as e:
+                raise UserError(f"timing block {b.name} at a micro-batch of {micro_batch} failed "
+                                f"({str(e).splitlines()[0]}): use a larger batch or fewer micro-batches") from None
+            best[i] = (min(best[i][0], f), min(best[i][1], bw))
+    return best
+
+
+def host_copy_rate(nbytes: int = 64 << 20) -> tuple[float, str]:
+    """(bytes per second, what was measured): to and from pinned host memory on a GPU (the slower way); on a
+    machine without one, a copy within host memory, the only copy there is."""
+    from scaletrain.predict.timing import median_time
+
+    if torch.cuda.is_available():
+        host = torch.empty(nbytes, dtype=torch.uint8).pin_memory()
+        dev = torch.empty(nbytes, dtype=torch.uint8, device="cuda")
+        sync = torch.cuda.synchronize
+        to_dev = median_time(lambda: dev.copy_(host, non_blocking=True), sync=sync)
+        to_host = median_time(lambda: host.copy_(dev, non_blocking=True), sync=sync)
+        return nbytes / max(to_dev, to_host), f"measured pinned host <-> {torch.cuda.get_device_name()} copies"
+    a, b = torch.empty(nbytes, dtype=torch.uint8), torch.empty(nbytes, dtype=torch.uint8)
+    seconds = median_time(lambda: b.copy_(a), repeats=3)
+    return nbytes / seconds, "measured host memory copies (no GPU here: on one, the PCIe rate applies)"

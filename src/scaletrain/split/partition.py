@@ -1,0 +1,373 @@
+"""Splitting a model's block sequence into K contiguous pipeline stages, exactly (docs/split.md). No torch.
+
+Each block's cost is given per micro-batch (`BlockCost`). Stage s of K (0-based) holding blocks i..j-1:
+
+    time_s     = forward + backward of its blocks
+                 + transfer: per micro-batch it receives its input activation and sends that gradient back
+                   (when s > 0) and sends its output activation and receives that gradient (when s < K-1),
+                   each message latency + bytes / link rate (a blocking send, as gloo's, occupies both ends)
+                 + activation offload copies, when it offloads them (out after forward, back before backward)
+    memory_s   = parameter bytes x (weights + gradients + optimizer state copies)
+                 + in-flight micro-batches x (its saved activations + its input activation)
+                 + one gradient buffer of its input and one of its output
+                 in flight: gpipe M (every forward runs before the first backward); 1f1b min(M, K - s)
+
+The predicted step time, for M micro-batches:
+
+    step = sum_s time_s + (M - 1) x max_s time_s + max_s update_s
+
+(one micro-batch passes through every stage forward and back — the fill and drain — and the other M - 1
+follow at the pace of the slowest stage; equal stages give the (M + K - 1) x time of GPipe's paper; gpipe and
+1f1b share it: 1f1b changes memory, not the bubble). `update_s` is the copies of an offloaded optimizer
+(below), once per step; the optimizer step itself is left out.
+
+`optimal` minimises the bottleneck max_s time_s over every split whose stages fit the memory limit (a
+dynamic programme over (stages, prefix), O(K n^2)), then among the splits with that bottleneck the sum of the
+stage times (a second one), which is the split with the smallest predicted step. With an offload rate
+(`offload_bytes_per_s`) a stage that does not fit may keep in pinned host memory, cheapest first: its
+optimizer state (as ZeRO-Offload: each step the gradients go out and the updated weights come back, 2 x
+parameter bytes; the micro-batch time is unchanged) and then the activations of its in-flight micro-batches
+but the one being computed (2 x (saved + input) bytes per micro-batch, added to its time).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from scaletrain.errors import UserError
+
+Bounds = list[tuple[int, int]]  # per stage: (first block, one past its last block), as split/stages.py
+SCHEDULES = ("gpipe", "1f1b")
+OFFLOADS = ("none", "optimizer", "activations", "optimizer+activations")  # cheapest first
+
+
+@dataclass(frozen=True)
+class BlockCost:
+    """One block's cost per micro-batch."""
+
+    name: str
+    forward_s: float
+    backward_s: float
+    param_bytes: int
+    saved_bytes: int  # activations kept for backward
+    out_bytes: int  # the tensor crossing the cut after it (its gradient comes back the same size)
+
+
+@dataclass
+class Partition:
+    """A split, priced: `stages` as dicts (first, last, blocks, forward_s, backward_s, transfer_s, offload_s,
+    time_s, update_s, memory_bytes, memory, offload, fits)."""
+
+    method: str
+    bounds: Bounds
+    stages: list[dict[str, Any]]
+    bottleneck: int  # index of the slowest stage
+    step_s: float
+    microbatches: int
+    schedule: str
+    memory_limit: int | None = None
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def bottleneck_s(self) -> float:
+        return self.stages[self.bottleneck]["time_s"]
+
+    @property
+    def peak_memory(self) -> int:
+        return max(s["memory_bytes"] for s in self.stages)
+
+    @property
+    def fits(self) -> bool:
+        return all(s["fits"] for s in self.stages)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"method": self.method, "bounds": [list(b) for b in self.bounds],
+                "sizes": [hi - lo for lo, hi in self.bounds], "stages": self.stages, "bottleneck": self.bottleneck,
+                "bottleneck_s": self.bottleneck_s, "step_s": self.step_s, "peak_memory_bytes": self.peak_memory,
+                "fits": self.fits, "notes": self.notes}
+
+
+class Infeasible(UserError):
+    """No split into K stages fits the memory limit; `smallest` is the least limit that has one."""
+
+    def __init__(self, message: str, smallest: int) -> None:
+        super().__init__(message)
+        self.smallest = smallest
+
+
+@dataclass(frozen=True)
+class _Stage:
+    forward_s: float
+    backward_s: float
+    transfer_s: float
+    offload_s: float
+    update_s: float
+    memory: dict[str, int]
+    offload: str
+
+    @property
+    def time_s(self) -> float:
+        return self.forward_s + self.backward_s + self.transfer_s + self.offload_s
+
+    @property
+    def memory_bytes(self) -> int:
+        return sum(self.memory.values())
+
+
+class _Model:
+    """The cost model above over one cost vector, with prefix sums: a stage's figures in O(1)."""
+
+    def __init__(self, costs: list[BlockCost], stages: int, *, microbatches: int, schedule: str,
+                 link_bytes_per_s: float, latency_s: float, state_copies: int, memory_limit: int | None,
+                 offload_bytes_per_s: float | None) -> None:
+        if not costs:
+            raise UserError("the model has no blocks to split")
+        if stages < 1:
+            raise UserError(f"--stages {stages}: a pipeline needs at least 1 stage")
+        if stages > len(costs):
+            raise UserError(f"--stages {stages} is more than the model's {len(costs)} blocks "
+                            f"({len(costs) - 1} cut points): use --stages {len(costs)} or fewer")
+        if schedule not in SCHEDULES:
+            raise UserError(f"schedule {schedule!r}: use one of {', '.join(SCHEDULES)}")
+        if microbatches < 1:
+            raise UserError(f"--microbatches {microbatches}: give at least 1")
+        if not link_bytes_per_s > 0:
+            raise UserError(f"link rate {link_bytes_per_s} bytes/s must be positive")
+        if memory_limit is not None and memory_limit <= 0:
+            raise UserError(f"memory limit {memory_limit} bytes must be positive")
+        self.costs, self.n, self.k = costs, len(costs), stages
+        self.m, self.schedule = microbatches, schedule
+        self.rate, self.latency, self.state_copies = link_bytes_per_s, latency_s, state_copies
+        self.limit, self.host_rate = memory_limit, offload_bytes_per_s
+
+        def prefix(values: list[float]) -> list[float]:
+            return list(itertools.accumulate(values, initial=0))
+
+        self.fwd = prefix([c.forward_s for c in costs])
+        self.bwd = prefix([c.backward_s for c in costs])
+        self.par = prefix([c.param_bytes for c in costs])
+        self.saved = prefix([c.saved_bytes for c in costs])
+        self._stages: dict[tuple[int, int, int], _Stage] = {}  # the programmes ask for each stage several times
+
+    def _message(self, nbytes: int) -> float:
+        return self.latency + nbytes / self.rate
+
+    def in_flight(self, s: int) -> int:
+        return self.m if self.schedule == "gpipe" else min(self.m, self.k - s)
+
+    def stage(self, s: int, i: int, j: int) -> _Stage:
+        """Stage s over blocks i..j-1: without offload when it fits (or no limit), else the cheapest offload
+        that fits, else (nothing fits) without offload."""
+        key = (s, i, j)
+        if key not in self._stages:
+            options = [self._priced(s, i, j, o) for o in self._offloads(s)]
+            fitting = [o for o in options if self.limit is None or o.memory_bytes <= self.limit]
+            self._stages[key] = (fitting or options)[0]
+        return self._stages[key]
+
+    def smallest_memory(self, s: int, i: int, j: int) -> int:
+        return min(self._priced(s, i, j, o).memory_bytes for o in self._offloads(s))
+
+    def _offloads(self, s: int) -> tuple[str, ...]:
+        """What stage s may offload: nothing without a host rate; activations only with more than one
+        micro-batch in flight (the one being computed stays)."""
+        if not self.host_rate:
+            return OFFLOADS[:1]
+        return OFFLOADS if self.in_flight(s) > 1 else OFFLOADS[:2]
+
+    def fits(self, st: _Stage) -> bool:
+        return self.limit is None or st.memory_bytes <= self.limit
+
+    def _priced(self, s: int, i: int, j: int, offload: str) -> _Stage:
+        into = self.costs[i - 1].out_bytes if i > 0 else 0  # the model's input itself is not counted
+        out = self.costs[j - 1].out_bytes if j < self.n else 0
+        transfer = (2 * self._message(into) if i > 0 else 0.0) + (2 * self._message(out) if j < self.n else 0.0)
+        params = self.par[j] - self.par[i]
+        saved = self.saved[j] - self.saved[i]
+        flight = self.in_flight(s)
+        acts, offload_s, update_s, state = flight * (saved + into), 0.0, 0.0, params * self.state_copies
+        if "activations" in offload:
+            acts, offload_s = saved + into, 2 * (saved + into) / self.host_rate
+        if "optimizer" in offload:
+            state, update_s = 0, 2 * params / self.host_rate
+        memory = {"weights": params, "gradients": params, "optimizer": state, "activations": acts,
+                  "buffers": into + out}
+        return _Stage(self.fwd[j] - self.fwd[i], self.bwd[j] - self.bwd[i], transfer, offload_s, update_s,
+                      {k: int(v) for k, v in memory.items()}, offload)
+
+    def partition(self, method: str, bounds: Bounds, notes: list[str] | None = None) -> Partition:
+        stages = [self.stage(s, lo, hi) for s, (lo, hi) in enumerate(bounds)]
+        times = [st.time_s for st in stages]
+        worst = max(range(len(times)), key=lambda s: times[s])
+        step = sum(times) + (self.m - 1) * times[worst] + max(st.update_s for st in stages)
+        rows = [{"first": lo, "last": hi - 1, "blocks": [c.name for c in self.costs[lo:hi]],
+                 "forward_s": st.forward_s, "backward_s": st.backward_s, "transfer_s": st.transfer_s,
+                 "offload_s": st.offload_s, "time_s": st.time_s, "update_s": st.update_s,
+                 "memory_bytes": st.memory_bytes, "memory": st.memory, "offload": st.offload,
+                 "in_flight": self.in_flight(s), "fits": self.fits(st)}
+                for s, ((lo, hi), st) in enumerate(zip(bounds, stages))]
+        return Partition(method, [tuple(b) for b in bounds], rows, worst, step, self.m, self.schedule, self.limit,
+                         list(notes or []))
+
+    def infeasible(self) -> Infeasible:
+        smallest, _ = _solve(self.n, self.k, self.smallest_memory, max)
+        return _infeasible(self, int(smallest))
+
+
+def _infeasible(model: _Model, smallest: int) -> Infeasible:
+    offload = " even with offload" if model.host_rate else ""
+    hint = " or --offload" if not model.host_rate else ""
+    return Infeasible(
+        f"no split into {model.k} stages fits {_size(model.limit)} per stage{offload} ({model.schedule}, "
+        f"{model.m} micro-batches): the smallest limit with a feasible split is {smallest} bytes "
+        f"({_size(smallest, up=True)}); raise the limit to that, use more stages, fewer micro-batches{hint}",
+        smallest)
+
+
+def _size(n: float | None, up: bool = False) -> str:
+    """MiB/GiB with one decimal, rounded up when `up` (so the figure shown is itself enough)."""
+    assert n is not None
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= scale:
+            value = math.ceil(n / scale * 10) / 10 if up else n / scale
+            return f"{value:.1f} {unit}"
+    return f"{n:.0f} B"
+
+
+def _solve(n: int, k: int, value: Callable[[int, int, int], float], combine: Callable[[float, float], float],
+           allowed: Callable[[int, int, int], bool] | None = None) -> tuple[float, Bounds | None]:
+    """The split of 0..n into k non-empty contiguous stages minimising combine-folded value(s, i, j) over its
+    stages (combine max: the bottleneck; +: the sum), skipping stages `allowed` refuses. (inf, None) if none."""
+    best = [[math.inf] * (n + 1) for _ in range(k + 1)]
+    back = [[-1] * (n + 1) for _ in range(k + 1)]
+    best[0][0] = -math.inf if combine is max else 0.0
+    for s in range(1, k + 1):
+        for j in range(s, n - (k - s) + 1):
+            for i in range(s - 1, j):
+                if best[s - 1][i] == math.inf or (allowed is not None and not allowed(s - 1, i, j)):
+                    continue
+                v = combine(best[s - 1][i], value(s - 1, i, j))
+                if v < best[s][j]:
+                    best[s][j], back[s][j] = v, i
+    if best[k][n] == math.inf:
+        return math.inf, None
+    bounds, j = [], n
+    for s in range(k, 0, -1):
+        i = back[s][j]
+        bounds.append((i, j))
+        j = i
+    return best[k][n], bounds[::-1]
+
+
+def _model(costs: list[BlockCost], stages: int, kw: dict[str, Any]) -> _Model:
+    kw.setdefault("link_bytes_per_s", math.inf)
+    kw.setdefault("latency_s", 0.0)
+    kw.setdefault("state_copies", 1)
+    kw.setdefault("memory_limit", None)
+    kw.setdefault("offload_bytes_per_s", None)
+    return _Model(list(costs), stages, **kw)
+
+
+def evaluate(costs: list[BlockCost], bounds: Bounds, *, method: str = "given", **pipeline: Any) -> Partition:
+    """`bounds` priced. Keywords: microbatches, schedule, link_bytes_per_s (default infinite), latency_s (0),
+    state_copies (optimizer state per parameter, 1), memory_limit (None), offload_bytes_per_s (None)."""
+    model = _model(costs, len(bounds), dict(pipeline))
+    _check(bounds, model.n)
+    return model.partition(method, bounds)
+
+
+def optimal(costs: list[BlockCost], stages: int, **pipeline: Any) -> Partition:
+    """The split with the smallest bottleneck among those whose stages fit `memory_limit`, ties broken by the
+    predicted step time; Infeasible (naming the smallest limit that has a split) when none fits."""
+    model = _model(costs, stages, dict(pipeline))
+
+    def fits(s: int, i: int, j: int) -> bool:
+        return model.fits(model.stage(s, i, j))
+
+    def time(s: int, i: int, j: int) -> float:
+        return model.stage(s, i, j).time_s
+
+    bottleneck, bounds = _solve(model.n, model.k, time, max, fits)
+    if bounds is None:
+        raise model.infeasible()
+    _, tied = _solve(model.n, model.k, time, lambda a, b: a + b,
+                     lambda s, i, j: fits(s, i, j) and time(s, i, j) <= bottleneck)
+    return model.partition("auto", tied or bounds)
+
+
+def smallest_limit(costs: list[BlockCost], stages: int, **pipeline: Any) -> int:
+    """The least per-stage memory limit some split into `stages` fits: the least over splits of their largest
+    stage's memory (offload counted when an offload rate is given). Times play no part."""
+    model = _model(costs, stages, {**pipeline, "memory_limit": None})
+    smallest, _ = _solve(model.n, model.k, model.smallest_memory, max)
+    return int(smallest)
+
+
+def check_memory(costs: list[BlockCost], stages: int, **pipeline: Any) -> None:
+    """Infeasible when no split fits `memory_limit`: checkable from the bytes alone, before any timing."""
+    model = _model(costs, stages, dict(pipeline))
+    if model.limit is not None and smallest_limit(costs, stages, **pipeline) > model.limit:
+        raise model.infeasible()
+
+
+def exhaustive(costs: list[BlockCost], stages: int, **pipeline: Any) -> Partition:
+    """`optimal` by brute force over all C(n-1, K-1) splits: for tests and the benchmark."""
+    model = _model(costs, stages, dict(pipeline))
+    best, smallest = None, math.inf
+    for cuts in itertools.combinations(range(1, model.n), model.k - 1):
+        edges = [0, *cuts, model.n]
+        p = model.partition("exhaustive", list(zip(edges, edges[1:])))
+        smallest = min(smallest, max(model.smallest_memory(s, lo, hi) for s, (lo, hi) in enumerate(p.bounds)))
+        if p.fits and (best is None or (p.bottleneck_s, p.step_s) < (best.bottleneck_s, best.step_s)):
+            best = p
+    if best is None:
+        raise _infeasible(model, int(smallest))
+    return best
+
+
+def uniform(n: int, stages: int) -> Bounds:
+    """Equal block counts, the first n mod K stages one block more (DeepSpeed's partition_uniform)."""
+    if not 1 <= stages <= n:
+        raise UserError(f"--stages {stages}: give 1 to {n} (the model has {n} blocks)")
+    size, extra = divmod(n, stages)
+    edges = [0]
+    for s in range(stages):
+        edges.append(edges[-1] + size + (1 if s < extra else 0))
+    return list(zip(edges, edges[1:]))
+
+
+def by_params(costs: list[BlockCost], stages: int) -> Bounds:
+    """DeepSpeed's partition_method="parameters": the split minimising the largest stage's parameter count."""
+    return _min_max(costs, stages, [c.param_bytes for c in costs])
+
+
+def by_time(costs: list[BlockCost], stages: int) -> Bounds:
+    """torchgpipe's balance_by_time: the split minimising the largest stage's forward + backward time, with
+    no regard to memory or transfers."""
+    return _min_max(costs, stages, [c.forward_s + c.backward_s for c in costs])
+
+
+def _min_max(costs: list[BlockCost], stages: int, weights: list[float]) -> Bounds:
+    if not 1 <= stages <= len(costs):
+        raise UserError(f"--stages {stages}: give 1 to {len(costs)} (the model has {len(costs)} blocks)")
+    total = list(itertools.accumulate(weights, initial=0))
+    _, bounds = _solve(len(weights), stages, lambda s, i, j: total[j] - total[i], max)
+    assert bounds is not None
+    return bounds
+
+
+BASELINES = {"uniform": lambda costs, k: uniform(len(costs), k), "params": by_params, "time": by_time}
+
+
+def baselines(costs: list[BlockCost], stages: int, **pipeline: Any) -> dict[str, Partition]:
+    """The uniform, parameter-count and time-balanced splits, priced by the same model."""
+    return {name: evaluate(costs, split(costs, stages), method=name, **pipeline) for name, split in BASELINES.items()}
+
+
+def _check(bounds: Bounds, n: int) -> None:
+    if not bounds or bounds[0][0] != 0 or bounds[-1][1] != n or any(lo >= hi for lo, hi in bounds) or any(
+            a[1] != b[0] for a, b in zip(bounds, bounds[1:])):
+        raise UserError(f"stage bounds {[list(b) for b in bounds]} do not cover blocks 0..{n} contiguously")

@@ -1,0 +1,84 @@
+"""The modules of a model's pipeline stages: contiguous runs of its blocks (perf/blocks.py), each a
+torch.fx GraphModule taking the one tensor that crosses the cut before it and returning the one that
+crosses the cut after it. They share the model's parameters and buffers (no copy): a stage's update is
+the model's update, and the model's state_dict holds every stage's weights.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from torch import fx, nn
+
+from scaletrain.errors import UserError
+from scaletrain.perf.blocks import Block, group
+from scaletrain.perf.graph import LayerGraph, Untraceable, layer_graph
+
+Bounds = list[tuple[int, int]]  # per stage: (first block, one past its last block)
+
+
+@dataclass
+class Blocked:
+    """A model's block-level graph: what a split cuts."""
+
+    graph: LayerGraph
+    blocks: list[Block]
+
+    @property
+    def names(self) -> list[str]:
+        return [b.name for b in self.blocks]
+
+
+def blocked(model: nn.Module, input_shape: tuple[int, ...], batch_size: int = 1) -> Blocked:
+    """The block graph of `model` at `batch_size` x `input_shape`; a model fx cannot trace is refused."""
+    try:
+        graph = layer_graph(model, input_shape, batch_size)
+    except Untraceable as e:
+        raise UserError(f"torch.fx cannot trace the model ({e}), so it cannot be split into pipeline stages: "
+                        "make its forward traceable (no data-dependent control flow)") from None
+    return Blocked(graph, group(graph, "block"))
+
+
+def check_bounds(bounds: Bounds, blocks: int) -> None:
+    """Bounds must cover 0..blocks contiguously with no empty stage."""
+    if not bounds or bounds[0][0] != 0 or bounds[-1][1] != blocks or any(
+            lo >= hi for lo, hi in bounds) or any(a[1] != b[0] for a, b in zip(bounds, bounds[1:])):
+        raise ValueError(f"stage bounds {bounds} do not cover blocks 0..{blocks} contiguously")
+
+
+def stage_module(b: Blocked, lo: int, hi: int) -> fx.GraphModule:
+    """The module computing blocks lo..hi-1: input the tensor crossing into block lo (the model's input
+    for lo = 0), output the tensor leaving block hi-1 (the model's output for the last block)."""
+    traced = b.graph.traced
+    assert traced is not None
+    by_id = {n.id: n for n in b.graph.nodes}
+    members = {i for blk in b.blocks[lo:hi] for i in blk.nodes}
+    fx_nodes = list(traced.graph.nodes)
+    first_id = min(members)
+    if lo == 0:
+        entry = next(n for n in fx_nodes if n.op == "placeholder")
+    else:
+        entry = fx_nodes[b.blocks[lo - 1].nodes[-1]]
+    graph = fx.Graph()
+    env: dict[fx.Node, fx.Node] = {entry: graph.placeholder("x")}
+
+    def arg(n: fx.Node) -> fx.Node:
+        if n not in env:
+            if n.op != "get_attr":
+                raise ValueError(f"block {b.blocks[lo].name}: node {n.name} is read across the cut at "
+                                 f"{by_id[first_id].name}")
+            env[n] = graph.node_copy(n, arg)
+        return env[n]
+
+    for i, n in enumerate(fx_nodes):
+        if i in members:
+            env[n] = graph.node_copy(n, arg)
+    last = fx_nodes[b.blocks[hi - 1].nodes[-1]]
+    graph.output(env[last])
+    module = fx.GraphModule(traced, graph, class_name=f"Stage_{lo}_{hi}")
+    return module
+
+
+def stage_modules(b: Blocked, bounds: Bounds) -> list[fx.GraphModule]:
+    check_bounds(bounds, len(b.blocks))
+    return [stage_module(b, lo, hi) for lo, hi in bounds]

@@ -1,0 +1,189 @@
+"""`scaletrain split` end to end, and what training reads back (split/cli.py, plan.py, costs.py, view.py)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from scaletrain.cli import main
+from scaletrain.errors import UserError
+from scaletrain.models import build_model
+from scaletrain.predict import calibration
+from scaletrain.split import costs as costs_module
+from scaletrain.split.cli import parse_bytes, parse_link
+from scaletrain.split.partition import BlockCost
+from scaletrain.split.plan import choose, load_split, micro_batch
+from scaletrain.split.stages import blocked
+
+from predict_fixtures import fake_calibration
+
+SIZES = {"resnet20": 8, "vgg11": 32}
+
+
+def fake_time_op(module, inputs, **kw):
+    """A stand-in clock for the CLI tests (test_measured_costs_... times for real): 0.1 ms + 1 ns per weight."""
+    forward = 1e-4 + 1e-9 * sum(p.numel() for p in module.parameters())
+    return forward, 2 * forward
+
+
+@pytest.fixture
+def no_cache(tmp_path, monkeypatch):
+    """No calibration of this machine: split falls back to measuring, here with a stand-in clock (a loaded
+    2-core machine stretches real timing tenfold)."""
+    monkeypatch.setenv("SCALETRAIN_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr("scaletrain.predict.timing.time_op", fake_time_op)
+
+
+@pytest.fixture(scope="module")
+def cal_file(tmp_path_factory):
+    return calibration.save(fake_calibration(), tmp_path_factory.mktemp("cal") / "cal.json")
+
+
+def split(model, out, *extra):
+    return main(["split", "--model", model, "--stages", "2", "--image-size", str(SIZES[model]),
+                 "--batch-size", "8", "--microbatches", "2", "--out", str(out), *extra])
+
+
+def read(out):
+    return json.loads((out / "split.json").read_text())
+
+
+def blocks_of(model):
+    m = build_model(model, num_classes=10, in_channels=3, image_size=SIZES[model])
+    return m, blocked(m, (3, SIZES[model], SIZES[model]))
+
+
+def test_measured_without_calibration(tmp_path, no_cache, capsys):
+    assert split("resnet20", tmp_path / "r") == 0
+    shown = capsys.readouterr().out
+    assert "no calibration of this machine" in shown and "the default" in shown  # the costs and the link said
+    r = read(tmp_path / "r")
+    assert r["costs_source"] == "measured" and r["link_bytes_per_s"] == 10e9 / 8
+    assert (r["model"], r["stages"], r["microbatches"], r["micro_batch"], r["schedule"]) == ("resnet20", 2, 2, 4,
+                                                                                            "1f1b")
+    assert r["input_shape"] == [3, 8, 8] and r["batch_size"] == 8 and r["memory_per_stage"] is None
+    assert len(r["blocks"]) == 11 and set(r["baselines"]) == {"uniform", "params", "time"}
+    chosen = r["chosen"]
+    assert [len(s["blocks"]) for s in chosen["stages"]] == chosen["sizes"] and sum(chosen["sizes"]) == 11
+    assert all(s["forward_s"] > 0 and s["backward_s"] == pytest.approx(2 * s["forward_s"]) for s in chosen["stages"])
+    assert r["baselines"]["uniform"]["sizes"] == [6, 5] and r["baselines"]["uniform"]["speedup_over_uniform"] == 1
+    for p in (chosen, *r["baselines"].values()):  # the optimum is no slower than any baseline
+        assert chosen["bottleneck_s"] <= p["bottleneck_s"] and p["samples_per_s"] == pytest.approx(8 / p["step_s"])
+
+
+def test_predicted_from_a_calibration(tmp_path, cal_file, capsys):
+    assert split("vgg11", tmp_path / "v", "--calibration", str(cal_file), "--schedule", "gpipe",
+                 "--optimizer", "adamw", "--memory-per-stage", "1GiB") == 0
+    assert "predicted from" in capsys.readouterr().out
+    r = read(tmp_path / "v")
+    assert r["costs_source"] == "predicted" and r["memory_per_stage"] == 2**30
+    assert r["link_bytes_per_s"] == pytest.approx(1e9)  # the calibration's beta: 1 ns per byte
+    first = r["chosen"]["stages"][0]
+    assert first["in_flight"] == 2 and first["memory"]["optimizer"] == 2 * first["memory"]["weights"]  # adamw
+    assert r["chosen"]["fits"] and r["chosen"]["peak_memory_bytes"] <= 2**30
+    assert [c["name"] for c in r["block_costs"]] == r["blocks"]
+
+
+def test_offload_lowers_the_smallest_limit_and_prices_copies(tmp_path, no_cache, capsys):
+    base = ["--schedule", "gpipe", "--link", "10Gbit/s"]
+    smallest = {}
+    for offload in ([], ["--offload", "100Gbit/s"]):  # the smallest limits without and with offload
+        assert split("vgg11", tmp_path / "x", *base, "--memory-per-stage", "1KiB", *offload) == 2
+        smallest[bool(offload)] = int(capsys.readouterr().err.split("feasible split is ")[1].split(" bytes")[0])
+    assert smallest[True] < smallest[False]
+    assert split("vgg11", tmp_path / "off", *base, "--memory-per-stage", str(smallest[True]), "--offload",
+                 "100Gbit/s") == 0
+    r = read(tmp_path / "off")
+    assert any(s["offload"] != "none" for s in r["chosen"]["stages"]) and r["chosen"]["fits"]
+    assert any("offload copies priced at 12.5 GB/s" in n for n in r["notes"])
+
+
+def test_precision_halves_activation_bytes(tmp_path, no_cache):
+    assert split("resnet20", tmp_path / "f") == 0 and split("resnet20", tmp_path / "h", "--precision", "bf16") == 0
+    full, half = read(tmp_path / "f")["block_costs"], read(tmp_path / "h")["block_costs"]
+    assert [2 * h["saved_bytes"] for h in half] == [f["saved_bytes"] for f in full]
+    assert [h["param_bytes"] for h in half] == [f["param_bytes"] for f in full]  # weights stay fp32
+
+
+@pytest.mark.parametrize("argv, expect", [
+    (["--model", "resnet21", "--stages", "2"], "unknown model"),
+    (["--model", "resnet20", "--stages", "0"], "--stages 0"),
+    (["--model", "resnet20", "--stages", "12"], "11 blocks (10 cut points)"),
+    (["--model", "resnet20", "--stages", "2", "--microbatches", "3"], "does not divide --batch-size 32"),
+    (["--model", "resnet20", "--stages", "2", "--memory-per-stage", "lots"], "--memory-per-stage 'lots'"),
+    (["--model", "resnet20", "--stages", "2", "--link", "fast"], "--link 'fast'"),
+    (["--model", "resnet20", "--stages", "2", "--costs", "predicted"], "needs a calibration"),
+    (["--model", "resnet20", "--stages", "2", "--calibration", "/nonexistent/cal.json"], "does not exist"),
+])
+def test_bad_input_is_one_line_exit_2(argv, expect, tmp_path, no_cache, capsys):
+    assert main(["split", *argv, "--image-size", "8", "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert expect in err and err.count("\n") == 1, err
+
+
+def test_infeasible_memory_names_the_smallest_limit(tmp_path, no_cache, capsys):
+    assert split("resnet20", tmp_path / "x", "--memory-per-stage", "1KiB") == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "smallest limit with a feasible split is" in err
+    smallest = int(err.split("feasible split is ")[1].split(" bytes")[0])
+    assert split("resnet20", tmp_path / "y", "--memory-per-stage", str(smallest)) == 0  # the limit named is enough
+    assert read(tmp_path / "y")["chosen"]["peak_memory_bytes"] <= smallest
+
+
+def test_load_split_reads_its_own_and_refuses_others(tmp_path, no_cache):
+    assert split("resnet20", tmp_path / "r") == 0
+    path = tmp_path / "r" / "split.json"
+    _, r20 = blocks_of("resnet20")
+    _, v11 = blocks_of("vgg11")
+    bounds = [tuple(b) for b in read(tmp_path / "r")["chosen"]["bounds"]]
+    assert load_split(path, r20, 2, "resnet20") == bounds == load_split(tmp_path / "r", r20, 2)
+    with pytest.raises(UserError, match="made for model resnet20, not vgg11"):
+        load_split(path, v11, 2, "vgg11")
+    with pytest.raises(UserError, match="blocks that are not this model's"):
+        load_split(path, v11, 2)
+    with pytest.raises(UserError, match="into 2 stages, not 3"):
+        load_split(path, r20, 3, "resnet20")
+    with pytest.raises(UserError, match="does not exist"):
+        load_split(tmp_path / "none.json", r20, 2)
+    (tmp_path / "bad.json").write_text("{not json")
+    with pytest.raises(UserError, match="is not a split.json"):
+        load_split(tmp_path / "bad.json", r20, 2)
+
+
+def test_choose_for_training(tmp_path):
+    model, b = blocks_of("resnet20")
+    costs = [BlockCost(n, 1.0 + i, 1.0, 100, 10, 10) for i, n in enumerate(b.names)]
+    kw = dict(stages=2, microbatches=4, schedule="1f1b", batch_size=16, costs=costs)
+    auto = choose("auto", b, model, (3, 8, 8), **kw)
+    assert auto.method == "auto" and auto.bounds == [(0, 7), (7, 11)] and "block costs given" in auto.notes
+    assert choose("uniform", b, model, (3, 8, 8), **kw).bounds == [(0, 6), (6, 11)]
+    assert choose("params", b, model, (3, 8, 8), **kw).method == "params"
+    with pytest.raises(UserError, match="does not exist"):
+        choose(str(tmp_path / "missing.json"), b, model, (3, 8, 8), **kw)
+    with pytest.raises(UserError, match="does not divide"):
+        choose("auto", b, model, (3, 8, 8), **{**kw, "batch_size": 10})
+
+
+def test_measured_costs_leave_the_model_untouched(monkeypatch):
+    monkeypatch.setattr(costs_module, "ROUNDS", 1)
+    model, b = blocks_of("resnet20")
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    costs = costs_module.block_costs(b, model, (3, 8, 8), 4, source="measured")
+    assert all(c.forward_s > 0 for c in costs) and costs[0].saved_bytes == 4 * b.blocks[0].saved_bytes
+    assert all((before[k] == v).all() for k, v in model.state_dict().items())  # BatchNorm statistics too
+
+
+def test_host_copy_rate_is_measured_and_said():
+    rate, how = costs_module.host_copy_rate(4 << 20)
+    assert rate > 1e6 and ("host memory" in how or "pinned" in how)
+
+
+def test_sizes_and_rates():
+    assert parse_bytes("512MiB") == 512 * 2**20 and parse_bytes("2GiB") == 2 * 2**30 and parse_bytes("1000") == 1000
+    assert parse_bytes("1.5G") == 3 * 2**29 and parse_bytes("2GB") == 2 * 10**9
+    assert parse_link("10Gbit/s") == parse_link("10gbit") == 10e9 / 8
+    for bad in ("", "-1MiB", "12 parsecs"):
+        with pytest.raises(UserError):
+            parse_bytes(bad)
+    assert micro_batch(32, 4) == 8
