@@ -53,6 +53,7 @@ class Setting:
     sample_s: float = 0.0  # loader seconds per sample (decode + augment + collate)
     sample_bytes: int = 0  # one sample's tensor bytes
     worker_interference: float | None = None  # compute seconds a busy loader worker costs per second of its work
+    stages: int = 1  # pipeline stages (the ranks of one replica); the others read different data
 
     @property
     def world(self) -> int:
@@ -64,7 +65,13 @@ class Setting:
 
     @property
     def trainers(self) -> int:
-        return self.world - self.servers
+        """Ranks that read different data and share the global batch (a pipeline's replicas)."""
+        return (self.world - self.servers) // max(1, self.stages)
+
+    @property
+    def splits_model(self) -> bool:
+        """A pipeline or FSDP: no DDP buckets; their communication is priced by predict/pipeline.py."""
+        return self.strategy in ("pipeline", "fsdp")
 
     @property
     def rank_threads(self) -> int:
@@ -178,7 +185,7 @@ def predict_step(ops: list[OpCost], s: Setting, loop: Loop, network: dict[str, A
     comm = {"bytes_per_step": 0, "buckets": 0, "comm_total_s": 0.0, "comm_hidden_s": 0.0, "overlap_ratio": None}
     exposed = 0.0
     residual = loop.comm_s + loop.comm_per_compute * (fwd + bwd)  # ranks out of step: see Loop
-    if s.trainers > 1 and not ps and grads:
+    if s.trainers > 1 and not ps and grads and not s.splits_model:
         # gradients in the order backward produces them: ops in reverse, each op's parameters in reverse
         ready, sizes, elapsed = [], [], 0.0
         for op in reversed(ops):
@@ -253,6 +260,10 @@ def limit(phases: dict[str, float], batch_efficiency: float) -> tuple[str, str]:
     """The point's limit and one line on it: what holds the step back most."""
     step = sum(phases.values()) or 1.0
     comm, data = phases["comm_exposed"] / step, phases["data_wait"] / step
+    bubble = (phases.get("bubble", 0.0) + phases.get("p2p", 0.0)) / step
+    if bubble >= 0.15 and bubble >= max(comm, data):
+        return "pipeline", f"{bubble:.0%} of the step waits in the pipeline (bubble, transfers): more micro-batches, " \
+                           "fewer stages or a better-balanced split"
     if data >= 0.15 and data >= comm:
         return "input", f"the loader holds back {data:.0%} of the step: add --workers or a faster dataset format"
     if comm >= 0.15:

@@ -313,7 +313,8 @@ def predict_config(p: Predictor, cfg, *, shared_cores: int | None = None, cores:
     s = M.Setting(batch_size=cfg.batch_size, precision=cfg.precision, nproc=cfg.nproc, nnodes=cfg.nnodes,
                   workers=cfg.workers, strategy=cfg.strategy, compress=parse_compress(cfg.compress),
                   ps_servers=cfg.ps_servers, bucket_cap_mb=cfg.bucket_cap_mb, optimizer=cfg.optimizer, cores=cores,
-                  shared_cores=shared_cores, threads=cfg.threads, train_samples=facts["samples"])
+                  shared_cores=shared_cores, threads=cfg.threads, train_samples=facts["samples"],
+                  stages=(cfg.stages or cfg.nproc * cfg.nnodes) if cfg.strategy == "pipeline" else 1)
     if s.trainers < 1:
         raise UserError(f"--nproc {cfg.nproc} x --nnodes {cfg.nnodes} leaves no worker beside {s.servers} server(s)")
     w = workload(cfg, facts, cfg.batch_size)
@@ -327,6 +328,7 @@ def predict_config(p: Predictor, cfg, *, shared_cores: int | None = None, cores:
     opt_law = p.optimizer_law(cfg.optimizer, threads)
     step = M.predict_step(ops, s, loop, p.network, opt_law, loss, loader_first_batch_s=startup + s.sample_s *
                           cfg.batch_size, handoff_s=handoff if cfg.workers else 0.0)
+    split = _split_model(p, cfg, s, w, facts, threads, opt_law, loop, step)
     steps = facts["samples"] // (cfg.batch_size * s.trainers)
     act = sum(op.out_bytes for op in w.ops if op.saves_activation)
     if cfg.precision != "fp32":
@@ -334,6 +336,15 @@ def predict_config(p: Predictor, cfg, *, shared_cores: int | None = None, cores:
     sample_bytes = 4 * facts["channels"] * facts["image_size"] ** 2
     baseline = (p.cal.get("memory") or {}).get("baseline_rss_bytes") or 0
     mem = M.memory(s, w.params, act, sample_bytes * cfg.batch_size, 0)
+    if s.strategy == "fsdp":  # parameters, gradients and optimizer state in 1/N shards, plus one unit gathered
+        world = s.world
+        for key in ("parameters", "gradients", "optimizer"):
+            mem[key] = mem[key] // world
+        mem["buckets"] = max(split["units"]) if split else 0
+    elif split:  # the largest stage's memory, as split/partition.py counts it
+        peak = max(split["split"]["stages"], key=lambda st: st["memory_bytes"])
+        mem.update({"parameters": 0, "gradients": 0, "optimizer": 0, "activations": 0, "buckets": 0,
+                    "stage": peak["memory_bytes"]})
     if baseline and not p.hardware:
         ref = _refnet_memory(p)
         mem["baseline"] = max(0, baseline - ref)
@@ -352,7 +363,46 @@ def predict_config(p: Predictor, cfg, *, shared_cores: int | None = None, cores:
             ("cuda" if p.cal["device"]["type"] == "cuda" else "rss") if not p.hardware else p.hardware.kind,
             "comm": step["comm"], "layers": {k: sources.get(k, 0) for k in ("measured", "regression", "roofline")},
             "limit": lim, "limit_note": note, "batch_efficiency": eff, "threads": threads,
-            "stretch": step["stretch"], "notes": list(w.notes), "image_size": facts["image_size"], "ops": per_op}
+            "stretch": step["stretch"], "notes": list(w.notes), "image_size": facts["image_size"], "ops": per_op,
+            **({"pipeline": {k: v for k, v in split.items() if k != "units"}} if split and "split" in split else {})}
+
+
+def _split_model(p: Predictor, cfg, s: M.Setting, w: Workload, facts: dict[str, Any], threads: int, opt_law,
+                 loop: M.Loop, step: dict[str, Any]) -> dict[str, Any] | None:
+    """A pipeline's or FSDP's phases in place of data parallelism's (predict/pipeline.py); `step` is changed."""
+    from scaletrain.predict import pipeline as PP
+
+    if not s.splits_model:
+        return None
+    alpha, beta = M.link(s, p.network, "allreduce")
+    phases = step["phases_s"]
+    if s.strategy == "fsdp":
+        units = PP.fsdp_units(cfg.model, facts, cfg.stem, cfg.width)
+        f, b = PP.fsdp_comm_s(units, s.world, alpha, beta)
+        phases["forward"] += f
+        phases["backward"] += b
+        step["comm"] = {"bytes_per_step": int(1.5 * sum(units) * 2 * (s.world - 1) / s.world), "buckets": len(units),
+                        "comm_total_s": f + b, "comm_hidden_s": 0.0, "overlap_ratio": 0.0 if s.world > 1 else None}
+        step["step_time_s"] = sum(phases.values())
+        return {"units": units}
+    PP.check_basis(p.hardware)
+    pp = PP.pipeline_phases(p.cal, cfg, facts, threads, p.network, (alpha, beta))
+    k = len(pp["stage_param_bytes"])
+    mean_params = sum(pp["stage_param_bytes"]) / k
+    tensors = max(1, sum(len(o.param_numels) for o in w.ops) // k)
+    phases["forward"], phases["backward"] = pp["forward"], pp["backward"]
+    phases["optimizer"] = opt_law(tensors, int(mean_params // 4)) + loop.optimizer_s
+    phases["comm_exposed"] = PP.replicas_allreduce_s(pp["stage_param_bytes"], s.trainers, alpha, beta)
+    ordered = {}
+    for name in ("data_wait", "h2d", "forward", "backward", "comm_exposed", "optimizer"):
+        ordered[name] = phases[name]
+    ordered |= {"bubble": pp["bubble"], "p2p": pp["p2p"], "other": phases["other"]}
+    step["phases_s"] = ordered
+    transfers = sum(st["transfer_s"] for st in pp["split"]["stages"]) * cfg.microbatches
+    step["comm"] = {"bytes_per_step": 0, "buckets": 0, "comm_total_s": transfers + ordered["comm_exposed"],
+                    "comm_hidden_s": 0.0, "overlap_ratio": None}
+    step["step_time_s"] = sum(ordered.values())
+    return pp
 
 
 def _refnet_memory(p: Predictor) -> int:

@@ -28,8 +28,9 @@ SERIES_FREE = ("nproc", "nnodes", "batch_size")
 """What changes along one speedup line (the lead's rule: speedups are relative within a series)."""
 NAMED = ("model", "dataset", "precision", "compress", "ps_servers", "image_size", "threads")
 """Settings named under the table when the same for every point (with the axes given one value)."""
-MEMORY_PARTS = ("parameters", "gradients", "optimizer", "activations", "buckets", "loader", "baseline")
+MEMORY_PARTS = ("parameters", "gradients", "optimizer", "activations", "buckets", "stage", "loader", "baseline")
 MEMORY_HEADS = {"optimizer": "optimizer state", "buckets": "bucket memory", "loader": "loader memory",
+                "stage": "largest pipeline stage",
                 "baseline": "process baseline"}
 
 

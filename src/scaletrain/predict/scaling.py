@@ -45,7 +45,9 @@ def predict_grid(spec, cal: dict[str, Any], network: dict[str, Any], hw, basis: 
 def _strong(cfg, global_batch: int | None):
     if not global_batch:
         return cfg
-    trainers = cfg.nproc * cfg.nnodes - (cfg.ps_servers if cfg.strategy.startswith("ps-") else 0)
+    from scaletrain.comm.registry import strategy_class
+
+    trainers = strategy_class(cfg.strategy).data_replicas(cfg)
     batch = global_batch // max(1, trainers)
     if batch < 1:
         raise UserError(f"--global-batch {global_batch} is smaller than the {trainers} trainers of a point: "

@@ -1,0 +1,109 @@
+"""Predicting the strategies that split the model (docs/predict.md): a pipeline's stages and bubble, and the
+collectives of FSDP's shards.
+
+Pipeline (`--strategy pipeline`, K stages, M micro-batches, R replicas): the blocks' forward and backward
+at the micro-batch (the calibrated per-op laws, as `scaletrain split` prices them), the split the run would
+choose (split/plan.py), and its step from split/partition.py:
+
+    step = sum_s time_s + (M - 1) x max_s time_s          time_s: stage s's f + b + transfers per micro-batch
+
+Phases, as the profiler records them and averaged over the stages (summary.json's phases_mean_s):
+forward = M x mean f_s, backward = M x mean b_s, p2p = M x mean transfer_s and the loss's broadcast,
+bubble = the rest of the step; the optimizer steps the mean stage's parameters; with R > 1 each stage's
+gradients are all-reduced over the replicas after backward (exposed).
+
+FSDP (`--strategy fsdp`, N ranks): per step each unit's parameters are all-gathered twice (before forward,
+before backward) and its gradients reduce-scattered once, each about half an all-reduce of the unit's bytes:
+1.5 all-reduces of the model in all, counted inside forward (a third) and backward (two thirds), where the
+profiler measures them; on CPU gloo runs them between the units' compute, so none of it is hidden.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+from scaletrain.errors import UserError
+from scaletrain.perf import alphabeta
+
+
+@functools.lru_cache(maxsize=16)
+def _blocked(model_name: str, classes: int, channels: int, image_size: int, micro: int, stem: str, width: float):
+    import torch
+
+    from scaletrain.models.registry import build_model
+    from scaletrain.split.stages import blocked
+
+    with torch.device("cpu"):
+        model = build_model(model_name, num_classes=classes, in_channels=channels, image_size=image_size, stem=stem,
+                            width=width)
+    return model, blocked(model, (channels, image_size, image_size), micro)
+
+
+def pipeline_phases(cal: dict[str, Any], cfg, facts: dict[str, Any], threads: int, network: dict[str, Any],
+                    alpha_beta) -> dict[str, Any]:
+    """The pipeline's forward, backward, p2p and bubble phases per step (means over the stages), the split,
+    and the bytes of the mean stage's parameters (for its optimizer and the replicas' all-reduce)."""
+    from scaletrain.split import plan
+
+    stages = cfg.stages or cfg.nproc * cfg.nnodes
+    micro = plan.micro_batch(cfg.batch_size, cfg.microbatches)
+    size = facts["image_size"]
+    model, graph = _blocked(cfg.model, facts["classes"], facts["channels"], size, micro, cfg.stem, cfg.width)
+    shape = (facts["channels"], size, size)
+    costs, _ = plan.costs_for(graph, model, shape, micro, source="predicted", calibration=cal,
+                              precision=cfg.precision, threads=threads)
+    alpha, beta = alpha_beta
+    link = 1 / beta if beta > 0 else plan.DEFAULT_LINK
+    part = plan.choose(cfg.split if cfg.split in plan.METHODS else "auto", graph, model, shape, stages=stages,
+                       microbatches=cfg.microbatches, schedule=cfg.pipeline_schedule, batch_size=cfg.batch_size,
+                       link_bytes_per_s=link, latency_s=alpha, precision=cfg.precision, optimizer=cfg.optimizer,
+                       model_name=cfg.model, costs=costs)
+    m, k = cfg.microbatches, len(part.stages)
+    mean = lambda key: sum(st[key] for st in part.stages) / k  # noqa: E731
+    fwd, bwd = m * mean("forward_s"), m * mean("backward_s")
+    p2p = m * mean("transfer_s") + alpha  # the loss's broadcast: one small message
+    bubble = max(0.0, part.step_s - m * mean("time_s"))
+    stage_params = [sum(c.param_bytes for c in costs[lo:hi]) for lo, hi in part.bounds]
+    return {"forward": fwd, "backward": bwd, "p2p": p2p, "bubble": bubble, "split": part.to_dict(),
+            "split_method": part.method, "stage_param_bytes": stage_params,
+            "bubble_theory": (k - 1) / (m + k - 1)}
+
+
+def replicas_allreduce_s(stage_param_bytes: list[int], replicas: int, alpha: float, beta: float) -> float:
+    """Each stage's gradients averaged over the replicas after backward: one flat all-reduce (the slowest)."""
+    if replicas < 2 or not stage_param_bytes:
+        return 0.0
+    return alphabeta.predict(alpha, beta, replicas, max(stage_param_bytes))
+
+
+def fsdp_comm_s(unit_param_bytes: list[int], world: int, alpha: float, beta: float) -> tuple[float, float]:
+    """(forward, backward) seconds of FSDP's collectives per step: per unit an all-gather before forward, one
+    before backward and a reduce-scatter after it, each half an all-reduce of its bytes."""
+    if world < 2:
+        return 0.0, 0.0
+    half = sum(alphabeta.predict(alpha, beta, world, b) / 2 for b in unit_param_bytes)
+    return half, 2 * half
+
+
+def fsdp_units(model_name: str, facts: dict[str, Any], stem: str, width: float) -> list[int]:
+    """Parameter bytes of each unit FSDP shards (comm/fsdp.py's units, and the root's rest)."""
+    import torch
+
+    from scaletrain.comm.fsdp import shard_units
+    from scaletrain.models.registry import build_model
+
+    size = facts["image_size"]
+    with torch.device("cpu"):
+        model = build_model(model_name, num_classes=facts["classes"], in_channels=facts["channels"],
+                            image_size=size, stem=stem, width=width)
+    names = shard_units(model, (facts["channels"], size, size))
+    units = [sum(p.numel() * 4 for p in model.get_submodule(n).parameters()) for n in names]
+    rest = sum(p.numel() * 4 for p in model.parameters()) - sum(units)
+    return units + ([rest] if rest > 0 else [])
+
+
+def check_basis(hardware) -> None:
+    if hardware is not None:
+        raise UserError("pipeline predictions need a calibration of the machine (per-block laws), not a hardware "
+                        "profile: drop --hardware")
