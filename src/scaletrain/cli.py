@@ -36,6 +36,12 @@ def build_parser() -> argparse.ArgumentParser:
     add_predict_args(sub.add_parser("predict", help="predict step time, scaling and memory before running"))
     from scaletrain.validate.cli import add_validate_args
     add_validate_args(sub.add_parser("validate", help="compare a prediction with measured runs or studies"))
+    from scaletrain.graph.cli import add_graph_args
+    add_graph_args(sub.add_parser("graph", help="the model's graph (layers, blocks, modules) with shapes, FLOPs, "
+                                                "times and cut points"))
+    from scaletrain.split.cli import add_split_args
+    add_split_args(sub.add_parser("split", help="split a model into pipeline stages: the best split beside "
+                                                "uniform, parameter-count and time-balanced ones"))
     models = sub.add_parser("models", help="list the models with parameters and forward FLOPs")
     models.add_argument("--image-size", type=int, default=32)
     models.add_argument("--in-channels", type=int, default=3)
@@ -63,6 +69,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def train_config(args: argparse.Namespace) -> TrainConfig:
     """Defaults < the run's saved config (on --resume) < --config file < flags."""
     overrides = {k: v for k, v in vars(args).items() if k not in ("command", "config")}
+    if isinstance(overrides.get("nproc"), str):  # --nproc KxR: R replicas of a K-stage pipeline
+        k, r = (int(v) for v in overrides["nproc"].split("x"))
+        if overrides.get("stages", k) != k:
+            raise UserError(f"--nproc {k}x{r} means {k} stages, but --stages is {overrides['stages']}: give one of them")
+        overrides |= {"nproc": k * r, "stages": k}
     file_values = load_toml(args.config) if args.config else {}
     if overrides.get("resume"):
         out = overrides.get("out") or file_values.get("out")
@@ -110,6 +121,12 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "validate":
             from scaletrain.validate.cli import run_validate
             return run_validate(args)
+        if args.command == "graph":
+            from scaletrain.graph.cli import run_graph
+            return run_graph(args)
+        if args.command == "split":
+            from scaletrain.split.cli import run_split
+            return run_split(args)
         if args.command == "models":
             from scaletrain.models import model_rows
             from scaletrain.console.summary import print_models

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from scaletrain.analysis.throughput import warmup_steps
-from scaletrain.analysis.timeline import PHASES
+from scaletrain.analysis.timeline import PHASES, phase_names
 
 Records = list[dict[str, Any]]
 
@@ -32,7 +32,8 @@ def rank_stats(rank: int, records: Records) -> dict[str, Any]:
     times = np.array([r["step_time_s"] for r in records], dtype=float)
     stats: dict[str, Any] = {"rank": rank, "steps": len(records)}
     if has_phases(records):
-        stats["phases_mean_s"] = {k: mean(r["phases_s"][k] for r in records) for k in PHASES}
+        stats["phases_mean_s"] = {k: mean(r["phases_s"].get(k, 0.0) for r in records)
+                                  for k in phase_names(records[0]["phases_s"])}
     else:
         stats["phases_mean_s"] = None
     stats |= {
@@ -53,7 +54,8 @@ def run_means(steady_by_rank: dict[int, Records]) -> dict[str, Any]:
     result: dict[str, Any] = {"step_time_mean_s": mean(s["step_time_mean_s"] for s in per_rank)}
     all_steps = [r for recs in steady_by_rank.values() for r in recs]
     if all(s["phases_mean_s"] is not None for s in per_rank):
-        result["phases_mean_s"] = {k: mean(s["phases_mean_s"][k] for s in per_rank) for k in PHASES}
+        result["phases_mean_s"] = {k: mean(s["phases_mean_s"].get(k, 0.0) for s in per_rank)
+                                   for k in phase_names(per_rank[0]["phases_mean_s"])}
         total = sum(r["comm_total_s"] for r in all_steps)
         hidden = sum(r["comm_hidden_s"] for r in all_steps)
         result |= {

@@ -19,6 +19,17 @@ from typing import Iterable, Sequence
 
 PHASES = ("data_wait", "h2d", "forward", "backward", "comm_exposed", "optimizer", "other")
 COMPUTE = ("forward", "backward", "optimizer")
+# a pipeline stage's steps have two more (docs/metrics.md): `bubble`, blocked waiting to receive an
+# activation or a gradient from a neighbouring stage, and `p2p`, posting sends and receives and waiting
+# for sends alone to complete. Recorded only by pipeline runs; every other run's records lack them.
+PIPELINE_PHASES = ("bubble", "p2p")
+
+
+def phase_names(phases: dict[str, float] | None = None) -> tuple[str, ...]:
+    """PHASES in step order, with the pipeline's two before `other` when `phases` has them."""
+    if phases is not None and any(k in phases for k in PIPELINE_PHASES):
+        return PHASES[:-1] + PIPELINE_PHASES + PHASES[-1:]
+    return PHASES
 
 Interval = tuple[float, float]
 
@@ -67,7 +78,7 @@ def step_phases(spans: Sequence[tuple[str, float, float]], buckets: Sequence[tup
             phases["comm_exposed"] += end - split
             compute.append((begin, split))
         else:
-            phases[name] += end - begin
+            phases[name] = phases.get(name, 0.0) + end - begin
             if name in COMPUTE:
                 compute.append((begin, end))
     comm = [(r, d) for r, d in buckets]
@@ -93,5 +104,5 @@ def step_cpu(spans: Sequence[tuple[str, float, float, float, float]],
             cpu["backward"] += split - cpu_begin
             cpu["comm_exposed"] += cpu_end - split
         else:
-            cpu[name] += cpu_end - cpu_begin
+            cpu[name] = cpu.get(name, 0.0) + cpu_end - cpu_begin
     return cpu

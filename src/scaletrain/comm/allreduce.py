@@ -35,7 +35,7 @@ class AllReduce(Strategy):
         """The hook DDP runs per gradient bucket, and its state (None: DDP's own all-reduce)."""
         return hook_setup.compression(self.cfg.compression, seed=self.cfg.seed + 7919 * self.rank.rank, model=model)
 
-    def wrap(self, model: torch.nn.Module, steps_per_epoch: int) -> torch.nn.Module:
+    def wrap(self, model: torch.nn.Module, steps_per_epoch: int, sample_shape: tuple[int, ...]) -> torch.nn.Module:
         if self.rank.world_size == 1:
             return model
         device = self.device

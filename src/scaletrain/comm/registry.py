@@ -12,6 +12,8 @@ STRATEGIES = {
     "ring": "scaletrain.comm.ring:RingAllReduce",
     "ps-sync": "scaletrain.comm.ps.strategy:SyncParameterServer",
     "ps-async": "scaletrain.comm.ps.strategy:AsyncParameterServer",
+    "pipeline": "scaletrain.comm.pipeline:Pipeline",
+    "fsdp": "scaletrain.comm.fsdp:Fsdp",
 }
 
 

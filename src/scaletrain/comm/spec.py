@@ -42,6 +42,12 @@ def check(strategy: str, compress: str | None) -> None:
     parse_compress(compress)
     if compress in (None, "", "none"):
         return
+    if strategy == "fsdp":
+        raise UserError("--compress is not supported with --strategy fsdp (its reduce-scatter goes through "
+                        "FSDP2, not a DDP hook): drop --compress")
+    if strategy == "pipeline":
+        raise UserError("--compress is not supported with --strategy pipeline (its stages send activations, "
+                        "not gradients): drop --compress")
     if strategy == "ring":
         raise UserError("--compress works with --strategy allreduce or a parameter server (the ring "
                         "sends full-precision buckets): drop one of them")

@@ -6,7 +6,7 @@ The trainer's loop knows only this interface; each strategy lives in its own mod
     strategy = create(cfg, rank)           # joins its process group(s); its role is fixed here
     if strategy.role == SERVER:            #   (a parameter server serves instead of training)
         strategy.serve(model)
-    module = strategy.wrap(model, steps)   # what forward/backward run through (DDP, or the model)
+    module = strategy.wrap(model, steps, sample_shape)  # what forward/backward run through (DDP, the model)
     loss = strategy.forward_backward(x, y, loss_of, optimizer, scaler, prof)
     extra = strategy.step(optimizer, scaler, prof, global_step)   # after backward: apply the update
     strategy.eval_shard()                  # which part of the validation split this rank evaluates
@@ -42,6 +42,7 @@ class Profiled:
     module: torch.nn.Module | None = None
     hook: Callable | None = None
     state: Any = None
+    spans: bool = False  # record each step's phase spans (a pipeline stage's timeline), not only their sums
 
 
 class Strategy:
@@ -63,6 +64,15 @@ class Strategy:
         """How many of the job's ranks serve instead of training (the last ones)."""
         return 0
 
+    @classmethod
+    def data_replicas(cls, cfg: TrainConfig) -> int:
+        """How many ranks read different data (share the global batch): the trainers."""
+        return cfg.nproc * cfg.nnodes - cls.server_ranks(cfg)
+
+    @staticmethod
+    def check_model(cfg: TrainConfig, factory: Callable[[], torch.nn.Module], sample_shape: tuple[int, ...]) -> None:
+        """Refuse, before any process starts, a model (built by `factory`) this strategy cannot run as asked."""
+
     @staticmethod
     def check_resume(cfg: TrainConfig, world_size: int) -> None:
         """Refuse, before any process starts, a resume that this strategy cannot continue."""
@@ -71,10 +81,15 @@ class Strategy:
     def serve(self, model: torch.nn.Module) -> None:
         raise NotImplementedError(f"{type(self).__name__} has no server role")
 
-    def wrap(self, model: torch.nn.Module, steps_per_epoch: int) -> torch.nn.Module:
-        """The module forward and backward run through. Collective where it builds groups: every rank
-        calls it at the same point."""
+    def wrap(self, model: torch.nn.Module, steps_per_epoch: int, sample_shape: tuple[int, ...]) -> torch.nn.Module:
+        """The module forward and backward run through (`sample_shape`: one input sample's, no batch
+        dimension). Collective where it builds groups: every rank calls it at the same point."""
         return model
+
+    def replica(self) -> tuple[int, int]:
+        """(index, count) of the data-parallel replica this rank belongs to: which shard of each epoch it
+        reads and how many replicas share the global batch (ranks of one pipeline read the same batches)."""
+        return self.rank.rank, self.rank.world_size
 
     def profiled(self) -> Profiled:
         return Profiled()
@@ -83,7 +98,7 @@ class Strategy:
                          scaler: torch.amp.GradScaler | None, prof) -> torch.Tensor:
         """One step's forward (`loss_of(x, y)`: the wrapped module and the criterion under autocast) and
         backward, timed as the profiler's phases; returns the loss."""
-        with prof.phase("forward"):
+        with prof.phase("forward"), offloading(self.cfg.offload):
             loss = loss_of(x, y)
         with prof.phase("optimizer"):
             # freed just before backward allocates new gradients, so the allocator hands the same memory
@@ -112,6 +127,23 @@ class Strategy:
         """What evaluation runs the validation batches through (the local model, not DDP's wrapper)."""
         return model
 
+    lockstep_eval = False  # every rank must run as many evaluation forwards as the others (FSDP)
+
+    def load_model_state(self, model: torch.nn.Module, state: dict[str, Any]) -> None:
+        """Load a checkpoint's model state (the whole model's) into this rank's model."""
+        model.load_state_dict(state)
+
+    def load_optimizer_state(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
+                             state: dict[str, Any]) -> None:
+        """Load a checkpoint's optimizer state into this rank's optimizer."""
+        optimizer.load_state_dict(state)
+
+    def digest(self, model: torch.nn.Module) -> str:
+        """SHA-256 of this rank's model parameters (summary.json's param_digests)."""
+        from scaletrain.train.loop import param_digest
+
+        return param_digest(model)
+
     def before_eval(self) -> None:
         """Bring the local model up to date before it is evaluated and saved."""
 
@@ -132,6 +164,14 @@ class Strategy:
         from scaletrain.dist.group import shutdown
 
         shutdown()
+
+
+def offloading(offload: str) -> contextlib.AbstractContextManager:
+    """`--offload activations`: the tensors autograd saves during forward go to pinned host memory, copied
+    asynchronously, and come back when backward needs them (torch.autograd.graph.save_on_cpu)."""
+    if offload != "activations":
+        return contextlib.nullcontext()
+    return torch.autograd.graph.save_on_cpu(pin_memory=True)
 
 
 @contextlib.contextmanager

@@ -22,6 +22,17 @@ def _number_or_word(text: str) -> float | str:
         return text
 
 
+def _nproc(text: str) -> int | str:
+    """`--nproc N`, or `--nproc KxR`: R replicas of a K-stage pipeline (K x R processes)."""
+    k, sep, r = text.lower().replace(" ", "").partition("x")
+    if sep and k.isdigit() and r.isdigit():
+        return f"{int(k)}x{int(r)}"
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: give a number of processes, or KxR (stages x replicas)") from None
+
+
 def field_help() -> dict[str, str]:
     """The docstring written under each setting of every section, used as its --help text."""
     helps = {}
@@ -61,7 +72,8 @@ def _add_flag(p, f, helps: dict[str, str], is_list: bool) -> None:
         p.add_argument(flag, action=argparse.BooleanOptionalAction, default=argparse.SUPPRESS,
                        help=helps.get(f.name))
     else:
-        p.add_argument(flag, type=_number_or_word if "str" in str(f.type) else _TYPES[kind], default=argparse.SUPPRESS,
+        kind_type = _nproc if f.name == "nproc" else _number_or_word if "str" in str(f.type) else _TYPES[kind]
+        p.add_argument(flag, type=kind_type, default=argparse.SUPPRESS,
                        metavar=f.name.upper(),
                        help=f"{helps.get(f.name, '')} (default: {f.default})")
 

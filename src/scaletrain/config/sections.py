@@ -22,6 +22,8 @@ BAD_IMAGE_POLICIES = ("error", "skip")
 DEVICES = ("auto", "cpu", "cuda")
 SWITCHES = ("on", "off")
 TENSORBOARD = ("auto", "on", "off")
+PIPELINE_SCHEDULES = ("gpipe", "1f1b")
+OFFLOADS = ("none", "activations", "params")
 
 
 @dataclass(kw_only=True)
@@ -147,7 +149,8 @@ class LaunchConfig:
     """Where and how the processes start, and the run directory they write."""
 
     nproc: int = 1
-    """Local worker processes (one per GPU, or CPU ranks), started by torch's elastic agent."""
+    """Local worker processes (one per GPU, or CPU ranks), started by torch's elastic agent; with
+    --strategy pipeline, `KxR` starts R replicas of a K-stage pipeline (K x R processes)."""
 
     nnodes: int = 1
     """Nodes of a multi-node launch: run the same command on every node with its --node-rank."""
@@ -237,12 +240,41 @@ class StrategyConfig:
     DDP's default, 25 MiB with a first bucket of 1 MiB (a setting applies to the first bucket too); `auto`:
     the size the performance model predicts hides the most communication (docs/predict.md)."""
 
+    stages: int | None = None
+    """pipeline: pipeline stages, one process each (default: all the job's processes, nproc x nnodes)."""
+
+    microbatches: int = 4
+    """pipeline: micro-batches each step's batch is split into (must divide --batch-size)."""
+
+    pipeline_schedule: str = "1f1b"
+    """pipeline: `gpipe` (all forwards, then all backwards) or `1f1b` (one forward, one backward: fewer
+    activations in flight); both from torch.distributed.pipelining (docs/split.md)."""
+
+    split: str = "auto"
+    """pipeline: where the model is cut into stages: `auto` (the predicted-fastest split under the memory
+    the stages have, as `scaletrain split` chooses it), `uniform` (equal block counts), `params` (equal
+    parameter counts, DeepSpeed's default), `time` (torchgpipe's balance by measured time) or a split.json
+    written by `scaletrain split`."""
+
+    offload: str = "none"
+    """Keep in pinned host memory what does not fit the GPU (CUDA only): `activations` (the tensors saved
+    for backward, copied out during forward and back during backward; any strategy) or `params`
+    (parameters, gradients and optimizer state, the step on the CPU; --strategy fsdp)."""
+
     compression: tuple[str, float | int | None] | None = field(init=False, repr=False, compare=False)
     """`compress` parsed: (name, argument) or None (comm/spec.py)."""
 
     def __post_init__(self) -> None:
         check(self.strategy, self.compress)
         self.compression = parse_compress(self.compress)
+        _check_choice("pipeline_schedule", self.pipeline_schedule, PIPELINE_SCHEDULES)
+        _check_choice("offload", self.offload, OFFLOADS)
+        if self.offload == "params" and self.strategy != "fsdp":
+            raise UserError("--offload params needs --strategy fsdp (FSDP2's CPU offload policy keeps the shards "
+                            "in host memory): add it, or use --offload activations")
+        _at_least(self, 1, "microbatches")
+        if self.stages is not None and self.stages < 2:
+            raise UserError(f"--stages must be at least 2 (got {self.stages}): one stage is --strategy allreduce")
         _check_choice("ps_optimizer", self.ps_optimizer, ("adagrad", "sgd"))
         _at_least(self, 1, "ps_servers", "ps_fetch", "ps_push")
         if self.max_staleness is not None and self.max_staleness < 0:

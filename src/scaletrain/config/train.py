@@ -83,6 +83,15 @@ class _Sections:
                                 "servers apply unscaled gradients): use --precision bf16 or fp32")
             if self.sync_bn:
                 raise UserError(f"--sync-bn is not supported with --strategy {self.strategy}: drop --sync-bn")
+        if self.strategy == "pipeline":
+            if self.precision == "fp16":
+                raise UserError("--precision fp16 is not supported with --strategy pipeline (the schedule runs "
+                                "backward itself, without the loss scaler): use --precision bf16 or fp32")
+            if self.sync_bn:
+                raise UserError("--sync-bn is not supported with --strategy pipeline: drop --sync-bn")
+            if self.batch_size % self.microbatches:
+                raise UserError(f"--microbatches {self.microbatches} does not divide --batch-size {self.batch_size}: "
+                                "choose a batch size that is a multiple of it")
 
     def check_launch(self) -> None:
         """What depends on the launch's shape (nproc x nnodes), checked when launching, not per study axis."""
@@ -93,6 +102,11 @@ class _Sections:
             if rank is not None and rank >= world:
                 raise UserError(f"--inject {what}={rank}:...: there are only {world} ranks (0..{world - 1}): "
                                 "name one of them")
+        if self.strategy == "pipeline":
+            stages = self.stages or world
+            if stages < 2 or world % stages:
+                raise UserError(f"--strategy pipeline with --stages {stages} needs a multiple of {stages} processes "
+                                f"(got --nproc x --nnodes = {world}): one process per stage and replica")
         from scaletrain.comm.registry import strategy_class
 
         servers = strategy_class(self.strategy).server_ranks(self)

@@ -29,6 +29,13 @@ def all_reduce_sum(t: torch.Tensor) -> torch.Tensor:
     return t
 
 
+def all_reduce_max(t: torch.Tensor) -> torch.Tensor:
+    """The largest value over ranks, in place (no-op in a single process)."""
+    if dist.is_initialized() and dist.get_world_size() > 1:
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return t
+
+
 def gather_objects(obj):
     """Every rank's object as a list indexed by rank (just [obj] in a single process)."""
     if not (dist.is_initialized() and dist.get_world_size() > 1):

@@ -12,9 +12,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from scaletrain.analysis.timeline import PHASES
+from scaletrain.analysis.timeline import PHASES, PIPELINE_PHASES, phase_names
 
-TRACKS = ("step", *PHASES, "comm")
+TRACKS = ("step", *PHASES[:-1], *PIPELINE_PHASES, PHASES[-1], "comm")
 
 
 def trace_events(records_by_rank: dict[int, list[dict[str, Any]]]) -> dict[str, Any]:
@@ -36,7 +36,8 @@ def trace_events(records_by_rank: dict[int, list[dict[str, Any]]]) -> dict[str, 
             args = {"step": r["step"], "epoch": r.get("epoch"), "loss": r.get("loss")}
             events.append(_span("step", rank, 0, t0, r["step_time_s"] * 1e6, args))
             t = t0
-            for tid, phase in enumerate(PHASES, start=1):
+            for phase in phase_names(r["phases_s"]):
+                tid = TRACKS.index(phase)
                 duration = r["phases_s"][phase] * 1e6
                 if duration > 0:
                     events.append(_span(phase, rank, tid, t, duration, {"step": r["step"]}))

@@ -31,7 +31,7 @@ from scaletrain.perf.wire import allreduce_bytes
 from scaletrain.profiler import commhook
 from scaletrain.profiler.clock import clock_for
 from scaletrain.profiler.resources import peak_memory
-from scaletrain.analysis.timeline import PHASES, step_cpu, step_phases
+from scaletrain.analysis.timeline import phase_names, step_cpu, step_phases
 from scaletrain.profiler.torch_window import TorchProfileWindow
 from scaletrain.rundir import RunDir, write_json_atomic
 
@@ -46,13 +46,16 @@ class StepProfiler:
                  device: torch.device | None = None, first_step: int = 0, comm_hook: Callable | None = None,
                  comm_state: Any = None, inject_comm_s: float = 0.0, torch_profile: tuple[int, int] | None = None,
                  sinks: Iterable[Callable[[dict], None]] = (), rank: int | None = None,
-                 world_size: int | None = None) -> None:
+                 world_size: int | None = None, replicas: int | None = None, keep_spans: bool = False) -> None:
         self.run_dir = RunDir(Path(out))
         self.run_dir.root.mkdir(parents=True, exist_ok=True)
         self.enabled = enabled
         # rank/world_size: given when the ranks share no process group (ps-async workers)
         self.rank = rank if rank is not None else current_rank()
         self.world_size = world_size if world_size is not None else current_world_size()
+        # data-parallel replicas sharing the global batch (the ranks of one pipeline read the same samples)
+        self.replicas = replicas if replicas is not None else self.world_size
+        self.keep_spans = keep_spans  # each step's record gets its spans (`spans_s`), in order
         self.device = device or _device_of(model)
         self.step = first_step
         self.log = StepLog(self.run_dir.metrics(self.rank))
@@ -89,6 +92,12 @@ class StepProfiler:
                 return
             self._mark("data_wait")
             yield batch
+
+    def mark(self, name: str) -> None:
+        """The time since the last mark was spent in phase `name` (for phases a strategy times from
+        inside a schedule it does not own: a pipeline's bubble and point-to-point waits)."""
+        if self.enabled:
+            self._mark(name)
 
     def phase(self, name: str) -> contextlib.AbstractContextManager:
         """`with prof.phase("forward"): ...` — one of h2d, forward, backward, optimizer (or data_wait, other)."""
@@ -253,11 +262,11 @@ class StepProfiler:
         return {
             "step": raw["step"], **raw["fields"], "loss": _to_float(raw["loss"]), "samples": samples,
             "step_time_s": round(step_time, _ROUND),
-            "samples_per_s": round(samples * self.world_size / step_time, 3) if step_time > 0 else None,
+            "samples_per_s": round(samples * self.replicas / step_time, 3) if step_time > 0 else None,
             "t_start_s": round(time.time() - time.perf_counter() + raw["host_start"] + self._clock_offset, 6),
-            "phases_s": {k: round(timing["phases_s"][k], _ROUND) for k in PHASES},
+            "phases_s": {k: round(timing["phases_s"][k], _ROUND) for k in phase_names(timing["phases_s"])},
             "cpu_time_s": round(raw["cpu_end"] - raw["cpu_start"], _ROUND),
-            "phases_cpu_s": {k: round(cpu[k], _ROUND) for k in PHASES},
+            "phases_cpu_s": {k: round(cpu.get(k, 0.0), _ROUND) for k in phase_names(timing["phases_s"])},
             "threads": torch.get_num_threads(),
             "comm_total_s": round(timing["comm_total_s"], _ROUND),
             "comm_hidden_s": round(timing["comm_hidden_s"], _ROUND),
@@ -266,6 +275,7 @@ class StepProfiler:
             "bytes_uncompressed": sum(b.raw_wire if b.raw_wire is not None else
                                       allreduce_bytes(b.nbytes, self.world_size) for b in raw["buckets"]),
             "comm_intervals_s": [[round(a, _ROUND), round(b, _ROUND)] for a, b in buckets],
+            **({"spans_s": _merged_spans(spans)} if self.keep_spans else {}),
         }
 
     def _emit(self, records: list[dict]) -> list[dict]:
@@ -296,3 +306,17 @@ def _clock_offset(world_size: int) -> float:
     dist.barrier()  # everyone reads its clock at (nearly) the same moment
     times = gather_objects(time.time())
     return times[0] - times[current_rank()]
+
+
+def _merged_spans(spans: list[tuple]) -> list[list]:
+    """[phase, begin s, end s] of a step in order, empty spans dropped and neighbours of one phase joined."""
+    out: list[list] = []
+    for name, a, b, _ca, _cb in spans:
+        if b <= a:
+            continue
+        if out and out[-1][0] == name and abs(out[-1][2] - round(a, _ROUND)) < 1e-9:
+            out[-1][2] = round(b, _ROUND)
+        else:
+            out.append([name, round(a, _ROUND), round(b, _ROUND)])
+    return out
+

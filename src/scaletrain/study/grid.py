@@ -17,7 +17,8 @@ import tomli_w
 from scaletrain.config import ALIASES, TrainConfig, build_config, config_fields, field_names, read_toml
 from scaletrain.errors import UserError
 
-AXES = ("nproc", "workers", "batch_size", "precision", "dataset", "model", "strategy", "compress", "ps_servers")
+AXES = ("nproc", "workers", "batch_size", "precision", "dataset", "model", "strategy", "compress", "ps_servers",
+        "stages", "microbatches", "pipeline_schedule", "split")
 """TrainConfig fields a study can vary; a new axis (e.g. `strategy`) is just its field name added here."""
 STUDY_OWNED = ("out", "resume", "progress", "stop_after")
 """Train settings the study sets itself per run, so they are not fixed settings of the spec."""

@@ -94,6 +94,9 @@ def identity_changes(saved: dict[str, Any], wanted: dict[str, Any], default_size
 def check_resume(ckpt: dict[str, Any], wanted: dict[str, Any], path: Path, default_size) -> None:
     """Refuse, before anything is written, a resume that changes what the checkpoint was trained as."""
     changes = identity_changes(ckpt["config"], wanted, default_size)
+    was, now = ckpt["config"].get("strategy"), wanted.get("strategy")
+    if (was == "fsdp") != (now == "fsdp"):  # its optimizer state is keyed by parameter name, not position
+        changes.append(f"--strategy {was} to {now} (an fsdp checkpoint's optimizer state has another layout)")
     if changes:
         raise UserError(f"--resume cannot change {'; '.join(changes)}: resume with the run's own settings "
                         f"(see {Path(path).parent / 'config.toml'}), or start a new run with another --out")

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import torch
 from torch.utils.data import Sampler
 
-from scaletrain.dist.group import all_reduce_sum
+from scaletrain.dist.group import all_reduce_max, all_reduce_sum
 
 
 class ShardSampler(Sampler[int]):
@@ -37,19 +37,29 @@ class EvalResult:
 
 @torch.no_grad()
 def evaluate(model: torch.nn.Module, loader, device: torch.device, autocast_dtype: torch.dtype | None,
-             num_classes: int) -> EvalResult:
-    """Top-1/top-5 accuracy and mean loss over the whole validation split (all ranks together)."""
+             num_classes: int, lockstep: bool = False) -> EvalResult:
+    """Top-1/top-5 accuracy and mean loss over the whole validation split (all ranks together).
+
+    lockstep: every rank runs as many forwards as the rank with the most batches (a sharded model's
+    forward is collective): the others run the missing ones on an empty batch."""
     was_training = model.training
     model.eval()
     k = min(5, num_classes)
     # [correct top-1, correct top-k, samples, summed loss]: float64 keeps the loss sum exact enough
     totals = torch.zeros(4, dtype=torch.float64, device=device)
-    for x, y, _bad in loader:
-        if len(y) == 0:
+    batches = iter(loader)
+    if lockstep:
+        most = torch.tensor([len(loader)], device=device)
+        all_reduce_max(most)
+        batches = _padded(batches, int(most.item()), tuple(loader.dataset[0][0].shape))
+    for x, y, _bad in batches:
+        if len(y) == 0 and not lockstep:
             continue
         x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
         with torch.autocast(device.type, dtype=autocast_dtype, enabled=autocast_dtype is not None):
             logits = model(x)
+        if len(y) == 0:
+            continue
         topk = logits.float().topk(k, dim=1).indices
         hits = topk.eq(y[:, None])
         totals[0] += hits[:, 0].sum()
@@ -62,3 +72,14 @@ def evaluate(model: torch.nn.Module, loader, device: torch.device, autocast_dtyp
     if n == 0:
         raise RuntimeError("the validation split is empty")
     return EvalResult(top1=correct1 / n, top5=correctk / n, loss=loss / n, samples=int(n))
+
+
+def _padded(batches, count: int, sample_shape: tuple[int, ...]):
+    """`batches`, then empty batches of samples of `sample_shape` until `count` in all."""
+    n = 0
+    for batch in batches:
+        n += 1
+        yield batch
+    for _ in range(count - n):
+        yield torch.zeros((0, *sample_shape)), torch.zeros(0, dtype=torch.long), []
+

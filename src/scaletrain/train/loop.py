@@ -63,7 +63,9 @@ class Trainer:
                 raise UserError("--sync-bn needs CUDA (PyTorch's SyncBatchNorm has no CPU kernel): drop --sync-bn")
             model = torch.nn.SyncBatchNorm.convert_sync_batchnorm(model)
         self.model = model.to(device)
-        world = rank.world_size
+        # the data-parallel replica this rank is: its shard of each epoch, and how many share the global batch
+        self.replica, self.replicas = strategy.replica()
+        world = self.replicas
         inject = cfg.injection
         self.slow_s = inject.slow_rank_s if inject.slow_rank == rank.rank else 0.0
         self.kill_step = inject.kill_step if inject.kill_rank == rank.rank else None
@@ -71,7 +73,7 @@ class Trainer:
         if inject.data_s:
             self.data = dataclasses.replace(self.data, train=DelayedDataset(self.data.train, inject.data_s))
 
-        self.sampler = DistributedSampler(self.data.train, num_replicas=world, rank=rank.rank,
+        self.sampler = DistributedSampler(self.data.train, num_replicas=world, rank=self.replica,
                                           shuffle=True, seed=cfg.seed)
         self.loader_rng = torch.Generator()
         # drop_last: every step has the full global batch, as the linear scaling rule assumes
@@ -90,7 +92,8 @@ class Trainer:
             raise UserError(f"--batch-size {cfg.batch_size} x {world} ranks is more than the "
                             f"{len(self.data.train)} training samples: lower --batch-size")
         # what forward and backward run through: DDP, or the model itself (collective: every rank, here)
-        self.module = strategy.wrap(self.model, self.steps_per_epoch)
+        sample_shape = (self.data.in_channels, self.data.image_size, self.data.image_size)
+        self.module = strategy.wrap(self.model, self.steps_per_epoch, sample_shape)
 
         # a strategy whose servers own the update never steps this optimizer; it still tracks the schedule
         self.optimizer = build_optimizer(cfg.optim, self.model, world)
@@ -104,13 +107,13 @@ class Trainer:
         if cfg.resume:
             self._restore()
         else:
-            torch.manual_seed(cfg.seed + 1 + rank.rank)  # per-rank augmentation streams
+            torch.manual_seed(cfg.seed + 1 + self.replica)  # per-replica augmentation streams
         profiled = strategy.profiled()
         # collective (aligns the ranks' clocks): every rank builds it here
         self.prof = StepProfiler(cfg.out, profiled.module, enabled=cfg.profile == "on",
-                                 rank=rank.rank, world_size=world,
+                                 rank=rank.rank, world_size=rank.world_size, replicas=self.replicas,
                                  device=device, first_step=self.global_step, inject_comm_s=inject.comm_s,
-                                 comm_hook=profiled.hook, comm_state=profiled.state,
+                                 comm_hook=profiled.hook, comm_state=profiled.state, keep_spans=profiled.spans,
                                  torch_profile=cfg.torch_profile_steps)
 
     # ---------------------------------------------------------------- training
@@ -126,7 +129,7 @@ class Trainer:
                     self.strategy.before_eval()
                     broadcast_buffers(self.model)  # evaluate (and save) rank 0's BN statistics on every rank
                     result = evaluate(self.strategy.eval_module(self.model), self.val_loader, self.device,
-                                      self.autocast, self.data.num_classes)
+                                      self.autocast, self.data.num_classes, lockstep=self.strategy.lockstep_eval)
                 self._end_epoch(epoch, epoch_time, result)
         finally:
             for sink in self.sinks:
@@ -134,7 +137,7 @@ class Trainer:
             self.prof.close()
         status = "completed" if last == cfg.epochs else "stopped"
         ended = self.strategy.finish(chief=main)  # ends the exchange; its summary entries, on rank 0
-        digests = gather_objects(param_digest(self.model))
+        digests = gather_objects(self.strategy.digest(self.model))
         self.bad_paths = set().union(*gather_objects(self.bad_paths))
         placement = summary.placement(self.device, self.rank)
         # collective: rank 0 gets phases, stragglers and diagnosis from every rank's file
@@ -152,7 +155,7 @@ class Trainer:
         cfg, prof = self.cfg, self.prof
         self.sampler.set_epoch(epoch)  # a new shuffle each epoch, the same on every rank
         # loader workers draw their seeds from this generator: fixed per (seed, epoch, rank) for resumes
-        self.loader_rng.manual_seed(cfg.seed * 1_000_003 + epoch * 1009 + self.rank.rank)
+        self.loader_rng.manual_seed(cfg.seed * 1_000_003 + epoch * 1009 + self.replica)
         self.module.train()
         for sink in self.sinks:
             sink.epoch_start(epoch, cfg.epochs, self.steps_per_epoch)
@@ -244,7 +247,7 @@ class Trainer:
         ckpt = checkpoint.load(self.run_dir.checkpoint)
         checkpoint.check_compatible(ckpt, self.cfg.model, self.cfg.dataset, self.run_dir.checkpoint)
         try:
-            self.model.load_state_dict(ckpt["model"])
+            self.strategy.load_model_state(self.model, ckpt["model"])
         except RuntimeError:
             raise UserError(f"checkpoint {self.run_dir.checkpoint} does not fit this model (its shapes differ: "
                             "another --width/--image-size/--stem?): resume with the original settings") from None
@@ -253,7 +256,8 @@ class Trainer:
         self.start_epoch, self.global_step = ckpt["epoch"], ckpt["global_step"]
         # the schedule's position counts epochs done, in this invocation's steps per epoch (the same as
         # global_step unless the number of processes changed)
-        resume_optimizer(self.optimizer, self.scheduler, ckpt["optimizer"], self.start_epoch * self.steps_per_epoch)
+        resume_optimizer(self.optimizer, self.scheduler, ckpt["optimizer"], self.start_epoch * self.steps_per_epoch,
+                         load=lambda state: self.strategy.load_optimizer_state(self.model, self.optimizer, state))
         if self.scaler is not None and ckpt["scaler"] is not None:
             self.scaler.load_state_dict(ckpt["scaler"])
         self.history = History(**ckpt["history"])
@@ -261,7 +265,7 @@ class Trainer:
         if ckpt["world_size"] == self.rank.world_size and self.rank.rank < len(ckpt["rng"]):
             checkpoint.set_rng_state(ckpt["rng"][self.rank.rank])
         else:  # a different world size cannot replay the same data order anyway
-            torch.manual_seed(self.cfg.seed + 1 + self.rank.rank + 7919 * self.start_epoch)
+            torch.manual_seed(self.cfg.seed + 1 + self.replica + 7919 * self.start_epoch)
         self.strategy.load_state_dict(ckpt, self.global_step)
         if self.rank.is_main:
             keep_epochs_before(self.run_dir.epochs, self.start_epoch)

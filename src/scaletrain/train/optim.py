@@ -66,16 +66,17 @@ def build_scheduler(cfg: OptimConfig, optimizer: torch.optim.Optimizer, steps_pe
 
 
 def resume_optimizer(optimizer: torch.optim.Optimizer, scheduler: torch.optim.lr_scheduler.LambdaLR,
-                     state: dict, step: int) -> None:
+                     state: dict, step: int, load=None) -> None:
     """Load a checkpoint's optimizer state (momentum buffers, Adagrad sums, ...) but keep this invocation's
     settings: the groups' momentum, weight decay, ... as built, and the schedule as planned for the
     configured epochs, continued at `step`.
 
     `optimizer.load_state_dict` alone brings back the saved groups' hyperparameters, and LambdaLR's
     state its total step count: a resume with other --epochs or --lr would silently keep the old ones
-    (a 2-epoch run extended to 3 trained its third epoch at LR 0)."""
+    (a 2-epoch run extended to 3 trained its third epoch at LR 0). `load` loads the state (default:
+    `optimizer.load_state_dict`)."""
     built = [{k: v for k, v in g.items() if k != "params"} for g in optimizer.param_groups]
-    optimizer.load_state_dict(state)
+    (load or optimizer.load_state_dict)(state)  # `load`: the strategy's, for state in another layout
     for group, settings, base_lr, fn in zip(optimizer.param_groups, built, scheduler.base_lrs,
                                             scheduler.lr_lambdas):
         group.update(settings)

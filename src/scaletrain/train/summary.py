@@ -35,10 +35,10 @@ def run_summary(trainer, status: str, wall_time: float, digests: list[str], wher
     records = read_jsonl(trainer.run_dir.metrics(0))
     return {
         "status": status, "model": cfg.model, "dataset": cfg.dataset, "world_size": world,
-        "global_batch": cfg.batch_size * world, "epochs": len(h.epoch_times_s), "epochs_planned": cfg.epochs,
+        "global_batch": cfg.batch_size * trainer.replicas, "epochs": len(h.epoch_times_s), "epochs_planned": cfg.epochs,
         "top1": h.top1, "top5": h.top5, "best_top1": h.best_top1, "epoch_times_s": h.epoch_times_s,
-        "samples_per_s": steady_samples_per_s(records, world, trainer.steps_per_epoch),
-        "effective_lr": peak_lr(cfg.optim, world), "precision": cfg.precision,
+        "samples_per_s": steady_samples_per_s(records, trainer.replicas, trainer.steps_per_epoch),
+        "effective_lr": peak_lr(cfg.optim, trainer.replicas), "precision": cfg.precision,
         "device": device.type if device.type == "cpu" else torch.cuda.get_device_name(device),
         "backend": trainer.backend, "steps": trainer.global_step, "train_samples": len(trainer.data.train),
         "val_samples": len(trainer.data.val), "bad_images_skipped": h.bad_images_skipped,

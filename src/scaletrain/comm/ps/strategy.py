@@ -63,7 +63,7 @@ class ParameterServer(Strategy):
         serve(ServerConfig.of(self.cfg), self.server_class, self.links, model,
               self.saved["servers"][self.links.index] if self.saved else None)
 
-    def wrap(self, model: torch.nn.Module, steps_per_epoch: int) -> torch.nn.Module:
+    def wrap(self, model: torch.nn.Module, steps_per_epoch: int, sample_shape: tuple[int, ...]) -> torch.nn.Module:
         self.client = self.make_client(model, steps_per_epoch)  # the servers send their parameters
         return model
 

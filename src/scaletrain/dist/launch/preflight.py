@@ -23,6 +23,9 @@ def validate(cfg: TrainConfig) -> None:
     the data, the model, the batch against the data. Writes nothing; `study` runs it for every point."""
     cfg.check_launch()
     device_type = check_device_request(cfg.device, cfg.nproc, cfg.precision)
+    if cfg.offload != "none" and device_type != "cuda":
+        raise UserError(f"--offload {cfg.offload} needs a CUDA device: on the CPU the model already lives in host "
+                        "memory, there is nowhere to offload to: drop --offload")
     # estimated before building anything: digits is resized into memory, and a model is only built on
     # the meta device until it is known to fit
     size = cfg.image_size or default_image_size(cfg.dataset)
@@ -46,7 +49,9 @@ def validate(cfg: TrainConfig) -> None:
     else:
         need = footprint.Footprint(*estimate, dataset=in_memory)
         footprint.check_fits(need, cfg.nproc, footprint.available_bytes(device_type), device_type, hint)
-    trainers = cfg.nproc * cfg.nnodes - strategy_class(cfg.strategy).server_ranks(cfg)
+    strategy = strategy_class(cfg.strategy)
+    strategy.check_model(cfg, factory, (data.in_channels, data.image_size, data.image_size))
+    trainers = strategy.data_replicas(cfg)
     per_rank = -(-len(data.train) // trainers)  # DistributedSampler pads every rank to the same count
     if per_rank < cfg.batch_size:
         most = max(1, len(data.train) // cfg.batch_size)

@@ -1,0 +1,129 @@
+"""`--strategy fsdp`: FSDP2 (`torch.distributed.fsdp.fully_shard`) for models whose parameters do not fit one
+process: each of the model's blocks (perf/blocks.py; its top-level children when fx cannot trace it) is a
+unit whose parameters, gradients and optimizer state are split evenly over the ranks; a unit's parameters
+are all-gathered just before its forward (and again before its backward) and its gradients reduce-scattered
+after (docs/strategies.md). With `--offload params` they live in host memory (FSDP2's CPUOffloadPolicy,
+pinned) and the optimizer steps there.
+
+The trajectory equals data parallelism's: every rank reads its own shard of the batch, and the
+reduce-scatter averages the gradients as DDP's all-reduce does. Checkpoints hold the whole model and the
+whole optimizer state (gathered to rank 0), so they are read back by any number of processes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+import torch
+from torch import nn
+
+from scaletrain.comm.strategy import Strategy
+from scaletrain.config import TrainConfig
+from scaletrain.dist.device import choose_device, cpu_threads_per_rank
+from scaletrain.dist.group import init_process_group
+from scaletrain.dist.rank import RankInfo
+
+
+class Fsdp(Strategy):
+    """Every rank holds 1/world of each unit's parameters, gradients and optimizer state."""
+
+    lockstep_eval = True  # every rank must run as many forwards as the others (they all-gather together)
+
+    @classmethod
+    def create(cls, cfg: TrainConfig, rank: RankInfo) -> "Fsdp":
+        device = choose_device(cfg.device, rank)
+        if device.type == "cpu":
+            torch.set_num_threads(cpu_threads_per_rank(rank.local_world_size, cfg.threads))
+        return cls(cfg, rank, device, init_process_group(device, rank, timeout_s=cfg.timeout))
+
+    def __init__(self, cfg: TrainConfig, rank: RankInfo, device: torch.device, backend: str) -> None:
+        super().__init__(cfg, rank, device, backend)
+        self.units: list[str] = []
+        self._module: nn.Module | None = None
+        self._optimizer: torch.optim.Optimizer | None = None
+
+    def wrap(self, model: nn.Module, steps_per_epoch: int, sample_shape: tuple[int, ...]) -> nn.Module:
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.fsdp import CPUOffloadPolicy, OffloadPolicy, fully_shard
+
+        mesh = init_device_mesh(self.device.type, (self.rank.world_size,))
+        policy = CPUOffloadPolicy(pin_memory=True) if self.cfg.offload == "params" else OffloadPolicy()
+        self.units = shard_units(model, sample_shape)
+        for name in self.units:
+            fully_shard(model.get_submodule(name), mesh=mesh, offload_policy=policy)
+        fully_shard(model, mesh=mesh, offload_policy=policy)  # the rest (a stem's loose parameters) as one unit
+        self._module = model
+        return model
+
+    def forward_backward(self, x, y, loss_of, optimizer, scaler, prof):
+        self._optimizer = optimizer  # for the checkpoint's whole optimizer state
+        return super().forward_backward(x, y, loss_of, optimizer, scaler, prof)
+
+    # ------------------------------------------------------------ whole-model state (collective)
+    def state_dict(self, chief: bool) -> dict[str, Any]:
+        """The whole model and optimizer state, gathered to rank 0, in place of the shards."""
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict
+
+        model = self._module
+        options = StateDictOptions(full_state_dict=True, cpu_offload=True)
+        if self._optimizer is None:
+            from torch.distributed.checkpoint.state_dict import get_model_state_dict
+
+            return {"comm": [], "ps": None, **({"model": get_model_state_dict(model, options=options)}
+                                               if chief else {})}
+        model_sd, optim_sd = get_state_dict(model, self._optimizer, options=options)
+        return {"comm": [], "ps": None, **({"model": model_sd, "optimizer": optim_sd} if chief else {})}
+
+    def load_model_state(self, model: nn.Module, state: dict[str, Any]) -> None:
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
+
+        set_model_state_dict(model, state, options=StateDictOptions(full_state_dict=True))
+
+    def load_optimizer_state(self, model: nn.Module, optimizer: torch.optim.Optimizer, state: dict[str, Any]) -> None:
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
+
+        set_optimizer_state_dict(model, optimizer, state, options=StateDictOptions(full_state_dict=True))
+
+    def digest(self, model: nn.Module) -> str:
+        """SHA-256 of the whole model's parameters (every shard gathered): equal on every rank."""
+        h = hashlib.sha256()
+        for p in model.parameters():
+            full = p.full_tensor() if hasattr(p, "full_tensor") else p
+            h.update(full.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
+        return h.hexdigest()
+
+    def finish(self, chief: bool) -> dict[str, Any]:
+        if not chief:
+            return {}
+        local = sum(p.to_local().numel() * p.element_size() if hasattr(p, "to_local") else p.numel() * p.element_size()
+                    for p in self._module.parameters())
+        return {"fsdp": {"shards": self.rank.world_size, "units": len(self.units) + 1, "offload": self.cfg.offload,
+                         "param_bytes_per_rank": local}}
+
+
+def shard_units(model: nn.Module, sample_shape: tuple[int, ...]) -> list[str]:
+    """The qualified names of the submodules to shard one by one: the model's blocks where a block is one
+    submodule (a residual block; the children of a Sequential block), its top-level children where fx
+    cannot trace it. Outermost first, none inside another."""
+    from scaletrain.perf.blocks import group
+    from scaletrain.perf.graph import Untraceable, layer_graph
+
+    try:
+        graph = layer_graph(model, sample_shape, 1)
+    except Untraceable:
+        return [name for name, child in model.named_children() if any(True for _ in child.parameters())]
+    names: list[str] = []
+    by_id = {n.id: n for n in graph.nodes}
+    for block in group(graph, "block"):
+        targets = [by_id[i].target for i in block.nodes if by_id[i].op == "call_module"]
+        try:
+            model.get_submodule(block.name)
+            candidates = [block.name] if all(t == block.name or t.startswith(block.name + ".") for t in targets) \
+                else targets
+        except AttributeError:
+            candidates = targets
+        names += [t for t in candidates if any(True for _ in model.get_submodule(t).parameters())]
+    unique = list(dict.fromkeys(names))
+    return [n for n in unique if not any(n != m and n.startswith(m + ".") for m in unique)]
+

@@ -1,0 +1,325 @@
+"""`--strategy pipeline`: the model cut into K stages (split/), one process each, run by
+torch.distributed.pipelining's GPipe or 1F1B schedule over M micro-batches; with more processes than
+stages, R = processes / K replicas of the pipeline on a 2-D mesh (replica x stage), each stage's gradients
+averaged over its replicas after backward (docs/strategies.md, docs/split.md).
+
+    rank = replica * K + stage          stage 0 reads the batch, the last stage the labels and the loss
+
+    GPipe, K=2, M=4 (F: forward of a micro-batch, B: backward; . idle: the bubble)
+      stage 0   F0 F1 F2 F3 .  .  .  .  B3 B2 B1 B0
+      stage 1   .  F0 F1 F2 F3 B3 B2 B1 B0 .
+
+Every rank builds the whole model with the run's seed (so its weights start equal to a one-process run's)
+and trains only its stage's part of it; the stages' modules share the model's tensors, so the model's
+state_dict is the whole model once the stages' parts are gathered (before evaluation, checkpoints and the
+end of the run). BatchNorm runs per micro-batch, as any gradient-accumulation loop would: its running
+statistics are updated M times per step, each from one micro-batch.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any, Callable
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from scaletrain.comm.strategy import Profiled, Strategy, offloading
+from scaletrain.config import TrainConfig
+from scaletrain.dist.device import choose_device, cpu_threads_per_rank
+from scaletrain.dist.group import broadcast_object, gather_objects, init_process_group
+from scaletrain.dist.rank import RankInfo
+from scaletrain.errors import UserError
+
+AUTOCAST = {"fp32": None, "bf16": torch.bfloat16}
+
+
+class Pipeline(Strategy):
+    """One stage of one replica of a K-stage pipeline."""
+
+    @classmethod
+    def create(cls, cfg: TrainConfig, rank: RankInfo) -> "Pipeline":
+        device = choose_device(cfg.device, rank)
+        if device.type == "cpu":
+            torch.set_num_threads(cpu_threads_per_rank(rank.local_world_size, cfg.threads))
+        return cls(cfg, rank, device, init_process_group(device, rank, timeout_s=cfg.timeout))
+
+    def __init__(self, cfg: TrainConfig, rank: RankInfo, device: torch.device, backend: str) -> None:
+        super().__init__(cfg, rank, device, backend)
+        self.stages = cfg.stages or rank.world_size
+        self.replicas = rank.world_size // self.stages
+        self.stage = rank.rank % self.stages
+        self.replica_index = rank.rank // self.stages
+        self.pp_group, self.dp_group = self._groups()
+        self.schedule: Any = None
+        self.stage_modules: list[nn.Module] = []
+        self.bounds: list[tuple[int, int]] = []
+        self.block_names: list[str] = []
+        self.split_info: dict[str, Any] = {}
+        self._optimizer: torch.optim.Optimizer | None = None
+
+    # ------------------------------------------------------------ launch-time facts (no process yet)
+    @classmethod
+    def data_replicas(cls, cfg: TrainConfig) -> int:
+        world = cfg.nproc * cfg.nnodes
+        return world // (cfg.stages or world)
+
+    @staticmethod
+    def check_model(cfg: TrainConfig, factory: Callable[[], nn.Module], sample_shape: tuple[int, ...]) -> None:
+        """The model must be cut into at least --stages blocks; a split file must be this model's."""
+        from scaletrain.split import plan
+        from scaletrain.split.stages import blocked
+
+        stages = cfg.stages or cfg.nproc * cfg.nnodes
+        graph = blocked(factory(), sample_shape, max(1, cfg.batch_size // cfg.microbatches))
+        if stages > len(graph.blocks):
+            raise UserError(f"--stages {stages} is more than the {len(graph.blocks)} blocks {cfg.model} can be cut "
+                            f"into (its cut points: `scaletrain graph --model {cfg.model}`): lower --stages")
+        if cfg.split not in plan.METHODS:
+            plan.load_split(cfg.split, graph, stages, model_name=cfg.model)
+
+    def _groups(self):
+        """(this replica's pipeline group, this stage's data-parallel group or None). Collective: every
+        rank creates every group, in the same order."""
+        k, r = self.stages, self.replicas
+        if r == 1:
+            return None, None  # the default group is the pipeline
+        pp = dp = None
+        for i in range(r):
+            g = dist.new_group(list(range(i * k, (i + 1) * k)))
+            if i == self.replica_index:
+                pp = g
+        for s in range(k):
+            g = dist.new_group(list(range(s, k * r, k)))
+            if s == self.stage:
+                dp = g
+        return pp, dp
+
+    def _global(self, stage: int) -> int:
+        """The rank of `stage` in this rank's replica."""
+        return self.replica_index * self.stages + stage
+
+    @property
+    def is_last(self) -> bool:
+        return self.stage == self.stages - 1
+
+    # ------------------------------------------------------------ the worker
+    def replica(self) -> tuple[int, int]:
+        return self.replica_index, self.replicas
+
+    def wrap(self, model: nn.Module, steps_per_epoch: int, sample_shape: tuple[int, ...]) -> nn.Module:
+        from scaletrain.split.stages import blocked, stage_modules
+
+        cfg = self.cfg
+        micro = cfg.batch_size // cfg.microbatches
+        graph = blocked(model, sample_shape, micro)  # eval mode, no gradient: BatchNorm statistics untouched
+        self.block_names = graph.names
+        self.bounds, self.split_info = self._split(model, graph, sample_shape)
+        self.stage_modules = stage_modules(graph, self.bounds)
+        lo, hi = self.bounds[self.stage]
+        module: nn.Module = self.stage_modules[self.stage]
+        if AUTOCAST.get(cfg.precision) is not None or cfg.offload == "activations":
+            module = _Stage(module, self.device.type, AUTOCAST.get(cfg.precision), cfg.offload)
+        blocks = graph.blocks
+        in_shape = (micro, *sample_shape) if lo == 0 else blocks[lo - 1].out_shape
+        self._stage, self.schedule = build_schedule(module, self.stage, self.stages, self.device, in_shape,
+                                                    blocks[hi - 1].out_shape, cfg.pipeline_schedule,
+                                                    cfg.microbatches, self.pp_group)
+        return module
+
+    def _split(self, model: nn.Module, graph, sample_shape) -> tuple[list[tuple[int, int]], dict[str, Any]]:
+        """The stage bounds, chosen on rank 0 (timings differ between ranks) and shared with every rank."""
+        from scaletrain.split import plan
+
+        cfg = self.cfg
+        choice = None
+        if self.rank.rank == 0:
+            try:
+                part = plan.choose(cfg.split, graph, model, sample_shape, stages=self.stages,
+                                   microbatches=cfg.microbatches, schedule=cfg.pipeline_schedule,
+                                   batch_size=cfg.batch_size, precision=cfg.precision, optimizer=cfg.optimizer,
+                                   calibration=_cached_calibration(), model_name=cfg.model)
+                choice = {"bounds": [list(b) for b in part.bounds], "method": part.method,
+                          "predicted_step_s": part.step_s}
+            except UserError as e:
+                choice = {"error": str(e)}
+        choice = broadcast_object(choice)
+        if "error" in choice:
+            raise UserError(choice["error"])
+        return [tuple(b) for b in choice["bounds"]], choice
+
+    def profiled(self) -> Profiled:
+        return Profiled(spans=True)  # the report draws each stage's timeline of a step
+
+    def forward_backward(self, x: torch.Tensor, y: torch.Tensor, loss_of: Callable, optimizer: torch.optim.Optimizer,
+                         scaler: torch.amp.GradScaler | None, prof) -> torch.Tensor:
+        """The schedule's forwards and backwards over the micro-batches of (x, y); the loss (the mean
+        over micro-batches, from the last stage) on every rank of the pipeline."""
+        self._optimizer = optimizer
+        with prof.phase("optimizer"):
+            optimizer.zero_grad(set_to_none=True)
+        losses: list[torch.Tensor] = []
+        with timed(self._stage, prof):
+            if self.stage == 0:
+                self.schedule.step(x, return_outputs=False)
+            elif self.is_last:
+                self.schedule.step(target=y, losses=losses, return_outputs=False)
+            else:
+                self.schedule.step(return_outputs=False)
+        loss = torch.stack([l.detach().float() for l in losses]).mean() if losses else \
+            torch.zeros((), device=self.device)
+        with prof.phase("p2p"):
+            # the loss to every stage (rank 0 reports it): one scalar, a sync point of the pipeline
+            dist.broadcast(loss, src=self._global(self.stages - 1), group=self.pp_group)
+        if self.dp_group is not None:
+            with prof.phase("comm_exposed"):
+                self._average_over_replicas()
+        return loss
+
+    def _average_over_replicas(self) -> None:
+        """This stage's gradients averaged over the replicas (one flat all-reduce)."""
+        grads = [p.grad for p in self.stage_modules[self.stage].parameters() if p.grad is not None]
+        if not grads:
+            return
+        flat = torch.cat([g.reshape(-1) for g in grads])
+        dist.all_reduce(flat, group=self.dp_group)
+        flat /= self.replicas
+        offset = 0
+        for g in grads:
+            g.copy_(flat[offset:offset + g.numel()].view_as(g))
+            offset += g.numel()
+
+    # ------------------------------------------------------------ the whole model on every rank
+    def _gather_model(self) -> None:
+        """Every stage's parameters and buffers from the rank that trains it to every rank of its pipeline
+        (collective). Afterwards each rank's model is the whole trained model."""
+        for s, module in enumerate(self.stage_modules):
+            src = self._global(s)
+            for t in [*module.parameters(), *module.buffers()]:
+                dist.broadcast(t.data, src=src, group=self.pp_group)
+
+    def eval_shard(self) -> tuple[int, int] | None:
+        return self.rank.rank, self.rank.world_size  # the whole model is gathered on every rank first
+
+    def eval_module(self, model: nn.Module) -> nn.Module:
+        return model
+
+    def before_eval(self) -> None:
+        self._gather_model()
+
+    def state_dict(self, chief: bool) -> dict[str, Any]:
+        """The whole model gathered, and the optimizer's state merged from every stage (each rank holds
+        its stage's momentum); the checkpoint then equals a one-process run's."""
+        self._gather_model()
+        states = gather_objects(self._own_optimizer_state())
+        out: dict[str, Any] = {"comm": [], "ps": None}
+        if chief and states[0] is not None:
+            merged = states[0]
+            merged["state"] = {k: v for s in states[:self.stages] for k, v in s["state"].items()}
+            out["optimizer"] = merged
+        return out
+
+    def _own_optimizer_state(self) -> dict[str, Any] | None:
+        """The optimizer's state_dict with only this stage's parameters' state (after a resume, a rank also
+        holds the other stages' loaded state, stale from then on)."""
+        if self._optimizer is None:
+            return None
+        sd = self._optimizer.state_dict()
+        mine = {id(p) for p in self.stage_modules[self.stage].parameters()}
+        params = [p for g in self._optimizer.param_groups for p in g["params"]]
+        sd["state"] = {k: v for k, v in sd["state"].items() if id(params[k]) in mine}
+        return sd
+
+    def finish(self, chief: bool) -> dict[str, Any]:
+        self._gather_model()  # every rank ends with the whole model (equal digests)
+        if not chief:
+            return {}
+        k, m = self.stages, self.cfg.microbatches
+        return {"pipeline": {
+            "stages": k, "replicas": self.replicas, "microbatches": m, "schedule": self.cfg.pipeline_schedule,
+            "split": self.split_info.get("method"), "bounds": [list(b) for b in self.bounds],
+            "stage_blocks": [self.block_names[lo:hi] for lo, hi in self.bounds],
+            "predicted_step_s": self.split_info.get("predicted_step_s"),
+            "bubble_theory": (k - 1) / (m + k - 1),
+        }}
+
+
+def build_schedule(module: nn.Module, stage_index: int, stages: int, device: torch.device, in_shape: tuple[int, ...],
+                   out_shape: tuple[int, ...], schedule: str, microbatches: int, group=None):
+    """(PipelineStage, schedule) for one stage computing `module` on micro-batches of `in_shape`; the last
+    stage's loss is cross-entropy, the gradients averaged over the micro-batches (scale_grads)."""
+    from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
+
+    # input and output shapes given: the stage does not run a forward to learn them (which would move
+    # BatchNorm's running statistics once more than the training does); requires_grad as in training:
+    # a received activation and every output carry a gradient back
+    inp = torch.empty(in_shape, device=device, requires_grad=stage_index > 0)
+    out = torch.empty(out_shape, device=device, requires_grad=True)
+    stage = PipelineStage(module, stage_index, stages, device, input_args=(inp,), output_args=(out,), group=group)
+    schedule_cls = ScheduleGPipe if schedule == "gpipe" else Schedule1F1B
+    return stage, schedule_cls(stage, microbatches, loss_fn=nn.CrossEntropyLoss(), scale_grads=True)
+
+
+def _cached_calibration() -> dict[str, Any] | None:
+    """This machine's calibration when one was made (`scaletrain calibrate`): `auto` then splits on
+    predicted times; without one, on block times measured now."""
+    from scaletrain.predict import calibration
+
+    path = calibration.cache_path()
+    return calibration.load(path) if path.is_file() else None
+
+
+class _Stage(nn.Module):
+    """A stage's forward under autocast and/or with its saved tensors offloaded (the schedule calls the
+    module directly, outside the trainer's forward)."""
+
+    def __init__(self, inner: nn.Module, device_type: str, dtype: torch.dtype | None, offload: str) -> None:
+        super().__init__()
+        self.inner, self.device_type, self.dtype, self.offload = inner, device_type, dtype, offload
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        with torch.autocast(self.device_type, dtype=self.dtype, enabled=self.dtype is not None), \
+                offloading(self.offload):
+            return self.inner(x).float()
+
+
+@contextlib.contextmanager
+def timed(stage, prof):
+    """The schedule's step with its time split into the profiler's phases (docs/metrics.md): the stage's
+    forward and backward chunks; `bubble`, blocked waiting on a neighbouring stage (for an activation or a
+    gradient, or for it to take what this stage sends): the pipeline filling and draining, a slower
+    neighbour, the transfers themselves; `p2p`, the rest of the schedule: posting sends and receives,
+    splitting the batch, its bookkeeping between chunks.
+
+    torch's schedules call the module function `_wait_batch_p2p` to block; it is wrapped here for the step's
+    duration (profiling on only). Were it renamed, the waits would count as `p2p`."""
+    if not prof.enabled:
+        yield
+        return
+    from torch.distributed.pipelining import schedules
+
+    orig_wait = schedules._wait_batch_p2p
+    orig_fwd, orig_bwd = stage.forward_one_chunk, stage.backward_one_chunk
+
+    def wait(works):
+        prof.mark("p2p")
+        orig_wait(works)
+        prof.mark("bubble")
+
+    def chunk(fn, phase):
+        def run(*args, **kwargs):
+            prof.mark("p2p")
+            out = fn(*args, **kwargs)
+            prof.mark(phase)
+            return out
+        return run
+
+    schedules._wait_batch_p2p = wait
+    stage.forward_one_chunk, stage.backward_one_chunk = chunk(orig_fwd, "forward"), chunk(orig_bwd, "backward")
+    try:
+        yield
+        prof.mark("p2p")
+    finally:
+        schedules._wait_batch_p2p = orig_wait
+        del stage.forward_one_chunk, stage.backward_one_chunk

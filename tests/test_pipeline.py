@@ -1,0 +1,184 @@
+"""comm/pipeline.py: a K-stage pipeline (torch.distributed.pipelining) trains the same model as one process
+with the same global batch; BatchNorm per micro-batch equals an eager micro-batch loop; hybrid replicas x
+stages equals it too; a resumed pipeline run replays bit for bit; bad requests are refused before launch."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from torch.utils.data import DataLoader, DistributedSampler
+
+from conftest import summary, weights
+from scaletrain.cli import main
+from scaletrain.config import build_config
+from scaletrain.data import collate
+from scaletrain.models import build_model
+from scaletrain.train.build import build_data_and_model
+from scaletrain.train.optim import build_optimizer, build_scheduler
+
+# LeNet-5 has no BatchNorm: a pipeline over micro-batches then computes exactly the full batch's gradient
+LENET = ["--model", "lenet5", "--dataset", "digits", "--epochs", "2", "--lr", "0.05", "--no-augment",
+         "--seed", "3"]
+
+
+def _losses(run, rank=0):
+    return [json.loads(line)["loss"] for line in (run / f"metrics-rank{rank}.jsonl").read_text().splitlines()]
+
+
+def _assert_same_weights(a, b, rtol=1e-5, atol=1e-6):
+    wa, wb = weights(a), weights(b)
+    assert wa.keys() == wb.keys()
+    for name in wa:
+        torch.testing.assert_close(wb[name], wa[name], rtol=rtol, atol=atol, msg=name)
+
+
+@pytest.fixture(scope="module")
+def lenet_runs(tmp_path_factory, ranks):
+    import multirank
+
+    base = tmp_path_factory.mktemp("pipeline")
+    runs = {name: base / name for name in ("one", "1f1b", "gpipe", "hybrid")}
+    multirank.train(ranks, *LENET, "--nproc", "1", "--batch-size", "64", "--out", str(runs["one"]))
+    for schedule in ("1f1b", "gpipe"):
+        multirank.train(ranks, *LENET, "--strategy", "pipeline", "--nproc", "2", "--batch-size", "64",
+                        "--microbatches", "4", "--pipeline-schedule", schedule, "--split", "uniform",
+                        "--out", str(runs[schedule]))
+    multirank.train(ranks, *LENET, "--strategy", "pipeline", "--nproc", "2x2", "--batch-size", "32",
+                    "--microbatches", "4", "--split", "uniform", "--out", str(runs["hybrid"]), timeout=300)
+    return runs
+
+
+@pytest.mark.parametrize("schedule", ["1f1b", "gpipe"])
+def test_two_stages_follow_one_process_with_the_same_global_batch(lenet_runs, schedule):
+    one, pipe = lenet_runs["one"], lenet_runs[schedule]
+    s1, s2 = summary(one), summary(pipe)
+    assert s2["world_size"] == 2 and s1["global_batch"] == s2["global_batch"] == 64
+    assert s1["steps"] == s2["steps"] > 0
+    assert s2["pipeline"]["stages"] == 2 and s2["pipeline"]["schedule"] == schedule
+    assert s2["replicas_identical"] is True  # every rank ends with the whole model gathered
+    _assert_same_weights(one, pipe)
+    # the trajectory: the loss every step (the last stage's, broadcast to rank 0) agrees
+    l1, l2 = _losses(one), _losses(pipe)
+    assert len(l1) == len(l2) and max(abs(a - b) for a, b in zip(l1, l2)) < 1e-5
+    assert l1[-1] < l1[0] - 0.5, "training did not learn, so the comparison proves little"
+    assert s2["top1"] == s1["top1"]
+
+
+def test_pipeline_phases_add_up_and_have_a_bubble(lenet_runs):
+    run = lenet_runs["1f1b"]
+    for rank in (0, 1):
+        records = [json.loads(x) for x in (run / f"metrics-rank{rank}.jsonl").read_text().splitlines()]
+        for r in records:
+            assert {"bubble", "p2p"} <= r["phases_s"].keys()
+            assert sum(r["phases_s"].values()) == pytest.approx(r["step_time_s"], rel=1e-3, abs=2e-5)
+            # the stage's timeline of the step: spans in order, tiling it, summing to the phases
+            spans = r["spans_s"]
+            assert spans[0][1] == 0 and all(a[2] == pytest.approx(b[1], abs=2e-7) for a, b in zip(spans, spans[1:]))
+            assert spans[-1][2] == pytest.approx(r["step_time_s"], abs=2e-5)
+            assert sum(e - b for name, b, e in spans if name == "forward") == pytest.approx(
+                r["phases_s"]["forward"], abs=2e-5)
+            assert len([1 for name, _, _ in spans if name == "forward"]) == 4  # one span per micro-batch
+        assert sum(r["phases_s"]["forward"] for r in records) > 0
+    # the last stage waits for stage 0's first activations: its bubble is not empty
+    last = [json.loads(x) for x in (run / "metrics-rank1.jsonl").read_text().splitlines()]
+    assert sum(r["phases_s"]["bubble"] for r in last) > 0
+    s = summary(run)
+    assert s["pipeline"]["bubble_theory"] == pytest.approx(1 / 5)
+
+
+def test_hybrid_two_replicas_of_two_stages_follow_one_process(lenet_runs):
+    one, hybrid = lenet_runs["one"], lenet_runs["hybrid"]
+    s = summary(hybrid)
+    assert s["world_size"] == 4 and s["global_batch"] == 64 and s["pipeline"]["replicas"] == 2
+    assert s["steps"] == summary(one)["steps"]
+    # averaging over replicas reorders float additions; 44 steps of SGD amplify it to ~1e-5
+    _assert_same_weights(one, hybrid, rtol=1e-3, atol=2e-4)
+    l1 = _losses(one)
+    l2 = [(a + b) / 2 for a, b in zip(_losses(hybrid, 0), _losses(hybrid, 2))]  # replica 0's and 1's halves
+    assert max(abs(a - b) for a, b in zip(l1, l2)) < 1e-4
+
+
+# ResNet-20 has BatchNorm: the pipeline normalises each micro-batch, as an eager micro-batch loop does.
+# Synthetic data (no ties): on digits' blank borders ReLU and max-pool ties flip with the last bit, so even
+# two eager loops summing the micro-batches' gradients in another order part ways after a few steps.
+RESNET = ["--model", "resnet20", "--width", "0.5", "--dataset", "synthetic", "--synthetic-samples", "256",
+          "--image-size", "16", "--batch-size", "32", "--lr", "0.02", "--no-augment", "--optimizer", "nesterov",
+          "--seed", "1"]
+
+
+@pytest.fixture(scope="module")
+def resnet_runs(tmp_path_factory, ranks):
+    import multirank
+
+    base = tmp_path_factory.mktemp("pipeline-bn")
+    args = [*RESNET, "--strategy", "pipeline", "--nproc", "2", "--microbatches", "4", "--split", "uniform",
+            "--epochs", "2"]
+    straight, broken = base / "straight", base / "broken"
+    multirank.train(ranks, *args, "--out", str(straight), timeout=300)
+    multirank.train(ranks, *args, "--stop-after", "1", "--out", str(broken), timeout=300)
+    multirank.train(ranks, "--resume", "--out", str(broken), timeout=300)
+    return straight, broken
+
+
+def test_batchnorm_per_microbatch_equals_an_eager_microbatch_loop(resnet_runs):
+    run = resnet_runs[0]
+    s = summary(run)
+    cfg = build_config({}, {"model": "resnet20", "width": 0.5, "dataset": "synthetic", "synthetic_samples": 256,
+                            "image_size": 16, "batch_size": 32, "lr": 0.02, "augment": False,
+                            "optimizer": "nesterov", "seed": 1, "epochs": 2})
+    data, model = build_data_and_model(cfg)  # seeded as every rank builds it
+    sampler = DistributedSampler(data.train, num_replicas=1, rank=0, shuffle=True, seed=1)
+    loader = DataLoader(data.train, batch_size=32, sampler=sampler, collate_fn=collate, drop_last=True)
+    optimizer = build_optimizer(cfg.optim, model, 1)
+    scheduler = build_scheduler(cfg.optim, optimizer, len(loader), 1)
+    criterion = torch.nn.CrossEntropyLoss()
+    model.train()
+    for epoch in range(2):
+        sampler.set_epoch(epoch)
+        for x, y, _ in loader:
+            optimizer.zero_grad(set_to_none=True)
+            for xm, ym in zip(x.chunk(4), y.chunk(4)):
+                (criterion(model(xm), ym) / 4).backward()
+            optimizer.step()
+            scheduler.step()
+    piped = weights(run)
+    eager = model.state_dict()
+    # no shape-inference forward: the statistics were updated once per micro-batch, never more
+    tracked = [k for k in eager if k.endswith("num_batches_tracked")]
+    assert tracked and all(int(piped[k]) == s["steps"] * 4 == int(eager[k]) for k in tracked)
+    for name in eager:
+        torch.testing.assert_close(piped[name], eager[name], rtol=1e-3, atol=1e-4, msg=name)
+
+
+def test_a_resumed_pipeline_run_replays_exactly(resnet_runs):
+    straight, broken = resnet_runs
+    a = torch.load(straight / "checkpoint.pt", weights_only=True)
+    b = torch.load(broken / "checkpoint.pt", weights_only=True)
+    for name in a["model"]:
+        assert torch.equal(a["model"][name], b["model"][name]), name
+    # the checkpoint's optimizer state is every stage's, merged: one momentum per parameter
+    assert len(a["optimizer"]["state"]) == len(list(build_model(
+        "resnet20", num_classes=10, in_channels=3, image_size=16, width=0.5).parameters()))
+    for key, state in a["optimizer"]["state"].items():
+        assert torch.equal(state["momentum_buffer"], b["optimizer"]["state"][key]["momentum_buffer"])
+    assert summary(broken)["status"] == "completed" and summary(broken)["steps"] == summary(straight)["steps"]
+    assert _losses(broken, 1) == _losses(straight, 1)
+
+
+@pytest.mark.parametrize("extra, words", [
+    (["--stages", "6", "--nproc", "6"], "more than the 5 blocks"),
+    (["--nproc", "2", "--microbatches", "3"], "does not divide --batch-size"),
+    (["--stages", "2", "--nproc", "3"], "multiple of 2 processes"),
+    (["--nproc", "2", "--precision", "fp16"], "fp16 is not supported"),
+    (["--nproc", "2", "--compress", "fp16"], "--compress is not supported"),
+    (["--nproc", "2", "--pipeline-schedule", "zbv"], "--pipeline-schedule must be one of"),
+    (["--nproc", "2x2", "--stages", "3"], "means 2 stages, but --stages is 3"),
+])
+def test_bad_pipeline_requests_are_one_line_and_exit_2(tmp_path, capsys, extra, words):
+    code = main(["train", "--model", "lenet5", "--dataset", "digits", "--batch-size", "32", "--strategy", "pipeline",
+                 *extra, "--out", str(tmp_path / "run")])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and words in err and len(err.splitlines()) == 1, err
+    assert not (tmp_path / "run").exists()
