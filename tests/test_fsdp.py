@@ -81,3 +81,15 @@ def test_bad_fsdp_and_offload_requests_are_one_line_and_exit_2(tmp_path, capsys,
     err = capsys.readouterr().err.strip()
     assert code == 2 and words in err and len(err.splitlines()) == 1, err
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("was, now", [("allreduce", "fsdp"), ("fsdp", "ddp"), ("pipeline", "fsdp")])
+def test_a_resume_across_optimizer_state_layouts_is_refused(tmp_path, was, now):
+    from scaletrain.errors import UserError
+    from scaletrain.train import checkpoint
+
+    ckpt = {"config": {"strategy": was, "model": "lenet5"}}
+    with pytest.raises(UserError) as e:
+        checkpoint.check_resume(ckpt, {"strategy": now, "model": "lenet5"}, tmp_path / "checkpoint.pt", lambda d: 32)
+    assert f"--strategy {was} to {now}" in str(e.value) and "keyed by parameter" in str(e.value)
+    checkpoint.check_resume(ckpt, {"strategy": was, "model": "lenet5"}, tmp_path / "checkpoint.pt", lambda d: 32)

@@ -10,7 +10,8 @@ from scaletrain.predict import model as M
 from scaletrain.predict import refnet
 from scaletrain.predict.kinds import GROUP
 from scaletrain.predict.ops import trace_ops
-from scaletrain.predict.points import Predictor, _affine
+from scaletrain.predict.points import Predictor
+from scaletrain.predict.predictor import _affine
 
 
 def test_a_loop_run_on_a_slower_machine_than_the_grid_is_corrected():

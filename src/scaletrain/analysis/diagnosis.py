@@ -4,6 +4,7 @@ Findings (most severe first), shares being fractions of the mean step time:
   input-bound          data_wait share >= diag_input (default 0.15), or the wait for each epoch's
                        first batch (loader workers starting) >= diag_input of an epoch
   communication-bound  comm_exposed share >= diag_comm (default 0.15)
+  pipeline-bound       (pipelines) bubble + p2p share >= diag_comm: stages waiting on their neighbours
   straggler            a rank slowest in most steps by >= diag_straggler (default 0.10) of a step
   cpu-oversubscribed   on CPU: ranks x threads > cores, or forward+backward kept < diag_cpu_util (0.6) of
                        their threads busy, or forward/backward p90 > diag_cpu_spread (3) x p10
@@ -20,7 +21,7 @@ from typing import Any
 DEFAULT_THRESHOLDS = {"diag_input": 0.15, "diag_comm": 0.15, "diag_straggler": 0.10,
                       "diag_cpu_util": 0.6, "diag_cpu_spread": 3.0}
 SPREAD_MATTERS = 0.10  # a spread counts when p90 - p10 is at least this share of the mean step
-WAITING = ("communication-bound", "straggler")  # what a descheduled peer inflates
+WAITING = ("communication-bound", "pipeline-bound", "straggler")  # what a descheduled peer inflates
 
 
 def thresholds_from(config: dict[str, Any], override: dict[str, float] | None = None) -> dict[str, float]:
@@ -91,6 +92,9 @@ def diagnose(run: dict[str, Any], stragglers: dict[str, Any], config: dict[str, 
                          "message": f"{comm:.0%} of each step ({_ms(phases['comm_exposed'])}) waits for gradient "
                                     f"communication after backward{hidden}",
                          "lever": lever})
+    waits = pipeline_bound(phases, step, config, thresholds)
+    if waits is not None:
+        findings.append(waits)
     # asynchronous workers (ps-async) never wait for each other: a slower one is no straggler
     repeated = [] if config.get("strategy") == "ps-async" else stragglers.get("repeated", [])
     for s in repeated:
@@ -117,6 +121,36 @@ def diagnose(run: dict[str, Any], stragglers: dict[str, Any], config: dict[str, 
                                     "backward and optimizer compute; data and communication are not the limit",
                          "lever": lever})
     return _ordered(findings)
+
+
+def pipeline_bound(phases: dict[str, float], step: float, config: dict[str, Any],
+                   thresholds: dict[str, float]) -> dict[str, Any] | None:
+    """A pipeline's stages waiting on their neighbours (bubble) and on transfers (p2p), or None; the lever
+    depends on whether the bubble is theory's (K-1)/(M+K-1) or more (unequal stages)."""
+    if "bubble" not in phases:
+        return None
+    bubble, p2p = phases["bubble"], phases.get("p2p", 0.0)
+    share = (bubble + p2p) / step
+    if share < thresholds["diag_comm"]:
+        return None
+    k = int(config.get("stages") or (config.get("nproc") or 2) * (config.get("nnodes") or 1))
+    m = int(config.get("microbatches") or 1)
+    theory = (k - 1) / (m + k - 1)
+    more = (k - 1) / (2 * m + k - 1)
+    measured = bubble / step
+    if measured > 1.5 * theory and config.get("split") != "auto":
+        lever = (f"the bubble is {measured / theory:.1f}x theory's: balance the stages with --split auto "
+                 f"(`scaletrain split` shows each stage's time); or --microbatches {2 * m}")
+    elif measured > 1.5 * theory:
+        lever = (f"the bubble is {measured / theory:.1f}x theory's although the split is balanced as predicted: "
+                 f"check the stage times in the report against `scaletrain split`; or --microbatches {2 * m}")
+    else:
+        lever = (f"--microbatches {2 * m} (theory's bubble falls from {theory:.0%} to {more:.0%}; the batch must "
+                 f"divide), fewer stages, or a larger --batch-size")
+    return {"kind": "pipeline-bound", "share": share,
+            "message": f"{share:.0%} of each step waits in the pipeline: {_ms(bubble)} bubble ({measured:.0%}, "
+                       f"theory (K-1)/(M+K-1) = {theory:.0%} for K={k}, M={m}) and {_ms(p2p)} send/receive",
+            "lever": lever}
 
 
 def _ordered(findings: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -29,6 +29,7 @@ class Fsdp(Strategy):
     """Every rank holds 1/world of each unit's parameters, gradients and optimizer state."""
 
     lockstep_eval = True  # every rank must run as many forwards as the others (they all-gather together)
+    optimizer_state_keys = "names"  # full state dicts: optimizer state keyed by parameter name (FQN)
 
     @classmethod
     def create(cls, cfg: TrainConfig, rank: RankInfo) -> "Fsdp":

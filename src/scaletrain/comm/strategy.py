@@ -23,6 +23,7 @@ forward and one backward), `step` the optimizer step, `eval_shard`/`eval_module`
 from __future__ import annotations
 
 import contextlib
+import hashlib
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -51,6 +52,7 @@ class Strategy:
     role = WORKER
     tolerates_dead_workers = False  # ps-async: a worker that dies does not end the job
     agent_per_rank = False  # start one elastic agent per rank on one node (see dist/launch/isolated.py)
+    optimizer_state_keys = "positions"  # how checkpoints key optimizer state: by parameter "positions" or "names"
 
     def __init__(self, cfg: TrainConfig, rank: RankInfo, device: torch.device, backend: str) -> None:
         self.cfg = cfg
@@ -140,8 +142,6 @@ class Strategy:
 
     def digest(self, model: torch.nn.Module) -> str:
         """SHA-256 of this rank's model parameters (summary.json's param_digests)."""
-        from scaletrain.train.loop import param_digest
-
         return param_digest(model)
 
     def before_eval(self) -> None:
@@ -180,3 +180,12 @@ def closing(strategy: Strategy):
         yield strategy
     finally:
         strategy.close()
+
+
+def param_digest(model: torch.nn.Module) -> str:
+    """SHA-256 of every parameter's bytes: equal on all ranks iff the replicas are bit-identical."""
+    h = hashlib.sha256()
+    for p in model.parameters():
+        # raw bytes of any dtype (bf16 has no numpy type); note: a device-to-host copy, once per run
+        h.update(p.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
+    return h.hexdigest()

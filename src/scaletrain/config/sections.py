@@ -308,7 +308,8 @@ class ProfileConfig:
     """Diagnosis threshold: input-bound when data wait is at least this share of step time."""
 
     diag_comm: float = 0.15
-    """Diagnosis threshold: communication-bound when exposed communication is at least this share."""
+    """Diagnosis threshold: communication-bound when exposed communication is at least this share (and
+    pipeline-bound when a pipeline stage waits on its neighbours for at least this share)."""
 
     diag_straggler: float = 0.10
     """Diagnosis threshold: straggler when one rank is slowest in most steps by at least this share."""

@@ -25,7 +25,7 @@ def node_times(model: nn.Module, input_shape: tuple[int, ...], batch: int, calib
     its leaf modules' qualified names (a module called twice: its calls summed). `threads` defaults to the
     calibrated machine's cores."""
     from scaletrain.predict.ops import trace_ops
-    from scaletrain.predict.points import Predictor
+    from scaletrain.predict.predictor import Predictor
 
     workload = trace_ops(model, tuple(input_shape), batch)
     network = {"intra": (calibration.get("network") or {}).get("fits") or {}, "inter": None}

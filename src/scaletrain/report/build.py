@@ -9,6 +9,7 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
+from scaletrain.analysis import pipeline as stages
 from scaletrain.report import plots, series, tables
 from scaletrain.report.html import Section, page, write_page
 from scaletrain.report.load import Run, Study, axis_values, load_run, load_study, overview
@@ -29,10 +30,15 @@ def write_study_report(study_dir: str | Path) -> Path:
 
 
 def run_grids(run: Run) -> list[tables.Grid]:
-    """The run's tables, in reading order: summary, phases, communication, ranks, diagnosis."""
+    """The run's tables, in reading order: summary, phases, communication, ranks, diagnosis (and a pipeline's
+    stages)."""
     a = run.analysis
-    return [tables.run_summary(overview(run), run.analysis_source), tables.run_phases(a),
-            tables.run_communication(a), tables.run_ranks(a), tables.diagnosis(a.get("diagnosis"), run.profiled)]
+    grids = [tables.run_summary(overview(run), run.analysis_source), tables.run_phases(a),
+             tables.run_communication(a), tables.run_ranks(a), tables.diagnosis(a.get("diagnosis"), run.profiled)]
+    pipe = (run.summary or {}).get("pipeline")
+    if pipe:
+        grids.append(tables.pipeline_stages(pipe, stages.stage_rows(pipe, run.records)))
+    return grids
 
 
 def render_run(run: Run) -> Path:
@@ -45,7 +51,7 @@ def render_run(run: Run) -> Path:
 def _render_run(run: Run) -> Path:
     a = run.analysis
     out = run.root / PLOTS
-    summary, phases, comm, ranks, diagnosis = run_grids(run)
+    summary, phases, comm, ranks, diagnosis = run_grids(run)[:5]
     phase_figs, notes = [], list(run.notes)
     if a.get("phases_mean_s"):
         bars = {f"rank {r['rank']}": r["phases_mean_s"] for r in a.get("ranks") or [] if r.get("phases_mean_s")}
@@ -64,11 +70,13 @@ def _render_run(run: Run) -> Path:
     curve_figs = [(plots.line_plot(c.lines, out / f"{c.name}.png", c.title, c.xlabel, c.ylabel, markers=c.markers),
                    c.caption) for c in curves]
     top = (a.get("diagnosis") or [None])[0]
+    pipeline_section = _pipeline_section(run, out)
     sections = [
         Section("summary", lead=f"{top['kind']}: {top['message']}. Try: {top['lever']}." if top else None,
                 grids=[summary]),
         Section("diagnosis", grids=[diagnosis]),
         Section("where the time goes", grids=[phases, comm], figures=phase_figs),
+        *([pipeline_section] if pipeline_section else []),
         Section("ranks and stragglers", grids=[ranks], figures=[step_fig]),
         Section("training: loss, accuracy, learning rate", figures=curve_figs, notes=curve_notes),
     ]
@@ -78,6 +86,31 @@ def _render_run(run: Run) -> Path:
     title = f"run {ov['name']}"
     subtitle = f"{ov['model']} on {ov['dataset']}, {ov['world_size']} rank(s), {ov['status']}"
     return write_page(run.root / REPORT, page(title, subtitle, sections))
+
+
+def _pipeline_section(run: Run, out: Path) -> Section | None:
+    """A pipeline run's stages: their phases and bubble fraction against theory, and one step's timeline."""
+    pipe = (run.summary or {}).get("pipeline")
+    if not pipe:
+        return None
+    rows = stages.stage_rows(pipe, run.records)
+    figures = []
+    shown = stages.timeline(run.records)
+    if shown:
+        step, spans = shown
+        k = int(pipe.get("stages") or 1)
+        labels = {r: f"stage {r % k}" + (f" (replica {r // k})" if pipe.get("replicas", 1) > 1 else "")
+                  for r in spans}
+        figures.append((plots.stage_timeline(spans, labels, out / "pipeline-timeline.png",
+                                             f"step {step}: each stage's phases on one clock"),
+                        f"one typical step ({step}: the median of the steady steps' slowest-stage times), each "
+                        "stage's forward and backward per micro-batch and its waits on its neighbours"))
+    bubble = stages.bubble_summary(rows)
+    lead = None
+    if bubble and bubble["theory"] is not None:
+        lead = (f"measured bubble fraction {bubble['median']:.1%} (stages {bubble['min']:.1%} to {bubble['max']:.1%}) "
+                f"against theory's (K-1)/(M+K-1) = {bubble['theory']:.1%}")
+    return Section("pipeline stages", lead=lead, grids=[tables.pipeline_stages(pipe, rows)], figures=figures)
 
 
 def study_grids(study: Study) -> list[tables.Grid]:

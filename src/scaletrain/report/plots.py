@@ -15,8 +15,9 @@ from scaletrain.report.series import PHASE_LABELS, Line, phase_names
 
 # one colour per phase everywhere (runs, studies, comparisons), from matplotlib's tab10
 PHASE_COLORS = {"data_wait": "#ff7f0e", "h2d": "#8c564b", "forward": "#1f77b4", "backward": "#2ca02c",
-                "comm_exposed": "#d62728", "optimizer": "#9467bd", "other": "#7f7f7f"}
-EXTRA_COLORS = ("#e377c2", "#bcbd22", "#17becf")
+                "comm_exposed": "#d62728", "optimizer": "#9467bd", "bubble": "#e377c2", "p2p": "#17becf",
+                "other": "#7f7f7f"}
+EXTRA_COLORS = ("#bcbd22", "#aec7e8", "#ffbb78")
 
 
 def _color(phase: str, names: list[str]) -> str:
@@ -114,4 +115,30 @@ def line_plot(lines: Sequence[Line], path: str | Path, title: str, xlabel: str, 
     ax.set_ylim(bottom=0)
     if ax.get_legend_handles_labels()[0]:
         ax.legend(fontsize="small", frameon=False)
+    return _save(fig, path)
+
+
+def stage_timeline(spans: dict[int, list[tuple[str, float, float]]], labels: dict[int, str], path: str | Path,
+                   title: str) -> Path:
+    """One row per rank (a pipeline stage), its step's phases as coloured spans along a common time axis:
+    where each stage computes and where it waits on its neighbours (the bubble)."""
+    ranks = list(spans)
+    names = phase_names([{name: 1.0 for name, _, _ in s} for s in spans.values()])
+    fig = Figure(figsize=(9.0, 1.2 + 0.55 * len(ranks)))
+    ax = fig.subplots()
+    seen: set[str] = set()
+    for row, rank in enumerate(ranks):
+        for name, a, b in spans[rank]:
+            ax.broken_barh([(1000 * a, 1000 * (b - a))], (row - 0.4, 0.8), color=_color(name, names),
+                           label=None if name in seen else PHASE_LABELS.get(name, name))
+            seen.add(name)
+    ax.set_yticks(range(len(ranks)), [labels.get(r, f"rank {r}") for r in ranks])
+    ax.invert_yaxis()  # stage 0 on top
+    ax.set_xlabel("ms from the step's start on the earliest rank")
+    ax.set_xlim(left=0)
+    ax.set_title(title)
+    handles, texts = ax.get_legend_handles_labels()
+    order = sorted(range(len(texts)), key=lambda i: [PHASE_LABELS.get(n, n) for n in names].index(texts[i]))
+    ax.legend([handles[i] for i in order], [texts[i] for i in order], loc="upper left", bbox_to_anchor=(1.01, 1.0),
+              fontsize="small", frameon=False)
     return _save(fig, path)

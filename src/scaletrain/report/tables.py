@@ -113,6 +113,31 @@ def run_phases(analysis: dict[str, Any]) -> Grid:
     return g
 
 
+def pipeline_stages(pipeline: dict[str, Any], rows: list[dict[str, Any]]) -> Grid:
+    """Each stage's (rank's) mean forward, backward, bubble and transfers per steady step, and its measured
+    bubble fraction beside theory's (K-1)/(M+K-1) (analysis/pipeline.py)."""
+    k, m = pipeline.get("stages"), pipeline.get("microbatches")
+    g = Grid(f"pipeline stages: {k} stages x {pipeline.get('replicas', 1)} replica(s), {m} micro-batches, "
+             f"{pipeline.get('schedule')}, split {pipeline.get('split')}",
+             ["rank", "stage", "blocks", "forward", "backward", "bubble", "transfers", "rest", "step",
+              "bubble fraction", "theory"], text_columns=(2,))
+    for r in rows:
+        blocks = r["blocks"]
+        named = (blocks[0] if len(blocks) == 1 else f"{blocks[0]} .. {blocks[-1]} ({len(blocks)})") if blocks \
+            else fmt.DASH
+        ph = r["phases_s"]
+        g.rows.append([str(r["rank"]), str(r["stage"]), named, *(fmt.duration(ph[p]) for p in
+                                                               ("forward", "backward", "bubble", "p2p")),
+                       fmt.duration(r["rest_s"]), fmt.duration(r["step_s"]), fmt.share(r["bubble_fraction"]),
+                       fmt.share(r["bubble_theory"])])
+    if not rows:
+        g.note = "phases were not recorded (the run used --profile off)"
+    else:
+        g.note = ("bubble fraction = bubble / step (docs/metrics.md); theory (K-1)/(M+K-1) assumes equal stages "
+                  "and free transfers: above it, the stages are unequal or the transfers slow")
+    return g
+
+
 def run_communication(analysis: dict[str, Any]) -> Grid:
     g = Grid("gradient communication per step", ["", ""], header=False, text_columns=(0, 1))
     total = analysis.get("comm_total_mean_s")

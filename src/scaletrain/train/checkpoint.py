@@ -95,8 +95,15 @@ def check_resume(ckpt: dict[str, Any], wanted: dict[str, Any], path: Path, defau
     """Refuse, before anything is written, a resume that changes what the checkpoint was trained as."""
     changes = identity_changes(ckpt["config"], wanted, default_size)
     was, now = ckpt["config"].get("strategy"), wanted.get("strategy")
-    if (was == "fsdp") != (now == "fsdp"):  # its optimizer state is keyed by parameter name, not position
-        changes.append(f"--strategy {was} to {now} (an fsdp checkpoint's optimizer state has another layout)")
+    if was and now and _state_keys(was) != _state_keys(now):
+        changes.append(f"--strategy {was} to {now} (the checkpoint's optimizer state is keyed by parameter "
+                       f"{_state_keys(was)}, {now}'s by {_state_keys(now)})")
     if changes:
         raise UserError(f"--resume cannot change {'; '.join(changes)}: resume with the run's own settings "
                         f"(see {Path(path).parent / 'config.toml'}), or start a new run with another --out")
+
+
+def _state_keys(strategy: str) -> str:
+    from scaletrain.comm.registry import STRATEGIES, strategy_class
+
+    return strategy_class(strategy).optimizer_state_keys if strategy in STRATEGIES else "positions"

@@ -10,7 +10,6 @@ it reports goes to the sinks it is handed (console/sink.py, export/tensorboard.p
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import math
 import os
@@ -274,12 +273,3 @@ class Trainer:
 
 def _json_line(record: dict[str, Any]) -> str:
     return json.dumps(record) + "\n"
-
-
-def param_digest(model: torch.nn.Module) -> str:
-    """SHA-256 of every parameter's bytes: equal on all ranks iff the replicas are bit-identical."""
-    h = hashlib.sha256()
-    for p in model.parameters():
-        # raw bytes of any dtype (bf16 has no numpy type); note: a device-to-host copy, once per run
-        h.update(p.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
-    return h.hexdigest()

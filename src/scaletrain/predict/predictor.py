@@ -1,0 +1,276 @@
+"""The calibrated laws one prediction prices with (docs/predict.md): per-op times per precision and thread
+count, the optimizer's, the loop factors per group, the loader's and the speed probe's correction.
+
+points.py predicts configurations with it; graph/ and split/ price a model's layers and blocks with it."""
+
+from __future__ import annotations
+
+import functools
+import math
+import statistics
+from typing import Any
+
+import numpy as np
+
+from scaletrain.errors import UserError
+from scaletrain.predict import model as M
+from scaletrain.predict.calibration import nearest_threads
+from scaletrain.predict.kinds import GROUP
+from scaletrain.predict.ops import Workload
+from scaletrain.predict.regress import LayerTimes
+
+LARGE_BATCH = 256  # the batch a device's per-sample efficiency is judged against
+GROUP_BOUND = 2.0  # a group's loop factor stays within this ratio of the pooled factor (Predictor._group_factors)
+_LAWS: dict[tuple, LayerTimes] = {}
+
+
+class Predictor:
+    """Everything one calibration (or hardware profile) predicts with, cached per precision and threads."""
+
+    def __init__(self, calibration: dict[str, Any], network: dict[str, Any], hardware=None,
+                 probe: dict[str, Any] | None = None) -> None:
+        self.cal, self.network, self.hardware = calibration, network, hardware
+        self.probe = probe  # probe.speed_now()'s result, or None
+        self._times: dict[tuple[str, int], LayerTimes] = {}
+        self._loops: dict[int, M.Loop] = {}
+        self.notes: list[str] = []
+
+    # ---------------------------------------------------------------- calibrated laws
+    def times(self, precision: str, threads: int) -> LayerTimes:
+        t = nearest_threads(self.cal, threads)
+        key = (precision, t)
+        if key not in self._times:
+            if precision not in self.cal["precisions"]:
+                raise UserError(f"the calibration has no {precision} measurements (it has "
+                                f"{', '.join(self.cal['precisions'])}): calibrate without --quick, or predict "
+                                f"--precision {self.cal['precisions'][0]}")
+            cache = (self.cal.get("created"), self.cal["device"].get("name"), len(self.cal["layers"]), precision, t)
+            if cache not in _LAWS:  # fitting takes seconds: once per calibration, precision and thread count
+                rows = [r for r in self.cal["layers"] if r["precision"] == precision and r["threads"] == t]
+                _LAWS[cache] = LayerTimes(rows)
+            self._times[key] = _LAWS[cache]
+        return self._times[key]
+
+    def regression_errors(self) -> dict[str, Any]:
+        out = {}
+        for (prec, t), lt in sorted(self._times.items()):
+            for name, e in lt.errors().items():
+                out[f"{name}/{prec}/t{t}"] = e
+        return out
+
+    def optimizer_law(self, name: str, threads: int, now: bool = True):
+        t = nearest_threads(self.cal, threads)
+        k = self.speed(threads) if now else 1.0
+        rows = [r for r in self.cal["optimizer"] if r["optimizer"] == name and r["threads"] == t] or \
+            [r for r in self.cal["optimizer"] if r["optimizer"] == "sgd" and r["threads"] == t]
+        a = np.array([[1.0, r["tensors"], r["numel"]] for r in rows])
+        y = np.array([r["seconds"] for r in rows])
+        from scipy.optimize import nnls
+
+        coef, _ = nnls(a, y)
+        return lambda tensors, numel: k * float(coef[0] + coef[1] * tensors + coef[2] * numel)
+
+    def loader_sample_s(self, dataset: str, image_size: int, source_pixels: int | None, batch: int = 32) -> float:
+        """Loader seconds per sample (read, decode, transform, collate, and its share of the batch's own cost)."""
+        fit = self.cal["loader"]["fit"]
+        kind = dataset.split(":", 1)[0]
+        a, b, c, *d = fit.get(kind, fit.get("synthetic", [0.0, 0.0, 0.0]))
+        return a + b * (source_pixels or image_size * image_size) + c * image_size * image_size + \
+            (d[0] / max(1, batch) if d else 0.0)
+
+    def worker_interference(self) -> float | None:
+        """Seconds a busy loader worker adds to the step's compute per second of its own work, when the
+        rank's threads already fill the cores: the calibration's reference run with one worker on a JPEG
+        folder against the same run without (None when the calibration has no such run)."""
+        runs = [r for r in self.cal["loop"]["runs"] if "error" not in r and r.get("phases_mean_s")
+                and r["nproc"] == 1 and r.get("model", "refnet") == "refnet"]
+        busy = [r for r in runs if r.get("workers")]
+        idle = [r for r in runs if not r.get("workers")]
+        if not busy or not idle:
+            return None
+        keys = ("forward", "backward", "optimizer", "other")
+        extra = sum(busy[0]["phases_mean_s"][k] - idle[0]["phases_mean_s"][k] for k in keys)
+        loader = busy[0]["batch_size"] * self.loader_sample_s("imagefolder", self.cal["loop"]["image_size"],
+                                                              busy[0].get("source_pixels"), busy[0]["batch_size"])
+        return max(0.0, extra / loader) if loader > 0 else None
+
+    def handoff(self, image_size: int, sample_s_64: float) -> tuple[float, float]:
+        """(seconds per batch a worker adds handing a batch over, first-batch start-up seconds) per sample
+        of the calibrated 64-pixel folder: start-up scaled to this batch later."""
+        rows = self.cal["loader"]["workers"]
+        if not rows:
+            return 0.0, 0.0
+        r1 = next((r for r in rows if r["workers"] == 1), rows[0])
+        handoff = max(0.0, r1["per_batch_s"] - r1["batch_size"] * sample_s_64)
+        startup = max(0.0, statistics.fmean(r["first_batch_s"] for r in rows) - r1["batch_size"] * sample_s_64)
+        return handoff, startup
+
+    def loop(self, local_ranks: int) -> M.Loop:
+        """What the training loop adds, from the calibration's reference runs (docs/predict.md).
+
+        Forward and backward on one rank: each reference network's measured phase against its ops'
+        calibrated sums, split by group (kinds.GROUP), fitted (non-negative least squares over the
+        networks) to one factor for compute-bound and one for memory-bound ops: what a real step adds to
+        isolated ops (the loop and profiler, caches colder than for an op repeated alone). With one network
+        only, one factor for both. More ranks per node: both factors scaled by how much slower the mixed
+        reference network ran there than they predict from its ops timed at that many threads (ranks
+        sharing the memory bus and caches). Every run is corrected by the speed probe for a change of the
+        machine's speed between the op grid and the runs. `optimizer` gains what the run's optimizer
+        phase took beyond its law; `h2d` and `other` are the run's. On several ranks, the exposed
+        communication the bucket model does not explain is added: a constant and a share of the step's
+        compute when the calibration ran two batch sizes on that many ranks (ranks drift out of step in
+        proportion to their work), a constant otherwise."""
+        batch = self.cal["loop"]["batch_size"]
+        runs: dict[int, list[dict[str, Any]]] = {}
+        for r in self.cal["loop"]["runs"]:
+            if "error" not in r and r.get("phases_mean_s") and not r.get("workers"):
+                runs.setdefault(r["nproc"], []).append(r)
+        if not runs:
+            self.notes.append("the calibration has no training-loop run: forward and backward are the ops' sums")
+            return M.Loop()
+        nproc = min(runs, key=lambda n: (abs(math.log(n / max(1, local_ranks))), -n))
+        if nproc not in self._loops:
+            base = self._group_factors(runs[min(runs)])
+            main = min((r for r in runs[nproc] if r.get("model", "refnet") == "refnet"),
+                       key=lambda r: abs(r.get("batch_size", batch) - batch), default=runs[nproc][0])
+            mine = self._reference(main)
+            ph = main["phases_mean_s"]
+            scale = {"forward": 1.0, "backward": 1.0}
+            if nproc != min(runs):
+                for d in scale:
+                    predicted = base[d][0] * mine[d]["compute"] + base[d][1] * mine[d]["memory"]
+                    scale[d] = ph[d] * mine["drift"] / predicted if predicted else 1.0
+            loop = M.Loop(forward=base["forward"][0] * scale["forward"],
+                          backward=base["backward"][0] * scale["backward"],
+                          forward_memory=base["forward"][1] * scale["forward"],
+                          backward_memory=base["backward"][1] * scale["backward"],
+                          optimizer_s=max(0.0, ph["optimizer"] - mine["optimizer_law_s"]), h2d_s=ph["h2d"],
+                          other_s=ph["other"])
+            if nproc > 1:
+                points = [(r["phases_mean_s"]["forward"] + r["phases_mean_s"]["backward"],
+                           max(0.0, r["phases_mean_s"]["comm_exposed"] - self._plain_comm(r)))
+                          for r in runs[nproc] if r.get("model", "refnet") == "refnet"]
+                loop.comm_s, loop.comm_per_compute = _affine(points)
+            self._loops[nproc] = loop
+        return self._loops[nproc]
+
+    def _group_factors(self, runs: list[dict[str, Any]]) -> dict[str, tuple[float, float]]:
+        """{direction: (compute factor, memory factor)} from the one-rank runs of the reference networks."""
+        from scipy.optimize import nnls
+
+        refs = [(self._reference(r), r["phases_mean_s"]) for r in runs]
+        out = {}
+        for d in ("forward", "backward"):
+            a = np.array([[ref[d]["compute"], ref[d]["memory"]] for ref, _ in refs])
+            y = np.array([ph[d] * ref["drift"] for ref, ph in refs])
+            single = float(y.sum() / a.sum()) if a.sum() > 0 else 1.0
+            if len({r.get("model", "refnet") for r in runs}) < 2:
+                out[d] = (single, single)
+                continue
+            coef, _ = nnls(a, y)
+            # three noisy runs can pull the fit far (a memory factor of 6 when one run ran slow): each
+            # group's factor is held within GROUP_BOUND of the pooled one
+            lo, hi = single / GROUP_BOUND, single * GROUP_BOUND
+            out[d] = tuple(float(min(hi, max(lo, c))) for c in coef) if min(coef) > 0 else (single, single)
+        return out
+
+    def _loop_drift(self, threads: int) -> float:
+        """The probe along the op grid over the probe around the loop runs (1 without probes): a loop run
+        on a machine running 10% slower than during the grid has its factor taken down by that."""
+        pr = self.cal.get("probe") or {}
+        t = str(nearest_threads(self.cal, threads))
+        grid, loop = (pr.get("mean_s") or {}).get(t), (pr.get("loop_mean_s") or {}).get(t)
+        return grid / loop if grid and loop else 1.0
+
+    def _plain_comm(self, run: dict[str, Any]) -> float:
+        """The exposed communication the bucket model alone gives the reference run."""
+        ref = self._reference(run)
+        s = M.Setting(batch_size=run.get("batch_size", self.cal["loop"]["batch_size"]), nproc=run["nproc"],
+                      cores=self.cal["device"]["cores"], threads=ref["threads"])
+        return M.predict_step(ref["ops"], s, M.Loop(), self.network, lambda t, n: 0.0)["phases_s"]["comm_exposed"]
+
+    def _reference(self, run: dict[str, Any]) -> dict[str, Any]:
+        """A reference run's ops (calibrated, as when measured: their shapes are in the grid), their sums per
+        direction and group (the loss with the memory-bound ops), the optimizer's law and the probe drift."""
+        cal = self.cal["loop"]
+        batch = run.get("batch_size", cal["batch_size"])
+        ref = _reference_workload(run.get("model", "refnet"), cal["image_size"], batch)
+        threads = run.get("threads") or 1
+        ops = self.op_costs(ref, "fp32", threads, now=False)
+        loss = self.loss_s(batch, 10, "fp32", threads, now=False)
+        sums = {}
+        for i, d in enumerate(("forward", "backward")):
+            compute = sum(getattr(o, f"{d}_s") for o in ops if o.group == "compute")
+            sums[d] = {"compute": compute, "memory": sum(getattr(o, f"{d}_s") for o in ops) - compute + loss[i]}
+        grads = [g for o in ops for g in o.grad_bytes]
+        return {**sums, "ops": ops, "threads": threads, "drift": self._loop_drift(threads),
+                "optimizer_law_s": self.optimizer_law("sgd", threads, now=False)(len(grads), sum(grads) // 4)}
+
+    # ---------------------------------------------------------------- pricing ops
+    def speed(self, threads: int) -> float:
+        """The speed probe's ratio (now / when calibrated) at the calibrated thread count nearest `threads`
+        (1 without a probe): what the calibrated compute times are scaled by."""
+        rows = (self.probe or {}).get("threads") or {}
+        if not (self.probe or {}).get("applied") or not rows:
+            return 1.0
+        t = nearest_threads(self.cal, threads)
+        return rows.get(str(t), {}).get("ratio", 1.0)
+
+    def op_costs(self, workload: Workload, precision: str, threads: int, now: bool = True) -> list[M.OpCost]:
+        if self.hardware is not None:
+            return self._roofline_costs(workload, precision)
+        lt = self.times(precision, threads)
+        k = self.speed(threads) if now else 1.0
+        costs = []
+        for op in workload.ops:
+            grads = [4 * n for n in op.param_numels]
+            if op.kind == "view":
+                costs.append(M.OpCost(0.0, 0.0, grads, "none", "memory"))
+                continue
+            fwd, bwd, source = lt.times(op.kind, op.features)
+            costs.append(M.OpCost(k * fwd, k * bwd, grads, source, GROUP[op.kind]))
+        return costs
+
+    def _roofline_costs(self, workload: Workload, precision: str) -> list[M.OpCost]:
+        from scaletrain.perf.hardware import roofline_time
+
+        hw = self.hardware
+        costs = []
+        for op in workload.ops:
+            grads = [4 * n for n in op.param_numels]
+            moved = 2 * op.out_bytes + sum(grads)
+            fwd = roofline_time(op.flops, moved, hw, precision) if op.kind != "view" else 0.0
+            bwd = roofline_time(2 * op.flops, 2 * moved, hw, precision, kernels=2) if op.kind != "view" else 0.0
+            costs.append(M.OpCost(fwd, bwd, grads, "roofline", GROUP.get(op.kind, "memory")))
+        return costs
+
+    def loss_s(self, batch: int, classes: int, precision: str, threads: int, now: bool = True) -> tuple[float, float]:
+        if self.hardware is not None:
+            return 0.0, 0.0
+        lt = self.times(precision, threads)
+        f, b, _ = lt.times("eltwise", {"elements": batch * classes, "inputs": 1})
+        k = self.speed(threads) if now else 1.0
+        return 3 * k * f, 3 * k * b  # log-softmax, gather, mean: about three element-wise passes each way
+
+
+@functools.lru_cache(maxsize=16)
+def _reference_workload(name: str, image_size: int, batch: int) -> Workload:
+    from scaletrain.predict import refnet
+
+    return cal_workload(refnet.factory(name)(10, 3, image_size), (3, image_size, image_size), batch)
+
+
+def cal_workload(module, input_shape, batch: int) -> Workload:
+    from scaletrain.predict.ops import trace_ops
+
+    return trace_ops(module, tuple(input_shape), batch)
+
+
+def _affine(points: list[tuple[float, float]]) -> tuple[float, float]:
+    """(constant, slope) of y over x through the (x, y) points, neither negative; one point: a constant."""
+    if len(points) < 2 or max(x for x, _ in points) - min(x for x, _ in points) <= 0:
+        return statistics.fmean(y for _, y in points), 0.0
+    (x0, y0), (x1, y1) = min(points), max(points)
+    slope = max(0.0, (y1 - y0) / (x1 - x0))
+    const = max(0.0, statistics.fmean(y - slope * x for x, y in points))
+    return const, slope
