@@ -66,3 +66,25 @@ def test_a_straggler_while_oversubscribed_comes_after_it_and_says_so():
     assert "likely inflated by the CPU oversubscription" in findings[1]["message"]
     assert diagnose({**_run(forward=0.02, backward=0.02), "cpu": None}, stragglers, {},
                     DEFAULT_THRESHOLDS)[0]["kind"] == "straggler"
+
+
+def test_pipeline_bound_at_theory_suggests_more_microbatches():
+    # K=2, M=4: theory's bubble is 1/5; measured 0.02 of a 0.1 s step = 20%
+    findings = diagnose(_run(forward=0.03, backward=0.04, bubble=0.02, p2p=0.01), NO_STRAGGLERS,
+                        {"stages": 2, "microbatches": 4, "split": "auto"}, DEFAULT_THRESHOLDS)
+    assert [f["kind"] for f in findings] == ["pipeline-bound"]
+    assert findings[0]["share"] == 0.3 and "theory (K-1)/(M+K-1) = 20%" in findings[0]["message"]
+    assert "--microbatches 8" in findings[0]["lever"] and "from 20% to 11%" in findings[0]["lever"]
+
+
+def test_pipeline_bound_far_above_theory_suggests_a_balanced_split():
+    findings = diagnose(_run(forward=0.02, backward=0.03, bubble=0.05), NO_STRAGGLERS,
+                        {"nproc": 2, "microbatches": 8, "split": "uniform"}, DEFAULT_THRESHOLDS)
+    assert findings[0]["kind"] == "pipeline-bound" and "--split auto" in findings[0]["lever"]
+    assert "4.5x theory's" in findings[0]["lever"]  # 50% measured against 1/9
+
+
+def test_a_small_bubble_is_no_finding():
+    findings = diagnose(_run(forward=0.05, backward=0.05, bubble=0.005, p2p=0.002), NO_STRAGGLERS,
+                        {"stages": 2, "microbatches": 16}, DEFAULT_THRESHOLDS)
+    assert [f["kind"] for f in findings] == ["compute-bound"]

@@ -88,6 +88,33 @@ def test_pipeline_phases_add_up_and_have_a_bubble(lenet_runs):
     assert s["pipeline"]["bubble_theory"] == pytest.approx(1 / 5)
 
 
+def test_the_report_shows_each_stage_and_its_bubble_against_theory(lenet_runs, tmp_path):
+    import shutil
+
+    from scaletrain.analysis.pipeline import stage_rows, timeline
+    from scaletrain.report.build import write_run_report
+    from scaletrain.report.load import load_run
+
+    run = tmp_path / "run"
+    shutil.copytree(lenet_runs["1f1b"], run)
+    loaded = load_run(run)
+    rows = stage_rows(summary(run)["pipeline"], loaded.records)
+    assert [(r["rank"], r["stage"]) for r in rows] == [(0, 0), (1, 1)]
+    for r in rows:  # the mean over steady steps, from the records themselves
+        assert r["bubble_fraction"] == pytest.approx(r["phases_s"]["bubble"] / r["step_s"])
+        assert 0 < r["bubble_fraction"] < 1 and r["bubble_theory"] == pytest.approx(1 / 5)
+        assert r["rest_s"] >= 0 and r["blocks"]
+    assert rows[0]["blocks"] + rows[1]["blocks"] == sum(summary(run)["pipeline"]["stage_blocks"], [])
+    step, spans = timeline(loaded.records)
+    assert set(spans) == {0, 1} and min(a for s in spans.values() for _, a, _ in s) == pytest.approx(0, abs=1e-3)
+    # on one clock stage 1's first forward starts after stage 0's first forward (it needs its activation)
+    first = {rank: next(a for name, a, _ in s if name == "forward") for rank, s in spans.items()}
+    assert first[1] > first[0]
+    html = write_run_report(run).read_text()
+    assert (run / "plots" / "pipeline-timeline.png").stat().st_size > 5000
+    assert "pipeline stages" in html and "measured bubble fraction" in html and "(K-1)/(M+K-1) = 20.0%" in html
+
+
 def test_hybrid_two_replicas_of_two_stages_follow_one_process(lenet_runs):
     one, hybrid = lenet_runs["one"], lenet_runs["hybrid"]
     s = summary(hybrid)
