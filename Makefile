@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: setup demo test test-slow bench bench-testbed validate-predict report-check clean
+.PHONY: setup demo test test-slow bench bench-pipeline bench-testbed validate-predict report-check clean
 
 setup: $(STAMP)
 
@@ -35,6 +35,11 @@ test-slow: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) benchmarks/overhead.py
+	$(PY) benchmarks/pipeline_split.py
+
+# The automatic pipeline split against uniform and the exhaustive best, K=2 (docs/bench-pipeline.md; ~2 min).
+bench-pipeline: $(STAMP)
+	$(PY) benchmarks/pipeline_split.py
 
 bench-testbed: $(STAMP)  # root only: builds network namespaces (docs/testbed.md)
 	$(PY) benchmarks/testbed_bytes.py

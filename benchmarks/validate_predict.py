@@ -36,6 +36,12 @@ GROUPS = {
     "bf16": (["--model", f"resnet20,{W}", "--nproc", "1,2", "--batch-size", "64", "--precision", "bf16",
               "--dataset", "synthetic", "--synthetic-samples", "2048", "--image-size", "32"], [], None),
     "mlp-digits": (["--model", "mlp", "--nproc", "1,2", "--batch-size", "128", "--dataset", "digits"], [], None),
+    # the strategies that split the model (issue 12): the bubble and the transfers, FSDP's gathers
+    "pipeline": (["--model", f"resnet20,{W}", "--strategy", "pipeline", "--nproc", "2", "--microbatches", "2,8",
+                  "--split", "auto,uniform", "--batch-size", "64", "--dataset", "synthetic",
+                  "--synthetic-samples", "2048", "--image-size", "32"], [], None),
+    "fsdp": (["--model", f"resnet20,{W}", "--strategy", "fsdp", "--nproc", "2", "--batch-size", "64",
+              "--dataset", "synthetic", "--synthetic-samples", "2048", "--image-size", "32"], [], None),
     "imagefolder": (["--model", f"lenet5,{D}", "--nproc", "1", "--workers", "0,1,2", "--batch-size", "32",
                      "--image-size", "32"], [], "folder"),
 }
