@@ -327,8 +327,7 @@ def render(results: list[dict[str, Any]], p: dict[str, Any], console) -> None:
         meas = " / ".join(f"{1e3 * t:.0f}" for t in a["rows"][a["uniform"]]["measured_stage_s"])
         console.print(f"  uniform's stage times (fwd+bwd per step): predicted {pred} ms "
                       f"({a['uniform_imbalance_predicted']:.2f}x), measured {meas} ms "
-                      f"({a['uniform_imbalance_measured']:.2f}x): "
-                      + f"; the best split measures {a['best_over_uniform']:.2f}x uniform: "
+                      f"({a['uniform_imbalance_measured']:.2f}x); the best split measures {a['best_over_uniform']:.2f}x uniform: "
                       + ("unbalanced, the gain target applies" if a["uniform_unbalanced"]
                          else f"no split reaches {GAIN_TARGET}x, the gain target does not apply"))
         if not a["predicted_best_is_auto"]:

@@ -11,20 +11,12 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from scaletrain.comm import setup as hook_setup
 from scaletrain.comm.strategy import Profiled, Strategy
 from scaletrain.config import TrainConfig
-from scaletrain.dist.device import choose_device, cpu_threads_per_rank
-from scaletrain.dist.group import gather_objects, init_process_group
+from scaletrain.dist.group import gather_objects
 from scaletrain.dist.rank import RankInfo
 
 
 class AllReduce(Strategy):
     """Every rank holds the whole model; gradients are averaged bucket by bucket during backward."""
-
-    @classmethod
-    def create(cls, cfg: TrainConfig, rank: RankInfo) -> "AllReduce":
-        device = choose_device(cfg.device, rank)
-        if device.type == "cpu":
-            torch.set_num_threads(cpu_threads_per_rank(rank.local_world_size, cfg.threads))
-        return cls(cfg, rank, device, init_process_group(device, rank, timeout_s=cfg.timeout))
 
     def __init__(self, cfg: TrainConfig, rank: RankInfo, device: torch.device, backend: str) -> None:
         super().__init__(cfg, rank, device, backend)

@@ -20,8 +20,6 @@ from torch import nn
 
 from scaletrain.comm.strategy import Strategy
 from scaletrain.config import TrainConfig
-from scaletrain.dist.device import choose_device, cpu_threads_per_rank
-from scaletrain.dist.group import init_process_group
 from scaletrain.dist.rank import RankInfo
 
 
@@ -30,13 +28,6 @@ class Fsdp(Strategy):
 
     lockstep_eval = True  # every rank must run as many forwards as the others (they all-gather together)
     optimizer_state_keys = "names"  # full state dicts: optimizer state keyed by parameter name (FQN)
-
-    @classmethod
-    def create(cls, cfg: TrainConfig, rank: RankInfo) -> "Fsdp":
-        device = choose_device(cfg.device, rank)
-        if device.type == "cpu":
-            torch.set_num_threads(cpu_threads_per_rank(rank.local_world_size, cfg.threads))
-        return cls(cfg, rank, device, init_process_group(device, rank, timeout_s=cfg.timeout))
 
     def __init__(self, cfg: TrainConfig, rank: RankInfo, device: torch.device, backend: str) -> None:
         super().__init__(cfg, rank, device, backend)

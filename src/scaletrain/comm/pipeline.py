@@ -27,8 +27,7 @@ from torch import nn
 
 from scaletrain.comm.strategy import Profiled, Strategy, offloading
 from scaletrain.config import TrainConfig
-from scaletrain.dist.device import choose_device, cpu_threads_per_rank
-from scaletrain.dist.group import broadcast_object, gather_objects, init_process_group
+from scaletrain.dist.group import broadcast_object, gather_objects
 from scaletrain.dist.rank import RankInfo
 from scaletrain.errors import UserError
 
@@ -37,13 +36,6 @@ AUTOCAST = {"fp32": None, "bf16": torch.bfloat16}
 
 class Pipeline(Strategy):
     """One stage of one replica of a K-stage pipeline."""
-
-    @classmethod
-    def create(cls, cfg: TrainConfig, rank: RankInfo) -> "Pipeline":
-        device = choose_device(cfg.device, rank)
-        if device.type == "cpu":
-            torch.set_num_threads(cpu_threads_per_rank(rank.local_world_size, cfg.threads))
-        return cls(cfg, rank, device, init_process_group(device, rank, timeout_s=cfg.timeout))
 
     def __init__(self, cfg: TrainConfig, rank: RankInfo, device: torch.device, backend: str) -> None:
         super().__init__(cfg, rank, device, backend)

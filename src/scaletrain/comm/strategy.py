@@ -60,6 +60,18 @@ class Strategy:
         self.device = device
         self.backend = backend
 
+    @classmethod
+    def create(cls, cfg: TrainConfig, rank: RankInfo) -> "Strategy":
+        """This rank's strategy on its device (on CPU with its share of the cores as threads), in the
+        process group every rank joins. Strategies with roles or groups of their own override it."""
+        from scaletrain.dist.device import choose_device, cpu_threads_per_rank
+        from scaletrain.dist.group import init_process_group
+
+        device = choose_device(cfg.device, rank)
+        if device.type == "cpu":
+            torch.set_num_threads(cpu_threads_per_rank(rank.local_world_size, cfg.threads))
+        return cls(cfg, rank, device, init_process_group(device, rank, timeout_s=cfg.timeout))
+
     # ------------------------------------------------------------ launch-time facts (no process yet)
     @staticmethod
     def server_ranks(cfg: TrainConfig) -> int:

@@ -8,10 +8,10 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from scaletrain.config import PRECISIONS
 from scaletrain.errors import UserError
 
 MAX_ROWS = 60  # the terminal table's rows; graph.json has every node
-PRECISIONS = ("fp32", "bf16", "fp16")
 
 
 def add_graph_args(p: argparse.ArgumentParser) -> None:
