@@ -9,7 +9,7 @@ class Bar:
     def __init__(self):
         self.calls = []
 
-    def start_epoch(self, epoch, epochs, steps):
+    def start_epoch(self, epoch, epochs, steps, done=0):
         self.calls.append(("start", epoch, epochs, steps))
 
     def step(self, loss, samples_per_s):

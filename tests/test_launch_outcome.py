@@ -28,8 +28,9 @@ def test_the_servers_are_the_last_ranks_of_the_whole_job_across_nodes():
     assert name(2) == "worker rank 2" and name(3) == "parameter server 0 (rank 3)"
 
 
-@pytest.mark.parametrize("stopped, why", [(False, "the run can continue from its last checkpoint"),
-                                          (True, "stopped as asked (--stop-after)")])
+@pytest.mark.parametrize("stopped, why", [(None, "the run can continue from its last checkpoint"),
+                                          ("stopped", "stopped as asked (--stop-after)"),
+                                          ("preempted", "preempted: checkpointed at the step it had reached (exit 75)")])
 def test_an_ending_with_a_checkpoint_says_how_to_continue(tmp_path, capsys, stopped, why):
     run = RunDir(tmp_path)
     run.checkpoint.write_bytes(b"x")

@@ -23,7 +23,7 @@ def test_a_failed_run_gets_the_short_form_counting_its_whole_epochs(tmp_path):
     summary.failed(run, _cfg(nproc=3), "rank 1 was killed by SIGKILL")
     assert json.loads(run.summary.read_text()) == {
         "status": "failed", "error": "rank 1 was killed by SIGKILL", "model": "mlp", "dataset": "digits",
-        "world_size": 3, "epochs": 2, "epochs_planned": 5, "resumable": False}
+        "world_size": 3, "epochs": 2, "epochs_planned": 5, "resumable": False, "restarts": []}
     assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")] == []  # written atomically
 
 

@@ -35,6 +35,11 @@ class RunDir:
     def epochs(self) -> Path:
         return self.root / "epochs.jsonl"
 
+    @property
+    def preempt(self) -> Path:
+        """The preemption request: while it exists, the run checkpoints at its next step and ends (exit 75)."""
+        return self.root / "preempt"
+
     def metrics(self, rank: int) -> Path:
         return self.root / f"metrics-rank{rank}.jsonl"
 
@@ -159,16 +164,25 @@ def read_jsonl(path: Path, notes: list[str] | None = None) -> list[dict[str, Any
     return out
 
 
+def keep_steps_before(path: Path, step: int) -> None:
+    """On a resume from a checkpoint written mid-epoch, drop the step records it does not cover."""
+    _keep(path, lambda record: record["step"] < step)
+
+
 def keep_epochs_before(path: Path, epoch: int) -> None:
     """On resume, drop records of epochs the checkpoint does not cover: they are about to be redone."""
+    _keep(path, lambda record: record["epoch"] < epoch)
+
+
+def _keep(path: Path, wanted) -> None:
     if not path.exists():
         return
     kept = []
     for line in path.read_text().splitlines():
         try:
-            if json.loads(line)["epoch"] < epoch:
+            if wanted(json.loads(line)):
                 kept.append(line)
         except (ValueError, KeyError, TypeError):
-            # a line cut short by a killed process: only the uncovered epoch can end that way
+            # a line cut short by a killed process: only the uncovered part of the run can end that way
             continue
     replace_atomic(path, lambda f: f.write("".join(line + "\n" for line in kept)), mode="w")

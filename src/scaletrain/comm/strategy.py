@@ -51,6 +51,7 @@ class Strategy:
 
     role = WORKER
     tolerates_dead_workers = False  # ps-async: a worker that dies does not end the job
+    lockstep = True  # every rank takes step n together: the loop may agree on something at any step
     agent_per_rank = False  # start one elastic agent per rank on one node (see dist/launch/isolated.py)
     optimizer_state_keys = "positions"  # how checkpoints key optimizer state: by parameter "positions" or "names"
 

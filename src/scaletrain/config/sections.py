@@ -182,6 +182,10 @@ class LaunchConfig:
     stop_after: int | None = None
     """Stop this invocation after N epochs, leaving a resumable run (for time-limited jobs)."""
 
+    checkpoint_every: int = 0
+    """Also checkpoint every N training steps (atomically, as at epoch ends), so that a crash or a
+    preemption loses at most N steps; 0: at epoch ends only."""
+
     progress: bool = True
     """Show the progress bar on rank 0."""
 
@@ -192,6 +196,9 @@ class LaunchConfig:
             raise UserError(f"--stop-after must be at least 1 epoch (got {self.stop_after})")
         if self.threads is not None and self.threads < 1:
             raise UserError(f"--threads must be at least 1 (got {self.threads})")
+        if self.checkpoint_every < 0:
+            raise UserError(f"--checkpoint-every must be 0 (epoch ends only) or a number of steps (got "
+                            f"{self.checkpoint_every})")
         if self.nnodes < 1 or not 0 <= self.node_rank < self.nnodes:
             raise UserError(f"--node-rank must be in 0..{self.nnodes - 1} for --nnodes {self.nnodes} "
                             f"(got {self.node_rank})")
@@ -334,6 +341,10 @@ class FaultsConfig:
     """Seconds to wait for a peer that does not answer (a rank stopped or hung, a node that never joins)
     before the job ends naming it; applies to every collective and to the nodes' rendezvous."""
 
+    max_restarts: int = 0
+    """Restart the workers up to N times after one fails (a crash, a kill, a lost node), through the
+    elastic agent; they resume from the latest checkpoint (see --checkpoint-every)."""
+
     inject: str | None = None
     """Slow things down on purpose, to see a diagnosis: `data=S` (seconds per sample), `comm=S` (per
     gradient bucket), `slow-rank=R:S` (rank R sleeps S seconds per step), `kill-rank=R:STEP` (rank R kills
@@ -346,6 +357,8 @@ class FaultsConfig:
     def __post_init__(self) -> None:
         if not 0 < self.timeout < math.inf:
             raise UserError(f"--timeout must be a positive number of seconds (got {self.timeout}): e.g. 180")
+        if self.max_restarts < 0:
+            raise UserError(f"--max-restarts must be 0 (a failure ends the run) or more (got {self.max_restarts})")
         self.injection = parse_inject(self.inject)
 
 

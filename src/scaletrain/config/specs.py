@@ -34,6 +34,15 @@ class Injection:
     stop_step: int = 0
 
 
+def without_failures(spec: str | None) -> str | None:
+    """The --inject spec less its kill-rank and stop-rank items: a restarted worker is not made to fail
+    again (the failure was the point; what follows is the recovery)."""
+    if not spec:
+        return spec
+    kept = [item for item in spec.split(",") if item.strip().partition("=")[0] not in ("kill-rank", "stop-rank")]
+    return ",".join(kept) or None
+
+
 def parse_inject(spec: str | None) -> Injection:
     """`data=0.002,comm=0.05,slow-rank=1:0.03` -> Injection; one clear line for anything else."""
     if not spec:

@@ -7,7 +7,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 
 class SilentBar:
-    def start_epoch(self, epoch: int, epochs: int, steps: int) -> None: ...
+    def start_epoch(self, epoch: int, epochs: int, steps: int, done: int = 0) -> None: ...
     def step(self, loss: float, samples_per_s: float | None) -> None: ...
     def end_epoch(self) -> None: ...
     def close(self) -> None: ...
@@ -26,8 +26,10 @@ class EpochBar(SilentBar):
         self.progress.start()
         self.task = None
 
-    def start_epoch(self, epoch: int, epochs: int, steps: int) -> None:
-        self.task = self.progress.add_task(f"epoch {epoch + 1}/{epochs}", total=steps, loss="-", rate="-")
+    def start_epoch(self, epoch: int, epochs: int, steps: int, done: int = 0) -> None:
+        """`done`: steps of this epoch already trained (a run resumed mid-epoch)."""
+        self.task = self.progress.add_task(f"epoch {epoch + 1}/{epochs}", total=steps, completed=done,
+                                           loss="-", rate="-")
 
     def step(self, loss: float, samples_per_s: float | None) -> None:
         rate = f"{samples_per_s:,.0f}" if samples_per_s else "-"

@@ -15,8 +15,8 @@ class ConsoleSink:
         self.epochs, self.world_size = epochs, world_size
         self.bar = EpochBar() if bar else SilentBar()
 
-    def epoch_start(self, epoch: int, epochs: int, steps: int) -> None:
-        self.bar.start_epoch(epoch, epochs, steps)
+    def epoch_start(self, epoch: int, epochs: int, steps: int, done: int = 0) -> None:
+        self.bar.start_epoch(epoch, epochs, steps, done)
 
     def step(self, record: dict[str, Any]) -> None:
         seconds = record["step_time_s"]

@@ -34,3 +34,12 @@ def cache_dir() -> Path:
     if os.environ.get("SCALETRAIN_CACHE"):
         return Path(os.environ["SCALETRAIN_CACHE"])
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "scaletrain"
+
+
+def agent_store() -> tuple[str, int, int] | None:
+    """(host, port, restart attempt) of the elastic agent's store that this worker's ranks meet in, or None
+    when the agent shares none (then rank 0 hosts a store of its own: env://)."""
+    if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
+        return None
+    return (os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]),
+            int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") or 0))

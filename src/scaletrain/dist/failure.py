@@ -154,6 +154,17 @@ def explain(outcome: Outcome, name: Callable[[int], str]) -> tuple[str, bool]:
     return "a worker failed without a message", False
 
 
+def set_aside(err_dir: str | Path, attempt: int) -> None:
+    """Before the agent restarts the workers: their error records and hang marks become attempt{n}-...,
+    so that the next attempt's failure is explained by its own records."""
+    folder = Path(err_dir)
+    for path in [*folder.glob("rank*.json"), *folder.glob("hung-rank*")]:
+        try:
+            path.rename(folder / f"attempt{attempt}-{path.name}")
+        except OSError:
+            continue
+
+
 def _signal_name(number: int) -> str:
     try:
         return signal.Signals(number).name

@@ -17,9 +17,24 @@ def init_process_group(device: torch.device, rank: RankInfo, timeout_s: float = 
         if device.type == "cuda":
             torch.cuda.set_device(device)
         dist.init_process_group(backend, rank=rank.rank, world_size=rank.world_size,
-                                timeout=timedelta(seconds=timeout_s),
+                                timeout=timedelta(seconds=timeout_s), store=attempt_store(timeout_s),
                                 device_id=device if device.type == "cuda" else None)
     return backend
+
+
+def attempt_store(timeout_s: float):
+    """Under the elastic agent, the workers meet in the agent's own store, which outlives a restart: the
+    keys a failed attempt's ranks left there (their addresses, barrier counts) would be read by the next
+    attempt's as their own: gloo connects to a dead rank's port ("Connection refused") or a barrier never
+    fills. Each attempt gets its own key space in it. None (env://) where no agent's store is shared."""
+    from scaletrain.dist.env import agent_store
+
+    where = agent_store()
+    if where is None:
+        return None
+    host, port, attempt = where
+    base = dist.TCPStore(host, port, is_master=False, timeout=timedelta(seconds=timeout_s))
+    return dist.PrefixStore(f"scaletrain/attempt{attempt}/", base)
 
 
 def all_reduce_sum(t: torch.Tensor) -> torch.Tensor:

@@ -43,6 +43,12 @@ class RankInfo:
         return cls(0, 0, 1, 1)
 
 
+def restart_count(env: dict[str, str] | None = None) -> int:
+    """How many times the elastic agent has restarted this worker's group (0: the first attempt)."""
+    env = os.environ if env is None else env
+    return int(env.get("TORCHELASTIC_RESTART_COUNT", "0") or 0)
+
+
 def launched_externally(env: dict[str, str] | None = None) -> bool:
     """True when torchrun or srun already started this process as one worker of a job."""
     env = os.environ if env is None else env

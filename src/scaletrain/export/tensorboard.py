@@ -31,7 +31,7 @@ class ScalarSink:
 
         self.writer = SummaryWriter(log_dir=str(Path(run_dir) / "tensorboard" / f"rank{rank}"))
 
-    def epoch_start(self, epoch: int, epochs: int, steps: int) -> None:
+    def epoch_start(self, epoch: int, epochs: int, steps: int, done: int = 0) -> None:
         pass
 
     def step(self, record: dict[str, Any]) -> None:

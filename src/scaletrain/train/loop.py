@@ -4,7 +4,7 @@ It knows no strategy by name: how gradients are aggregated, who evaluates, what 
 summary gain, all come from the strategy it is handed (comm/strategy.py). It renders nothing either: what
 it reports goes to the sinks it is handed (console/sink.py, export/tensorboard.py), each with
 
-    epoch_start(epoch, epochs, steps)   step(record)   epoch_end(record)  (rank 0's, after evaluation)   close()
+    epoch_start(epoch, epochs, steps, done)   step(record)   epoch_end(record)  (rank 0's, after evaluation)   close()
 """
 
 from __future__ import annotations
@@ -21,19 +21,20 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from torch.utils.data import DataLoader, DistributedSampler
+from torch.utils.data import DataLoader
 
 from scaletrain.comm.strategy import Strategy
 from scaletrain.config import TrainConfig
 from scaletrain.data import DelayedDataset, collate
-from scaletrain.dist.group import barrier, broadcast_buffers, gather_objects
+from scaletrain.dist.group import all_reduce_max, barrier, broadcast_buffers, gather_objects
 from scaletrain.errors import UserError
 from scaletrain.profiler import StepProfiler
-from scaletrain.rundir import RunDir, keep_epochs_before
+from scaletrain.rundir import RunDir, keep_epochs_before, keep_steps_before
 from scaletrain.train import checkpoint, summary
 from scaletrain.train.build import build_data_and_model
 from scaletrain.train.evaluate import ShardSampler, evaluate
 from scaletrain.train.optim import build_optimizer, build_scheduler, resume_optimizer
+from scaletrain.train.sampler import ResumableSampler
 
 AUTOCAST = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -72,8 +73,8 @@ class Trainer:
         if inject.data_s:
             self.data = dataclasses.replace(self.data, train=DelayedDataset(self.data.train, inject.data_s))
 
-        self.sampler = DistributedSampler(self.data.train, num_replicas=world, rank=self.replica,
-                                          shuffle=True, seed=cfg.seed)
+        self.sampler = ResumableSampler(self.data.train, num_replicas=world, rank=self.replica,
+                                        shuffle=True, seed=cfg.seed)
         self.loader_rng = torch.Generator()
         # drop_last: every step has the full global batch, as the linear scaling rule assumes
         self.train_loader = DataLoader(self.data.train, batch_size=cfg.batch_size, sampler=self.sampler,
@@ -102,11 +103,17 @@ class Trainer:
         self.history = History()
         self.start_epoch = 0
         self.global_step = 0
+        # a checkpoint written mid-epoch: steps of start_epoch already trained, and that part's loss and time
+        self.resume_step, self.partial = 0, {"loss_sum": 0.0, "time_s": 0.0}
+        # ranks agree on a preemption request (RUN/preempt) with one tiny all-reduce, every step on CPU;
+        # on CUDA every 20 steps (the reduction's result waits for the GPU)
+        self.preempt_every = 1 if device.type == "cpu" else 20
         self.bad_paths: set[str] = set()
         if cfg.resume:
             self._restore()
         else:
             torch.manual_seed(cfg.seed + 1 + self.replica)  # per-replica augmentation streams
+        self.step_count = self.global_step  # steps taken, counted as they are taken (records may lag one)
         profiled = strategy.profiled()
         # collective (aligns the ranks' clocks): every rank builds it here
         self.prof = StepProfiler(cfg.out, profiled.module, enabled=cfg.profile == "on",
@@ -120,9 +127,13 @@ class Trainer:
         cfg, main = self.cfg, self.rank.is_main
         t_run = time.perf_counter()
         last = cfg.epochs if cfg.stop_after is None else min(cfg.epochs, self.start_epoch + cfg.stop_after)
+        preempted = False
         try:
             for epoch in range(self.start_epoch, last):
                 epoch_time = self.train_epoch(epoch)
+                if epoch_time is None:  # preempted mid-epoch: checkpointed at this step
+                    preempted = True
+                    break
                 result = None
                 if ((epoch + 1) % cfg.eval_every == 0 or epoch + 1 == cfg.epochs) and self.val_shard is not None:
                     self.strategy.before_eval()
@@ -130,11 +141,14 @@ class Trainer:
                     result = evaluate(self.strategy.eval_module(self.model), self.val_loader, self.device,
                                       self.autocast, self.data.num_classes, lockstep=self.strategy.lockstep_eval)
                 self._end_epoch(epoch, epoch_time, result)
+                if epoch + 1 < last and self._preempt_requested():  # every strategy agrees at an epoch's end
+                    preempted = True
+                    break
         finally:
             for sink in self.sinks:
                 sink.close()
             self.prof.close()
-        status = "completed" if last == cfg.epochs else "stopped"
+        status = "preempted" if preempted else "completed" if last == cfg.epochs else "stopped"
         ended = self.strategy.finish(chief=main)  # ends the exchange; its summary entries, on rank 0
         digests = gather_objects(self.strategy.digest(self.model))
         self.bad_paths = set().union(*gather_objects(self.bad_paths))
@@ -149,18 +163,21 @@ class Trainer:
         barrier()  # all ranks leave together: a rank tearing down gloo while a peer still uses it can abort
         return result
 
-    def train_epoch(self, epoch: int) -> float:
-        """One pass over this rank's shard; returns the epoch's training wall time."""
+    def train_epoch(self, epoch: int) -> float | None:
+        """One pass over this rank's shard; returns the epoch's training wall time, or None when a
+        preemption request ended it part way (after a checkpoint at that step)."""
         cfg, prof = self.cfg, self.prof
+        done = self.resume_step if epoch == self.start_epoch else 0  # steps a mid-epoch checkpoint trained
         self.sampler.set_epoch(epoch)  # a new shuffle each epoch, the same on every rank
+        self.sampler.skip = done * cfg.batch_size
         # loader workers draw their seeds from this generator: fixed per (seed, epoch, rank) for resumes
         self.loader_rng.manual_seed(cfg.seed * 1_000_003 + epoch * 1009 + self.replica)
         self.module.train()
         for sink in self.sinks:
-            sink.epoch_start(epoch, cfg.epochs, self.steps_per_epoch)
-        t_start = time.perf_counter()
-        self.loss_sum = 0.0
-        for i, (x, y, bad) in enumerate(prof.data(self.train_loader)):  # time blocked here: data_wait
+            sink.epoch_start(epoch, cfg.epochs, self.steps_per_epoch, done)
+        t_start = time.perf_counter() - (self.partial["time_s"] if done else 0.0)
+        self.loss_sum = self.partial["loss_sum"] if done else 0.0
+        for i, (x, y, bad) in enumerate(prof.data(self.train_loader), start=done):  # blocked here: data_wait
             if bad:
                 self._bad_images(bad)
             with prof.phase("h2d"):
@@ -182,10 +199,32 @@ class Trainer:
             for record in prof.step_end(loss=loss.detach(), samples=len(y), epoch=epoch, step_in_epoch=i, lr=lr,
                                         **extra):
                 self._after_step(record)
+            self.step_count += 1
+            if i + 1 < self.steps_per_epoch and self._within_epoch(epoch, i + 1, t_start):
+                self.sampler.skip = 0
+                return None
+        self.sampler.skip = 0
         for record in prof.flush():  # on CUDA: the last step's record (waits for the GPU, once per epoch)
             self._after_step(record)
         self.epoch_loss = self.loss_sum / self.steps_per_epoch
         return time.perf_counter() - t_start
+
+    def _within_epoch(self, epoch: int, done: int, t_start: float) -> bool:
+        """After step `done` of `epoch` (not its last): checkpoint every --checkpoint-every steps and on a
+        preemption request; True when the request ends the run here."""
+        every = self.cfg.checkpoint_every
+        preempt = (self.strategy.lockstep and self.step_count % self.preempt_every == 0
+                   and self._preempt_requested())
+        if preempt or (every and self.step_count % every == 0):
+            for record in self.prof.flush():  # on CUDA: the last step's record, so the counts are complete
+                self._after_step(record)
+            self._checkpoint_within(epoch, done, time.perf_counter() - t_start)
+        return preempt
+
+    def _preempt_requested(self) -> bool:
+        """Whether any rank sees RUN/preempt (collective: every rank asks at the same step)."""
+        wanted = torch.tensor([float(self.run_dir.preempt.exists())], device=self.device)
+        return bool(all_reduce_max(wanted).item() > 0)
 
     def _loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """The forward pass through the strategy's module, under autocast."""
@@ -232,9 +271,22 @@ class Trainer:
                 sink.epoch_end(record)
         barrier()  # nobody races ahead while rank 0 writes the checkpoint
 
-    def _save_checkpoint(self, epochs_done: int, rngs: list, strategy_state: dict[str, Any]) -> None:
+    def _checkpoint_within(self, epoch: int, done: int, elapsed_s: float) -> None:
+        """A checkpoint after step `done` of `epoch` (collective): what a resume needs to go on from the
+        next step as if never stopped: every rank's RNG, and the epoch's loss and time so far."""
+        rngs = gather_objects(checkpoint.rng_state())
+        self.strategy.before_eval()  # the saved model is up to date (a pipeline's stages gathered, ...)
+        strategy_state = self.strategy.state_dict(chief=self.rank.is_main)
+        if self.rank.is_main:
+            self._save_checkpoint(epoch, rngs, strategy_state,
+                                  within={"step_in_epoch": done, "loss_sum": self.loss_sum, "time_s": elapsed_s})
+        barrier()
+
+    def _save_checkpoint(self, epochs_done: int, rngs: list, strategy_state: dict[str, Any],
+                         within: dict[str, Any] | None = None) -> None:
         checkpoint.save_atomic({
             "format": checkpoint.FORMAT, "epoch": epochs_done, "global_step": self.global_step,
+            "within_epoch": within,  # None at an epoch's end
             "model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
             "scheduler": self.scheduler.state_dict(),
             "scaler": self.scaler.state_dict() if self.scaler is not None else None,
@@ -253,9 +305,18 @@ class Trainer:
         # the optimizer's state continues; its settings and the LR schedule are this invocation's
         # (a resume with --epochs 3 re-plans the schedule for 3 epochs, from the current step)
         self.start_epoch, self.global_step = ckpt["epoch"], ckpt["global_step"]
+        within = ckpt.get("within_epoch")
+        if within:
+            if ckpt["world_size"] != self.rank.world_size:
+                raise UserError(f"checkpoint {self.run_dir.checkpoint} was written part way through epoch "
+                                f"{self.start_epoch + 1} by {ckpt['world_size']} processes; its place in the epoch "
+                                f"is theirs: resume with {ckpt['world_size']} processes (--nproc/--nnodes)")
+            self.resume_step = within["step_in_epoch"]
+            self.partial = {"loss_sum": within["loss_sum"], "time_s": within["time_s"]}
         # the schedule's position counts epochs done, in this invocation's steps per epoch (the same as
-        # global_step unless the number of processes changed)
-        resume_optimizer(self.optimizer, self.scheduler, ckpt["optimizer"], self.start_epoch * self.steps_per_epoch,
+        # global_step unless the number of processes changed), and the steps of a part-trained epoch
+        resume_optimizer(self.optimizer, self.scheduler, ckpt["optimizer"],
+                         self.start_epoch * self.steps_per_epoch + self.resume_step,
                          load=lambda state: self.strategy.load_optimizer_state(self.model, self.optimizer, state))
         if self.scaler is not None and ckpt["scaler"] is not None:
             self.scaler.load_state_dict(ckpt["scaler"])
@@ -268,7 +329,7 @@ class Trainer:
         self.strategy.load_state_dict(ckpt, self.global_step)
         if self.rank.is_main:
             keep_epochs_before(self.run_dir.epochs, self.start_epoch)
-        keep_epochs_before(self.run_dir.metrics(self.rank.rank), self.start_epoch)
+        keep_steps_before(self.run_dir.metrics(self.rank.rank), self.global_step)
 
 
 def _json_line(record: dict[str, Any]) -> str:

@@ -19,6 +19,7 @@ from scaletrain.dist.device import machine_cores
 from scaletrain.dist.rank import RankInfo
 from scaletrain.rundir import RunDir, read_jsonl, write_json_atomic
 from scaletrain.train.optim import peak_lr
+from scaletrain.train.restarts import path_of, restarts
 
 
 def placement(device: torch.device, rank: RankInfo) -> dict[str, Any]:
@@ -43,6 +44,7 @@ def run_summary(trainer, status: str, wall_time: float, digests: list[str], wher
         "backend": trainer.backend, "steps": trainer.global_step, "train_samples": len(trainer.data.train),
         "val_samples": len(trainer.data.val), "bad_images_skipped": h.bad_images_skipped,
         "bad_images": sorted(trainer.bad_paths)[:20],
+        "restarts": restarts(read_jsonl(path_of(trainer.run_dir), notes=[])),
         "param_digests": digests, "replicas_identical": len(set(digests)) == 1,
         **{k: v for k, v in where.items() if k != "device"},
         "wall_time_s": wall_time, "scaletrain_version": scaletrain.__version__,
@@ -55,7 +57,7 @@ def failed(run: RunDir, cfg: TrainConfig, message: str) -> None:
     epochs = read_jsonl(run.epochs, notes=[])  # a worker killed mid-write may leave half a last line
     write(run, {"status": "failed", "error": message, "model": cfg.model, "dataset": cfg.dataset,
                 "world_size": cfg.nproc * cfg.nnodes, "epochs": len(epochs), "epochs_planned": cfg.epochs,
-                "resumable": run.checkpoint.exists()})
+                "resumable": run.checkpoint.exists(), "restarts": restarts(read_jsonl(path_of(run), notes=[]))})
 
 
 def write(run: RunDir, summary: dict[str, Any]) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -9,9 +10,12 @@ from typing import Any
 from scaletrain.comm import registry
 from scaletrain.comm.strategy import SERVER, closing
 from scaletrain.config import TrainConfig, config_from_dict
+from scaletrain.config.specs import without_failures
 from scaletrain.dist import failure
-from scaletrain.dist.rank import RankInfo
+from scaletrain.dist.rank import RankInfo, restart_count
 from scaletrain.errors import UserError
+from scaletrain.rundir import RunDir, keep_epochs_before
+from scaletrain.train import restarts
 
 
 def worker_main(cfg_dict: dict[str, Any], error_dir: str) -> None:
@@ -19,7 +23,10 @@ def worker_main(cfg_dict: dict[str, Any], error_dir: str) -> None:
     rank = RankInfo.from_env()
     cfg = config_from_dict(cfg_dict)
     heartbeat = failure.Heartbeat(error_dir, rank.rank)  # the launcher tells a stopped rank by its silence
+    request_preemption_on(RunDir(Path(cfg.out)))
     try:
+        if restart_count():
+            cfg = restarted(cfg, rank)
         run(cfg, rank)
     except UserError as e:
         failure.record_error(error_dir, None, rank.rank, e, user_error=True)
@@ -42,12 +49,39 @@ def run(cfg: TrainConfig, rank: RankInfo) -> dict[str, Any] | None:
         return Trainer(cfg, strategy, sinks(cfg, strategy.rank)).fit()
 
 
+def restarted(cfg: TrainConfig, rank: RankInfo) -> TrainConfig:
+    """The elastic agent restarted this worker after a failure: go on from the run's latest checkpoint,
+    or, when none was written yet, start again with the failed attempt's records cleared."""
+    run_dir = RunDir(Path(cfg.out))
+    cfg = config_from_dict({**cfg.to_dict(), "inject": without_failures(cfg.inject)})
+    if run_dir.checkpoint.exists():
+        return config_from_dict({**cfg.to_dict(), "resume": True})
+    if rank.is_main:
+        keep_epochs_before(run_dir.epochs, 0)
+    keep_epochs_before(run_dir.metrics(rank.rank), 0)
+    return cfg
+
+
+def request_preemption_on(run_dir: RunDir) -> None:
+    """SIGUSR1 (SLURM's warning before a time limit, sent to every process of the job) asks the run to
+    checkpoint at its next step and end; without this handler it would kill the worker."""
+    def request(signum, frame) -> None:
+        try:
+            run_dir.preempt.touch()
+        except OSError:
+            pass
+
+    signal.signal(signal.SIGUSR1, request)
+
+
 def sinks(cfg: TrainConfig, rank: RankInfo) -> list:
     """Where the loop's progress goes: rank 0's console (bar and epoch lines), TensorBoard on every rank."""
     from scaletrain.console.sink import ConsoleSink
     from scaletrain.export import tensorboard
 
     out: list = [ConsoleSink(cfg.epochs, rank.world_size, bar=cfg.progress)] if rank.is_main else []
+    if rank.is_main and restart_count():
+        out.append(restarts.ResumedSink(RunDir(Path(cfg.out)), restart_count()))
     if tensorboard.wanted(cfg.tensorboard):
         out.append(tensorboard.ScalarSink(Path(cfg.out), rank.rank))
     return out

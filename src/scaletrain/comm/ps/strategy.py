@@ -116,6 +116,7 @@ class AsyncParameterServer(ParameterServer):
     worker_group = False  # no collective may wait for a worker that died
     server_class = AsyncServer
     tolerates_dead_workers = True
+    lockstep = False  # workers step at their own pace: they agree only at epoch ends
     agent_per_rank = True  # one node's agent would stop every worker when one dies
 
     def make_client(self, model: torch.nn.Module, steps_per_epoch: int) -> Client:

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from scaletrain.config import TrainConfig, save_toml
 from scaletrain.dist import failure
+from scaletrain.dist.launch.local import PREEMPTED
 from scaletrain.dist.launch.outcome import print_summary, rank_namer
 from scaletrain.dist.launch.preflight import preflight
 from scaletrain.dist.rank import RankInfo, slurm_rendezvous
@@ -19,11 +20,15 @@ from scaletrain.rundir import create
 
 def join_external_launch(cfg: TrainConfig) -> int:
     """Under torchrun or srun, this process is one worker: join the job instead of launching one."""
-    from scaletrain.train.worker import run as run_worker
+    from scaletrain.train.worker import request_preemption_on, run as run_worker
 
     code = 0
     try:
         os.environ.update(slurm_rendezvous(dict(os.environ)) if "RANK" not in os.environ else {})
+        if cfg.max_restarts:
+            raise UserError("--max-restarts is for the launcher that starts the workers, and this process was "
+                            "started by another (torchrun or srun): use torchrun --max-restarts N (the workers "
+                            "then resume from the latest checkpoint), or launch with scaletrain train itself")
         rank = RankInfo.from_env()
         run = preflight(cfg)
         if rank.is_main:
@@ -31,9 +36,12 @@ def join_external_launch(cfg: TrainConfig) -> int:
             save_toml(cfg, run.config)
         else:
             run.root.mkdir(parents=True, exist_ok=True)
-        run_worker(cfg, rank)
+        request_preemption_on(run)
+        result = run_worker(cfg, rank)
         if rank.is_main:
             print_summary(run)
+        if (result or {}).get("status") == "preempted" or run.preempt.exists():
+            code = PREEMPTED
     except UserError as e:
         print(f"error: {e}", file=sys.stderr)
         code = 2

@@ -7,6 +7,7 @@ import logging
 import signal
 import sys
 import tempfile
+import time
 import uuid
 
 from scaletrain.comm.registry import strategy_class
@@ -15,7 +16,7 @@ from scaletrain.dist import failure
 from scaletrain.dist.launch.outcome import print_resume_hint, print_summary, rank_namer, read_summary
 from scaletrain.errors import UserError
 from scaletrain.rundir import RunDir
-from scaletrain.train import summary
+from scaletrain.train import restarts, summary
 
 
 def launch_local(cfg: TrainConfig, run: RunDir, port: int) -> int:
@@ -28,14 +29,15 @@ def launch_local(cfg: TrainConfig, run: RunDir, port: int) -> int:
 
     quiet_agent_logs()
     launch_cfg = launch_config(cfg.nproc, cfg.nnodes, cfg.node_rank, cfg.master_addr, port, cfg.local_addr,
-                               cfg.timeout)
+                               cfg.timeout, cfg.max_restarts)
     if cfg.nnodes > 1:
         print(f"node {cfg.node_rank} of {cfg.nnodes}: waiting up to {cfg.timeout:g} s (--timeout) for the "
               f"other nodes at {cfg.master_addr}:{port}", file=sys.stderr, flush=True)
     with tempfile.TemporaryDirectory(prefix="scaletrain-err-") as err_dir:
         watchdog = failure.Watchdog(err_dir)
         try:
-            with no_exit_barrier(strategy_class(cfg.strategy).tolerates_dead_workers):
+            with no_exit_barrier(strategy_class(cfg.strategy).tolerates_dead_workers), \
+                    recording_restarts(err_dir, run, cfg), preemption_requests(run):
                 elastic_launch(launch_cfg, worker_main)(cfg.to_dict(), err_dir)
         except ChildFailedError as e:
             exitcodes = {rank: f.exitcode for rank, f in e.failures.items()}
@@ -63,11 +65,15 @@ def launch_local(cfg: TrainConfig, run: RunDir, port: int) -> int:
                             f"this node reaches {cfg.master_addr}:{port} (firewall, address)") from None
         finally:
             watchdog.stop()
+    status = read_summary(run).get("status")
     if cfg.node_rank == 0:
         print_summary(run)
-        if read_summary(run).get("status") == "stopped":
-            print_resume_hint(run, cfg, stopped=True)
-    return 0
+        if status in ("stopped", "preempted"):
+            print_resume_hint(run, cfg, stopped=status)
+    return PREEMPTED if status == "preempted" else 0
+
+
+PREEMPTED = 75  # EX_TEMPFAIL: checkpointed on a preemption request; run it again with --resume (or requeue)
 
 
 def _is_rendezvous_failure(e: Exception) -> bool:
@@ -79,11 +85,11 @@ def _is_rendezvous_failure(e: Exception) -> bool:
 
 
 def launch_config(nproc: int, nnodes: int, node_rank: int, master_addr: str, port: int,
-                  local_addr: str | None = None, timeout_s: float = 180.0):
+                  local_addr: str | None = None, timeout_s: float = 180.0, max_restarts: int = 0):
     """The elastic agent's settings: c10d rendezvous on one node; static node ranks across several."""
     from torch.distributed.launcher.api import LaunchConfig
 
-    common = dict(nproc_per_node=nproc, max_restarts=0, monitor_interval=0.1, start_method="spawn",
+    common = dict(nproc_per_node=nproc, max_restarts=max_restarts, monitor_interval=0.1, start_method="spawn",
                   rdzv_endpoint=f"{master_addr}:{port}")
     if nnodes == 1:
         return LaunchConfig(min_nodes=1, max_nodes=1, run_id=f"scaletrain-{uuid.uuid4().hex[:8]}",
@@ -109,6 +115,63 @@ def no_exit_barrier(active: bool):
         yield
     finally:
         SimpleElasticAgent._exit_barrier = original
+
+
+@contextlib.contextmanager
+def recording_restarts(err_dir: str, run: RunDir, cfg: TrainConfig):
+    """Each failure the agent is about to restart the workers from goes on record in RUN/restarts.jsonl
+    (why, which rank, the step reached), and the failed attempt's error records are set aside so that the
+    next attempt's explanation is its own. A failure that is bad input is not restarted: it would only
+    fail again. The agent offers no hook for this; its monitor method is wrapped while it runs."""
+    if cfg.max_restarts == 0:
+        yield
+        return
+    from torch.distributed.elastic.agent.server.api import WorkerState
+    from torch.distributed.elastic.agent.server.local_elastic_agent import LocalElasticAgent
+
+    original = LocalElasticAgent._monitor_workers
+
+    def monitor(self, group):
+        result = original(self, group)
+        if result.state in (WorkerState.FAILED, WorkerState.UNHEALTHY) and self._remaining_restarts > 0:
+            exitcodes = {rank: f.exitcode for rank, f in result.failures.items()}
+            outcome = failure.read_outcome(err_dir, exitcodes, cfg.timeout)
+            cause, bad_input = failure.explain(outcome, rank_namer(cfg))
+            if bad_input:
+                self._remaining_restarts = 0
+                return result
+            first = min(exitcodes, key=lambda r: (exitcodes[r] >= 0, r)) if exitcodes else None
+            attempt = cfg.max_restarts - self._remaining_restarts
+            restarts.append(run, {"event": "failure", "attempt": attempt, "time": time.time(),
+                                  "node": cfg.node_rank, "rank": first, "cause": cause,
+                                  "reached_step": restarts.reached_step(run)})
+            failure.set_aside(err_dir, attempt)
+            print(f"restarting the workers ({attempt + 1} of --max-restarts {cfg.max_restarts}) after: {cause}",
+                  file=sys.stderr, flush=True)
+        return result
+
+    LocalElasticAgent._monitor_workers = monitor
+    try:
+        yield
+    finally:
+        LocalElasticAgent._monitor_workers = original
+
+
+@contextlib.contextmanager
+def preemption_requests(run: RunDir):
+    """SIGUSR1 to this launcher (SLURM's warning before a time limit or a preemption) becomes RUN/preempt:
+    the workers checkpoint at their next step and end; the launch exits with PREEMPTED."""
+    def request(signum, frame) -> None:
+        try:
+            run.preempt.touch()
+        except OSError:
+            pass
+
+    previous = signal.signal(signal.SIGUSR1, request)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGUSR1, previous)
 
 
 def quiet_agent_logs() -> None:

@@ -23,11 +23,14 @@ def rank_namer(cfg: TrainConfig):
     return name
 
 
-def print_resume_hint(run: RunDir, cfg: TrainConfig, stopped: bool = False) -> None:
-    """Every ending that left a checkpoint says how to continue."""
+def print_resume_hint(run: RunDir, cfg: TrainConfig, stopped: str | None = None) -> None:
+    """Every ending that left a checkpoint says how to continue (`stopped`: the summary's status of a run
+    that ended early on purpose: "stopped" by --stop-after, "preempted" by a preemption request)."""
     if cfg.node_rank != 0 or not run.checkpoint.exists():
         return
-    why = "stopped as asked (--stop-after)" if stopped else "the run can continue from its last checkpoint"
+    why = {"stopped": "stopped as asked (--stop-after)",
+           "preempted": "preempted: checkpointed at the step it had reached (exit 75)"}.get(
+        stopped or "", "the run can continue from its last checkpoint")
     print(f"{why}: scaletrain train --resume --out {run.root}", file=sys.stderr)
 
 

@@ -50,6 +50,12 @@ def validate(cfg: TrainConfig) -> None:
         need = footprint.Footprint(*estimate, dataset=in_memory)
         footprint.check_fits(need, cfg.nproc, footprint.available_bytes(device_type), device_type, hint)
     strategy = strategy_class(cfg.strategy)
+    if cfg.checkpoint_every and not strategy.lockstep:
+        raise UserError(f"--checkpoint-every needs ranks that take their steps together; --strategy {cfg.strategy}'s "
+                        "workers step at their own pace and checkpoint at epoch ends: drop --checkpoint-every")
+    if cfg.max_restarts and strategy.agent_per_rank:
+        raise UserError(f"--max-restarts restarts a node's workers together, and --strategy {cfg.strategy} "
+                        "starts one agent per rank (a dead worker is tolerated, not restarted): drop --max-restarts")
     strategy.check_model(cfg, factory, (data.in_channels, data.image_size, data.image_size))
     trainers = strategy.data_replicas(cfg)
     per_rank = -(-len(data.train) // trainers)  # DistributedSampler pads every rank to the same count

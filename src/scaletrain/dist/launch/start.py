@@ -13,6 +13,7 @@ from scaletrain.dist.launch.local import launch_local
 from scaletrain.dist.launch.preflight import check_port, free_port, preflight
 from scaletrain.dist.rank import launched_externally
 from scaletrain.rundir import RunDir, create, keep_epochs_before, remove_stale_temps
+from scaletrain.train import restarts
 
 
 def train(cfg: TrainConfig) -> int:
@@ -31,9 +32,11 @@ def train(cfg: TrainConfig) -> int:
     if cfg.node_rank == 0:
         create(run)
         remove_stale_temps(run)
+        run.preempt.unlink(missing_ok=True)  # a request the previous invocation has answered
         if not cfg.resume:  # a failed earlier attempt without a checkpoint: start its records afresh
             for path in [run.epochs, *run.root.glob("metrics-rank*.jsonl")]:
                 keep_epochs_before(path, 0)
+            restarts.path_of(run).unlink(missing_ok=True)
         save_toml(cfg, run.config)
     else:
         run.root.mkdir(parents=True, exist_ok=True)

@@ -1,0 +1,94 @@
+"""A worker killed with `kill -9` from outside, mid-epoch, ten times over: every time the elastic agent
+restarts the workers, they resume from the latest checkpoint, and the run ends bit for bit where an
+uninterrupted run does. Each launch runs under a wall-clock guard, so a failed recovery can never hang."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT, assert_ok, scaletrain, summary
+from scaletrain.dist.env import child_env
+
+pytestmark = pytest.mark.slow
+
+BASE = ("--model", "lenet5", "--dataset", "digits", "--epochs", "2", "--batch-size", "16", "--nproc", "2",
+        "--checkpoint-every", "8", "--no-progress")
+GUARD_S = 240  # one launch, restart included, takes about 15 s here
+
+
+def workers_of(launcher: int) -> dict[int, int]:
+    """rank -> PID of the training workers the launcher `launcher` started: each beats a heartbeat file
+    holding its PID (dist/failure.py) in the launcher's error folder; only its own children count."""
+    import tempfile
+
+    out = {}
+    for beat in Path(tempfile.gettempdir()).glob("scaletrain-err-*/alive-rank*"):
+        try:
+            pid = int(beat.read_text())
+            ppid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        if ppid == launcher:
+            out[int(beat.name.removeprefix("alive-rank"))] = pid
+    return out
+
+
+def steps_recorded(run: Path) -> int:
+    path = run / "metrics-rank0.jsonl"
+    return len(path.read_text().splitlines()) if path.exists() else 0
+
+
+def kill_one_worker_mid_run(run: Path, rank: int, at_step: int) -> tuple[subprocess.CompletedProcess, int]:
+    """Launch, SIGKILL worker `rank` once rank 0 has recorded `at_step` steps, wait for the end (guarded)."""
+    cmd = [sys.executable, "-m", "scaletrain", "train", *BASE, "--max-restarts", "2", "--out", str(run)]
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)
+    deadline = time.monotonic() + GUARD_S
+    killed = None
+    try:
+        while killed is None and proc.poll() is None and time.monotonic() < deadline:
+            if steps_recorded(run) >= at_step:
+                pid = workers_of(proc.pid).get(rank)
+                if pid is not None:
+                    os.kill(pid, signal.SIGKILL)
+                    killed = pid
+            time.sleep(0.005)
+        out, err = proc.communicate(timeout=max(1.0, deadline - time.monotonic()))
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)  # the launcher and the workers it started: ours
+        out, err = proc.communicate()
+        pytest.fail(f"no end within {GUARD_S} s after killing rank {rank} at step {at_step}:\n{err[-3000:]}")
+    assert killed is not None, f"the run ended before step {at_step}:\n{err[-2000:]}"
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err), killed
+
+
+def test_kill_9_of_a_worker_is_recovered_ten_times_out_of_ten(tmp_path):
+    whole = tmp_path / "whole"
+    assert_ok(scaletrain("train", *BASE, "--out", str(whole)))
+    want = summary(whole)["param_digests"]
+    outcomes = []
+    for i in range(10):
+        rank, at_step = i % 2, 5 + 9 * i  # both ranks; steps in both epochs (44 each), between checkpoints
+        run = tmp_path / f"kill{i}"
+        proc, _ = kill_one_worker_mid_run(run, rank, at_step)
+        assert_ok(proc)
+        s = summary(run)
+        assert s["status"] == "completed" and s["steps"] == 88
+        assert s["param_digests"] == want, f"repetition {i}: the weights differ from the uninterrupted run's"
+        [r] = s["restarts"]
+        assert r["rank"] == rank and "SIGKILL" in r["cause"]
+        assert r["resumed_from_step"] % 8 == 0 and r["resumed_from_step"] <= r["reached_step"]
+        assert 0 <= r["steps_replayed"] <= 8 + 1
+        steps = [json.loads(line)["step"] for line in (run / "metrics-rank1.jsonl").read_text().splitlines()]
+        assert steps == list(range(88))
+        outcomes.append(r["recovery_s"])
+    print(f"recovered 10 of 10; seconds from the kill to the first step trained again: "
+          f"{', '.join(f'{t:.1f}' for t in outcomes)}")
