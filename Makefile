@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: setup demo test test-slow bench bench-pipeline bench-testbed validate-predict report-check clean
+.PHONY: setup demo test test-slow bench bench-pipeline bench-recovery bench-testbed validate-predict report-check clean
 
 setup: $(STAMP)
 
@@ -40,6 +40,10 @@ bench: $(STAMP)
 # The automatic pipeline split against uniform and the exhaustive best, K=2 (docs/bench-pipeline.md; ~2 min).
 bench-pipeline: $(STAMP)
 	$(PY) benchmarks/pipeline_split.py
+
+# What recovery costs: --checkpoint-every against none, and kill -9 to training resumed (docs/bench-recovery.md; ~6 min).
+bench-recovery: $(STAMP)
+	$(PY) benchmarks/recovery.py
 
 bench-testbed: $(STAMP)  # root only: builds network namespaces (docs/testbed.md)
 	$(PY) benchmarks/testbed_bytes.py

@@ -108,6 +108,7 @@ class Trainer:
         # ranks agree on a preemption request (RUN/preempt) with one tiny all-reduce, every step on CPU;
         # on CUDA every 20 steps (the reduction's result waits for the GPU)
         self.preempt_every = 1 if device.type == "cpu" else 20
+        self.checkpoint_s: list[float] = []  # this invocation's checkpoints: seconds each held the ranks
         self.bad_paths: set[str] = set()
         if cfg.resume:
             self._restore()
@@ -256,6 +257,7 @@ class Trainer:
         if result is not None:
             h.top1, h.top5 = result.top1, result.top5
             h.best_top1 = max(h.best_top1 or 0.0, result.top1)
+        t0 = time.perf_counter()
         rngs = gather_objects(checkpoint.rng_state())  # every rank's RNG, so a resume replays all of them
         strategy_state = self.strategy.state_dict(chief=self.rank.is_main)  # collective
         skipped = gather_objects(h.bad_images_skipped)
@@ -270,10 +272,12 @@ class Trainer:
             for sink in self.sinks:
                 sink.epoch_end(record)
         barrier()  # nobody races ahead while rank 0 writes the checkpoint
+        self.checkpoint_s.append(time.perf_counter() - t0)
 
     def _checkpoint_within(self, epoch: int, done: int, elapsed_s: float) -> None:
         """A checkpoint after step `done` of `epoch` (collective): what a resume needs to go on from the
         next step as if never stopped: every rank's RNG, and the epoch's loss and time so far."""
+        t0 = time.perf_counter()
         rngs = gather_objects(checkpoint.rng_state())
         self.strategy.before_eval()  # the saved model is up to date (a pipeline's stages gathered, ...)
         strategy_state = self.strategy.state_dict(chief=self.rank.is_main)
@@ -281,6 +285,7 @@ class Trainer:
             self._save_checkpoint(epoch, rngs, strategy_state,
                                   within={"step_in_epoch": done, "loss_sum": self.loss_sum, "time_s": elapsed_s})
         barrier()
+        self.checkpoint_s.append(time.perf_counter() - t0)
 
     def _save_checkpoint(self, epochs_done: int, rngs: list, strategy_state: dict[str, Any],
                          within: dict[str, Any] | None = None) -> None:

@@ -45,6 +45,8 @@ def run_summary(trainer, status: str, wall_time: float, digests: list[str], wher
         "val_samples": len(trainer.data.val), "bad_images_skipped": h.bad_images_skipped,
         "bad_images": sorted(trainer.bad_paths)[:20],
         "restarts": restarts(read_jsonl(path_of(trainer.run_dir), notes=[])),
+        "checkpoints": {"written": len(trainer.checkpoint_s), "total_s": round(sum(trainer.checkpoint_s), 4),
+                        "max_s": round(max(trainer.checkpoint_s, default=0.0), 4)},
         "param_digests": digests, "replicas_identical": len(set(digests)) == 1,
         **{k: v for k, v in where.items() if k != "device"},
         "wall_time_s": wall_time, "scaletrain_version": scaletrain.__version__,
