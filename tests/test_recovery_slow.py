@@ -92,3 +92,49 @@ def test_kill_9_of_a_worker_is_recovered_ten_times_out_of_ten(tmp_path):
         outcomes.append(r["recovery_s"])
     print(f"recovered 10 of 10; seconds from the kill to the first step trained again: "
           f"{', '.join(f'{t:.1f}' for t in outcomes)}")
+
+
+@pytest.mark.parametrize("strategy", ["ps-sync", "ps-async"])
+def test_a_dead_parameter_server_ends_the_job_with_one_line_naming_it(tmp_path, strategy):
+    """Even ps-async, which goes on without a dead worker, cannot go on without a server's shard."""
+    run = tmp_path / "run"
+    cmd = [sys.executable, "-m", "scaletrain", "train", "--model", "lenet5", "--dataset", "digits", "--epochs", "3",
+           "--batch-size", "16", "--nproc", "3", "--strategy", strategy, "--no-progress", "--out", str(run)]
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)
+    deadline = time.monotonic() + GUARD_S
+    killed_at = None
+    try:
+        while killed_at is None and proc.poll() is None and time.monotonic() < deadline:
+            if steps_recorded(run) >= 20:
+                server = _beating_pid("alive-rank2", proc.pid)
+                if server is not None:
+                    os.kill(server, signal.SIGKILL)
+                    killed_at = time.monotonic()
+            time.sleep(0.005)
+        _, err = proc.communicate(timeout=max(1.0, deadline - time.monotonic()))
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        pytest.fail("the job hung after its parameter server died")
+    assert killed_at is not None
+    assert proc.returncode == 1
+    errors = [line for line in err.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "parameter server 0 (rank 2)" in errors[0], err
+    assert "Traceback" not in err
+    assert summary(run)["status"] == "failed"
+
+
+def _beating_pid(name: str, launcher: int) -> int | None:
+    """The PID in heartbeat file `name` of a launch that `launcher` started (directly or through its agents)."""
+    import tempfile
+
+    for beat in Path(tempfile.gettempdir()).glob(f"scaletrain-err-*/{name}"):
+        try:
+            pid = int(beat.read_text())
+            parent = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+            grandparent = int(Path(f"/proc/{parent}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        if launcher in (parent, grandparent):
+            return pid
+    return None

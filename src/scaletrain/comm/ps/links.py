@@ -52,13 +52,44 @@ class Links:
     peers: dict[int, dist.ProcessGroup] = field(default_factory=dict)  # server index or worker rank -> link
 
     def send(self, peer: int, tensor: torch.Tensor) -> dist.Work:
-        return self.peers[peer].send([tensor], self._other(), 0)
+        return self._named(peer, self.peers[peer].send([tensor], self._other(), 0))
 
     def recv(self, peer: int, tensor: torch.Tensor) -> dist.Work:
-        return self.peers[peer].recv([tensor], self._other(), 0)
+        return self._named(peer, self.peers[peer].recv([tensor], self._other(), 0))
+
+    def _named(self, peer: int, work: dist.Work):
+        """A worker's message to or from a server fails naming the server (a server's own failures to reach
+        a worker are its business: ps-async goes on without that worker)."""
+        if self.is_server:
+            return work
+        return ServerWork(work, f"parameter server {peer} (rank {self.layout.workers + peer})")
 
     def _other(self) -> int:
         return WORKER if self.is_server else SERVER
+
+
+class ServerLost(RuntimeError):
+    """A worker's link to a parameter server broke: the server died, or its host is unreachable."""
+
+
+@dataclass
+class ServerWork:
+    """A message on a worker's link to a server; a broken link is one line naming the server."""
+
+    work: dist.Work
+    server: str
+
+    def wait(self) -> bool:
+        try:
+            return self.work.wait()
+        except RuntimeError as e:
+            cause = str(e).splitlines()[0] if str(e) else type(e).__name__
+            if "] " in cause and ".cc:" in cause.split("] ", 1)[0]:
+                cause = cause.split("] ", 1)[1]
+            cause = cause.split(". This is typically")[0]
+            raise ServerLost(f"lost {self.server}: {cause}; the server died or its host is unreachable, and the "
+                             "workers cannot go on without its shard (its output: agents/ in the run directory "
+                             "on one machine)") from None
 
 
 def join(rank: RankInfo, servers: int, worker_group: bool, backend: str, device: torch.device,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import signal
 import sys
 import tempfile
@@ -30,7 +31,7 @@ def launch_local(cfg: TrainConfig, run: RunDir, port: int) -> int:
     quiet_agent_logs()
     launch_cfg = launch_config(cfg.nproc, cfg.nnodes, cfg.node_rank, cfg.master_addr, port, cfg.local_addr,
                                cfg.timeout, cfg.max_restarts)
-    if cfg.nnodes > 1:
+    if cfg.nnodes > 1 and not os.environ.get("SCALETRAIN_ISOLATED_AGENT"):  # (one machine's agents: no nodes)
         print(f"node {cfg.node_rank} of {cfg.nnodes}: waiting up to {cfg.timeout:g} s (--timeout) for the "
               f"other nodes at {cfg.master_addr}:{port}", file=sys.stderr, flush=True)
     with tempfile.TemporaryDirectory(prefix="scaletrain-err-") as err_dir:
