@@ -78,9 +78,9 @@ def watched(tmp_path_factory) -> Watched:
                     w.waiting.append(snap)
                     if not w.waiting_cli:  # (this also imports what the command needs, before the race below)
                         w.waiting_cli = watch_once(w.out)[1]
-                elif w.first_epoch is None and snap.progress.steps_total is None:
+                elif w.first_epoch is None and snap.progress.epoch == 1:
                     w.first_epoch = snap
-                elif w.running is None and not snap.ended and snap.progress.steps_total is not None:
+                elif w.running is None and not snap.ended and snap.progress.epoch >= 2:
                     w.running = snap
                     html = w.out.parent / "watch.html"
                     w.running_cli = watch_once(w.out, "--html", html)[1]
@@ -113,11 +113,23 @@ def test_a_run_in_progress_is_shown_running(watched):
     assert re.search(rf"epoch \d/{EPOCHS}  step \d+/{p.steps_total}  \d+\.\d%  ETA \d+ s", watched.running_cli)
 
 
-def test_in_the_first_epoch_the_total_is_not_known_yet(watched):
+def test_in_the_first_epoch_the_total_is_known_from_the_records(watched):
     snap = watched.first_epoch
     assert snap is not None and snap.status == "running"
-    assert snap.progress.steps_done > 0 and snap.progress.fraction is None and snap.progress.eta_s is None
-    assert f"step {snap.progress.steps_done} (of ? until the first epoch ends)" in text(snap)
+    p = snap.progress
+    assert p.steps_done > 0 and p.steps_per_epoch and p.steps_total == EPOCHS * p.steps_per_epoch
+    assert 0 < p.fraction <= 1 / EPOCHS
+
+
+def test_records_without_steps_per_epoch_leave_the_total_unknown_in_the_first_epoch():
+    from scaletrain.watch.state import Step, steps_per_epoch
+
+    old = [Step(step=i, epoch=0, step_in_epoch=i, samples=16, step_time_s=0.01, samples_per_s=None, t_start_s=None)
+           for i in range(5)]
+    assert steps_per_epoch(old, None) is None
+    later = old + [Step(step=5 + i, epoch=1, step_in_epoch=i, samples=16, step_time_s=0.01, samples_per_s=None,
+                        t_start_s=None) for i in range(2)]
+    assert steps_per_epoch(later, None) == 5
 
 
 def test_before_the_first_step_it_says_waiting(watched):

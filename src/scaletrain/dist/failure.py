@@ -145,6 +145,10 @@ def explain(outcome: Outcome, name: Callable[[int], str]) -> tuple[str, bool]:
     if outcome.records:
         first = outcome.records[0]
         line = f"{name(first['rank'])} failed: {first['line']}"
+        if _peer_timeout(first["line"]) and not first.get("user_error"):
+            line = (f"{name(first['rank'])} heard nothing from a peer for --timeout {outcome.timeout_s:g} s "
+                    f"({first['line']}): a host or its network link went down, or a peer is stuck; "
+                    "`scaletrain doctor` checks every host and link")
         if first.get("traceback"):
             line += f" [traceback: {first['traceback']}]"
         return line, bool(first.get("user_error"))
@@ -152,6 +156,12 @@ def explain(outcome: Outcome, name: Callable[[int], str]) -> tuple[str, bool]:
         r = min(outcome.exitcodes)
         return f"{name(r)} exited with code {outcome.exitcodes[r]} without a message", False
     return "a worker failed without a message", False
+
+
+def _peer_timeout(line: str) -> bool:
+    """gloo's and c10d's words for a peer that sent nothing within the process group's timeout."""
+    low = line.lower()
+    return "timed out" in low or "timeout" in low and ("recv" in low or "wait" in low)
 
 
 def set_aside(err_dir: str | Path, attempt: int) -> None:

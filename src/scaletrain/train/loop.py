@@ -197,8 +197,8 @@ class Trainer:
             if self.stop_step is not None and epoch * self.steps_per_epoch + i + 1 == self.stop_step:
                 os.kill(os.getpid(), signal.SIGSTOP)  # --inject stop-rank: this worker hangs, its peers wait
             # records come back resolved: at once on CPU, one step late on CUDA (no GPU sync per step)
-            for record in prof.step_end(loss=loss.detach(), samples=len(y), epoch=epoch, step_in_epoch=i, lr=lr,
-                                        **extra):
+            for record in prof.step_end(loss=loss.detach(), samples=len(y), epoch=epoch, step_in_epoch=i,
+                                        epoch_steps=self.steps_per_epoch, lr=lr, **extra):
                 self._after_step(record)
             self.step_count += 1
             if i + 1 < self.steps_per_epoch and self._within_epoch(epoch, i + 1, t_start):

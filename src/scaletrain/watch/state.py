@@ -32,6 +32,7 @@ class Step:
     step_time_s: float
     samples_per_s: float | None  # global, as recorded with the profiler on
     t_start_s: float | None  # unix seconds, as recorded with the profiler on
+    epoch_steps: int | None = None  # the run's steps per epoch, as the trainer records it with every step
 
 
 @dataclass
@@ -111,11 +112,13 @@ def analyze(obs: Observed) -> dict[str, Any] | None:
 
 
 def steps_per_epoch(steps: list[Step], summary: dict[str, Any] | None) -> int | None:
-    """From the last complete epoch the primary recorded (the last one too once the run has completed),
+    """As the trainer records it with each step; for older runs, from the last complete epoch the primary recorded (the last one too once the run has completed),
     else from where a later epoch starts, else from summary.json."""
     if not steps:
         return None
     last = steps[-1]
+    if last.epoch_steps:
+        return int(last.epoch_steps)
     complete = last.epoch if (summary or {}).get("status") == "completed" else last.epoch - 1
     if complete >= 0:
         seen = []  # step_in_epoch of the complete epoch's steps, read from the end
