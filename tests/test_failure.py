@@ -38,6 +38,16 @@ def test_a_rank_that_stopped_responding_is_named_with_the_timeout():
     assert "killed" not in line  # the watchdog's own SIGKILL is not the cause
 
 
+def test_a_peer_silent_on_another_host_is_told_as_a_host_or_link_down():
+    """No rank of this node hung (a remote host's link went down): the waiting rank's timeout says so."""
+    records = [{"rank": 0, "line": "RuntimeError: Timed out waiting 20000ms for recv operation to complete",
+                "time": 1.0, "user_error": False}]
+    line, bad_input = failure.explain(outcome(records, {0: 1}), name)
+    assert line.startswith("worker rank 0 heard nothing from a peer for --timeout 20 s (RuntimeError: Timed out")
+    assert "a host or its network link went down" in line and "scaletrain doctor" in line
+    assert not bad_input
+
+
 def test_the_first_rank_to_fail_is_reported_with_where_its_traceback_is():
     records = [{"rank": 1, "line": "ValueError: boom (at nets.py:3 in forward)", "time": 1.0,
                 "traceback": "/r/errors/rank1.txt", "user_error": False},
