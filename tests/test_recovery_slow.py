@@ -138,3 +138,23 @@ def _beating_pid(name: str, launcher: int) -> int | None:
         if launcher in (parent, grandparent):
             return pid
     return None
+
+
+@pytest.mark.parametrize("flags", [
+    ("--strategy", "pipeline", "--stages", "2", "--microbatches", "4", "--batch-size", "32"),
+    ("--strategy", "fsdp", "--batch-size", "16"),
+    ("--strategy", "ring", "--batch-size", "16"),
+], ids=["pipeline", "fsdp", "ring"])
+def test_every_lockstep_strategy_launched_by_the_command_recovers_bitwise(tmp_path, flags):
+    """The command and the elastic agent end to end for the other strategies: an uninterrupted run, and one
+    whose rank 1 dies after step 15 and is restarted from the step-12 checkpoint, end with equal weights."""
+    common = ("--model", "lenet5", "--dataset", "digits", "--epochs", "2", "--nproc", "2", "--no-progress", *flags)
+    assert_ok(scaletrain("train", *common, "--out", str(tmp_path / "whole"), timeout=GUARD_S))
+    proc = scaletrain("train", *common, "--checkpoint-every", "6", "--max-restarts", "1", "--inject", "kill-rank=1:15",
+                      "--out", str(tmp_path / "killed"), timeout=GUARD_S)
+    assert_ok(proc)
+    whole, killed = summary(tmp_path / "whole"), summary(tmp_path / "killed")
+    assert whole["status"] == killed["status"] == "completed"
+    assert killed["param_digests"] == whole["param_digests"] and killed["top1"] == whole["top1"]
+    [r] = killed["restarts"]
+    assert (r["rank"], r["resumed_from_step"], r["reached_step"]) == (1, 12, 15)
