@@ -12,7 +12,7 @@ from scaletrain.dist.env import child_env
 from scaletrain.testbed.cores import CoreShare
 from scaletrain.testbed.plan import IFACE, Testbed
 
-MULTI_NODE = ("train", "commbench")  # scaletrain commands that take --nnodes/--node-rank
+MULTI_NODE = ("train", "commbench", "doctor")  # scaletrain commands that take --nnodes/--node-rank
 
 
 def host_command(tb: Testbed, i: int, command: list[str], port: int) -> list[str]:

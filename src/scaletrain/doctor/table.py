@@ -1,0 +1,61 @@
+"""What `scaletrain doctor` shows and writes: node 0's table, the other nodes' one-line verdict, the JSON
+document of `--json` (its format: docs/doctor.md)."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from dataclasses import asdict
+from pathlib import Path
+
+from rich.table import Table
+
+from scaletrain.doctor.checks import exit_code, worst
+from scaletrain.doctor.gathered import Check, Expect, Gathered
+
+FORMAT = 1
+STYLE = {"pass": "green", "warn": "yellow", "fail": "bold red"}
+
+
+def table(g: Gathered, checks: list[Check], seconds: float) -> Table:
+    t = Table(title=f"scaletrain doctor: {g.nnodes} node{'s' if g.nnodes != 1 else ''}, rendezvous "
+                    f"{g.master_addr}:{g.master_port}, {seconds:.1f} s", title_justify="left")
+    for col in ("check", "host(s)", "result", "measured", "fix"):
+        t.add_column(col, overflow="fold")
+    for c in checks:
+        t.add_row(c.check, c.hosts, f"[{STYLE[c.status]}]{c.status}[/]", c.value, c.fix or "")
+    return t
+
+
+def summary_line(checks: list[Check]) -> str:
+    """`pass: 10 checks` / `fail: versions, link (2 of 10 checks failed)`: the verdict in one line."""
+    names = list(dict.fromkeys(c.check for c in checks))
+    failed = list(dict.fromkeys(c.check for c in checks if c.status == "fail"))
+    warned = list(dict.fromkeys(c.check for c in checks if c.status == "warn" and c.check not in failed))
+    status = worst(checks)
+    if status == "fail":
+        line = f"fail: {', '.join(failed)} ({len(failed)} of {len(names)} checks failed)"
+    else:
+        line = f"pass: {len(names)} checks" + (f" ({len(warned)} with a warning: {', '.join(warned)})" if warned else "")
+    return line + f"; exit {exit_code(checks)}"
+
+
+def verdict(checks: list[Check]) -> dict:
+    """What node 0 tells the other nodes at the end."""
+    return {"code": exit_code(checks), "line": summary_line(checks)}
+
+
+def node_line(label: str, v: dict) -> str:
+    """The other nodes' one line."""
+    return f"doctor: {label}: {v['line']} (node 0 prints the table)"
+
+
+def document(g: Gathered, checks: list[Check], expect: Expect, seconds: float) -> dict:
+    counts = Counter(c.status for c in checks)
+    return {"format": FORMAT, "status": worst(checks), "exit_code": exit_code(checks), "seconds": round(seconds, 3),
+            "counts": {s: counts.get(s, 0) for s in ("pass", "warn", "fail")},
+            "expect": asdict(expect), "checks": [asdict(c) for c in checks], "gathered": g.to_dict()}
+
+
+def write_json(path: str, doc: dict) -> None:
+    Path(path).write_text(json.dumps(doc, indent=2) + "\n")
