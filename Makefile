@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: setup demo test test-slow bench bench-pipeline bench-recovery bench-testbed validate-predict report-check clean
+.PHONY: setup demo test test-slow test-slurm bench bench-pipeline bench-recovery bench-testbed validate-predict report-check clean
 
 setup: $(STAMP)
 
@@ -30,8 +30,16 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(PY) -m pytest -q -m "not slow" $(PYTEST_ARGS)
 
+# the slow suite includes the real-SLURM tests: SLURM and munge are installed first where missing (as root)
 test-slow: $(STAMP)
+	sh tools/slurm/install.sh
 	$(PY) -m pytest -q -m slow $(PYTEST_ARGS)
+
+# `scaletrain slurm` against a real SLURM (root): installs slurmctld, slurmd, slurm-client and munge where
+# missing, then the tests start them on this machine and stop them after (docs/slurm.md; about 3 min).
+test-slurm: $(STAMP)
+	sh tools/slurm/install.sh
+	$(PY) -m pytest -q -m slurm $(PYTEST_ARGS)
 
 bench: $(STAMP)
 	$(PY) benchmarks/overhead.py

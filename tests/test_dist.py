@@ -89,6 +89,12 @@ def test_launched_externally(env, expected):
     assert launched_externally(env) is expected
 
 
+def test_one_launch_agent_per_node_under_srun_launches_instead_of_joining():
+    slurm = {"SLURM_PROCID": "1", "SLURM_NTASKS": "2"}  # srun --ntasks-per-node=1 on 2 nodes, --nnodes 2
+    assert launched_externally(slurm, node_flags=True) is False
+    assert launched_externally({"RANK": "1", "WORLD_SIZE": "2"}, node_flags=True) is True  # torchrun's worker
+
+
 def test_launched_externally_reads_os_environ(monkeypatch):
     for var in ALL_VARS:
         monkeypatch.delenv(var, raising=False)

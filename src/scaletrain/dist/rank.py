@@ -49,12 +49,14 @@ def restart_count(env: dict[str, str] | None = None) -> int:
     return int(env.get("TORCHELASTIC_RESTART_COUNT", "0") or 0)
 
 
-def launched_externally(env: dict[str, str] | None = None) -> bool:
-    """True when torchrun or srun already started this process as one worker of a job."""
+def launched_externally(env: dict[str, str] | None = None, node_flags: bool = False) -> bool:
+    """True when torchrun or srun already started this process as one worker of a job. Under srun with
+    `node_flags` (--nnodes given: one launch agent per node, as `scaletrain slurm` starts them), this process
+    is a node's launcher, not a worker."""
     env = os.environ if env is None else env
     if "RANK" in env and "WORLD_SIZE" in env:
         return True
-    return "SLURM_PROCID" in env and "SLURM_NTASKS" in env and int(env["SLURM_NTASKS"]) > 1
+    return not node_flags and "SLURM_PROCID" in env and "SLURM_NTASKS" in env and int(env["SLURM_NTASKS"]) > 1
 
 
 def slurm_rendezvous(env: dict[str, str]) -> dict[str, str]:

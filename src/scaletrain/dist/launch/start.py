@@ -18,7 +18,7 @@ from scaletrain.train import restarts
 
 def train(cfg: TrainConfig) -> int:
     """Run a training job; returns the process exit code."""
-    if launched_externally():
+    if launched_externally(node_flags=cfg.nnodes > 1):
         return join_external_launch(cfg)
     if os.environ.get(AGENT_OF_ISOLATED):
         return launch_local(cfg, RunDir(Path(cfg.out)), cfg.master_port)

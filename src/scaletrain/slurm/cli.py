@@ -1,0 +1,73 @@
+"""`scaletrain slurm train|study|gather`: the flags of train and study plus SLURM's; write and submit the jobs."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from scaletrain.slurm.options import SLURM_FLAGS, add_options, options_from_args
+
+EXAMPLE = ("examples:\n"
+           "  scaletrain slurm train --nodes 2 --gpus-per-node 4 --partition gpu --time 2:00:00 \\\n"
+           "      --model resnet50 --dataset imagefolder:/data/imagenet --epochs 90 --out runs/r50\n"
+           "  scaletrain slurm study --nodes 1 --time 30 --nproc 1,2 --model lenet5 --dataset digits "
+           "--epochs 2 --out runs/study\n"
+           "  scaletrain slurm train --dry-run --model lenet5 --dataset digits --out runs/x   (print the script)")
+
+
+def add_slurm_args(p: argparse.ArgumentParser) -> None:
+    from scaletrain.config.flags import add_train_args
+    from scaletrain.study.cli import add_study_args
+
+    p.description = ("Write a batch script for a train or study command (the same flags, plus SLURM's) and "
+                     "submit it with sbatch. One launch agent per node; the job checkpoints on SLURM's warning "
+                     "before its time limit and requeues itself, and every start resumes from the checkpoint.")
+    p.epilog = EXAMPLE
+    p.formatter_class = argparse.RawDescriptionHelpFormatter
+    sub = p.add_subparsers(dest="slurm_command", required=True, metavar="{train,study,gather}")
+    train = sub.add_parser("train", help="one training run as one job (train's flags plus SLURM's)",
+                           description="scaletrain train as a SLURM job: RUN/slurm/job.sbatch, its output "
+                                       "RUN/slurm/job-<id>.out")
+    add_options(train)
+    add_train_args(train)
+    study = sub.add_parser("study", help="a study as one job per point and repeat (study's flags plus SLURM's)",
+                           description="scaletrain study as SLURM jobs: one per point and repeat, run directories "
+                                       "and logs where the study puts them; study.json rewritten as each ends")
+    add_options(study, dry_run=False)  # study's own --dry-run: print what would be submitted
+    add_study_args(study)
+    gather = sub.add_parser("gather", help="rewrite a SLURM study's study.json from its run directories "
+                                           "(each job does this when it ends)")
+    gather.add_argument("study", help="the study directory (--out of scaletrain slurm study)")
+    p.commands = sub.choices
+
+
+def run_slurm(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from scaletrain.slurm import view
+
+    console = Console(highlight=False, soft_wrap=True)  # paths and commands whole, to copy
+    if args.slurm_command == "gather":
+        from scaletrain.slurm.study_jobs import gather
+
+        counts = gather(args.study)
+        console.print(f"study.json of {args.study}: " + ", ".join(f"{n} {s}" for s, n in counts.items()))
+        return 0
+    opts = options_from_args(args)
+    if args.slurm_command == "train":
+        from scaletrain.config import field_names
+        from scaletrain.slurm.train_job import submit_train
+
+        known = set(field_names())
+        given = {k: v for k, v in vars(args).items() if k in known and k not in SLURM_FLAGS}
+        sub = submit_train(given, args.config, opts, Path.cwd(), args.dry_run)
+        view.print_train(console, sub, opts)
+        return 0
+    from scaletrain.slurm.study_jobs import submit_study
+
+    sub = submit_study(args, opts, Path.cwd())
+    view.print_study(console, sub, opts, args.dry_run)
+    return 0
+
+
+__all__ = ["add_slurm_args", "run_slurm"]

@@ -1,0 +1,37 @@
+"""The `scaletrain train` command a job runs on every node, spelt out from train settings."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Mapping
+from typing import Any
+
+NODE_SET = ("nnodes", "node_rank", "master_addr", "master_port", "local_addr")
+"""Set by the batch script from the allocation on every node; refused as train flags of `scaletrain slurm`."""
+JOB_SET = ("out", "resume")
+"""Set by the batch script: the run directory, and --resume on a start that finds a checkpoint."""
+
+
+def train_flags(settings: Mapping[str, Any]) -> list[str]:
+    """`--key value` for each setting (`--flag`/`--no-flag` for a switch), in the order given; None is left out."""
+    flags: list[str] = []
+    for key, value in settings.items():
+        if key in NODE_SET or key in JOB_SET or value is None:
+            continue
+        flag = "--" + key.replace("_", "-")
+        if isinstance(value, bool):
+            flags.append(flag if value else "--no-" + key.replace("_", "-"))
+        else:
+            flags += [flag, repr(value) if isinstance(value, float) else str(value)]
+    return flags
+
+
+def train_argv(settings: Mapping[str, Any], config: str | None = None) -> list[str]:
+    """This Python (the same environment on a shared file system) running `scaletrain train` with the settings
+    (after `--config FILE`, which they override); without a progress bar unless asked for one (a job's output
+    is a file)."""
+    flags = ["--config", config] if config else []
+    flags += train_flags(settings)
+    if "progress" not in settings:
+        flags.append("--no-progress")
+    return [sys.executable, "-m", "scaletrain", "train", *flags]

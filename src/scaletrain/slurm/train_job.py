@@ -1,0 +1,134 @@
+"""`scaletrain slurm train`: check the request, write RUN/slurm/job.sbatch and submit it."""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from scaletrain.config import INVOCATION_ONLY, TrainConfig, build_config, load_toml, save_toml
+from scaletrain.errors import UserError
+from scaletrain.rundir import RunDir, check_out_dir, default_out
+from scaletrain.slurm import jobs, submit
+from scaletrain.slurm.command import NODE_SET, train_argv
+from scaletrain.slurm.options import SlurmOptions
+from scaletrain.slurm.script import BatchJob, render
+
+
+SCRIPT_SETS_PORT = 20000
+
+
+@dataclass(frozen=True)
+class Submission:
+    """What was written and submitted (job None: a dry run, nothing written)."""
+
+    script_text: str
+    script: Path
+    output: str
+    run: Path
+    job: jobs.Job | None
+
+
+def refuse_node_flags(given: Mapping[str, Any], where: str = "") -> None:
+    """The flags of a node's place in the job come from the allocation, on every node."""
+    set_here = [k for k in NODE_SET if k in given]
+    if set_here:
+        flag = "--" + set_here[0].replace("_", "-")
+        raise UserError(f"{flag}{where} is set by the batch script from the allocation on every node: "
+                        "leave it out (use --nodes for the number of nodes)")
+
+
+def train_config(given: dict[str, Any], config_file: str | None, nodes: int) -> TrainConfig:
+    """The run's configuration as `scaletrain train` will resolve it on node 0 (defaults < the run's saved
+    config on --resume < --config file < flags), with --nnodes from --nodes."""
+    overrides = dict(given)
+    if isinstance(overrides.get("nproc"), str):  # --nproc KxR: R replicas of a K-stage pipeline
+        k, r = (int(v) for v in overrides["nproc"].split("x"))
+        overrides |= {"nproc": k * r, "stages": k}
+    file_values = load_toml(config_file) if config_file else {}
+    if overrides.get("resume"):
+        out = overrides.get("out") or file_values.get("out")
+        if not out:
+            raise UserError("--resume needs --out DIR: the run directory to continue")
+        saved = Path(out) / "config.toml"
+        base = {k: v for k, v in (load_toml(saved) if saved.is_file() else {}).items() if k not in INVOCATION_ONLY}
+        file_values = {**base, **file_values}
+    # the port is the script's to choose on each start; any one lets the launch's shape be checked here
+    cfg = build_config(file_values, {**overrides, "nnodes": nodes, "master_port": SCRIPT_SETS_PORT})
+    if cfg.out is None:
+        cfg.out = default_out(cfg.model, cfg.dataset)
+    return cfg
+
+
+def check_here(cfg: TrainConfig, opts: SlurmOptions, validate: Callable[[TrainConfig], None]) -> None:
+    """What can be checked on this (login) node: everything `train` checks when the job runs where this
+    machine would run it (the CPU); for a GPU job, only the launch's shape (the GPUs are on the nodes)."""
+    if opts.gpus_per_node is not None and cfg.nproc > opts.gpus_per_node:
+        raise UserError(f"--nproc {cfg.nproc} is more processes than --gpus-per-node {opts.gpus_per_node}: "
+                        "one process per GPU (leave --nproc out to take --gpus-per-node)")
+    if opts.gpus_per_node is None and cfg.device != "cuda":
+        validate(cfg)
+    else:
+        cfg.check_launch()
+
+
+def check_cluster(opts: SlurmOptions, dry_run: bool) -> None:
+    """sbatch here, the partition known; a dry run asks SLURM only when it can (sinfo on PATH)."""
+    if not dry_run:
+        submit.require("sbatch")
+    if not dry_run or shutil.which("sinfo"):
+        submit.check_partition(opts.partition)
+
+
+def submit_train(given: dict[str, Any], config_file: str | None, opts: SlurmOptions, workdir: Path,
+                 dry_run: bool) -> Submission:
+    """Check everything, then (unless a dry run) write RUN/slurm/job.sbatch, submit it and record the job."""
+    from scaletrain.dist.launch.preflight import validate
+
+    refuse_node_flags(given)
+    check_cluster(opts, dry_run)  # the cheap checks first: sbatch here, the partition known
+    if opts.gpus_per_node is not None and "nproc" not in given:  # one process per GPU
+        given = {**given, "nproc": opts.gpus_per_node}
+    cfg = train_config(given, config_file, opts.nodes)
+    check_here(cfg, opts, validate)
+    run = check_out_dir(cfg.out, cfg.resume)
+    root = run.root.resolve()
+    if not dry_run:
+        jobs.refuse_if_queued(root, "run")
+    settings = {k: v for k, v in given.items() if k != "resume"}  # the script adds --resume on every start
+    argv = train_argv(settings, config_file and str(Path(config_file).resolve()))  # that finds a checkpoint
+    script = jobs.slurm_dir(root) / "job.sbatch"
+    output = str(jobs.slurm_dir(root) / "job-%j.out")
+    text = render(BatchJob(options=opts, job_name=opts.job_name or f"scaletrain-{root.name}", run=root,
+                           train=argv, output=output, workdir=workdir.resolve(),
+                           title=f"scaletrain train into {root}"))
+    if dry_run:
+        return Submission(text, script, output, root, None)
+    # a fresh run directory holding only slurm/ would not look like a run to `train`: its config goes first
+    fresh = not cfg.resume and not run.config.exists()
+    made = [p for p in (root, script.parent) if not p.exists()]
+    script.parent.mkdir(parents=True, exist_ok=True)  # before sbatch: the job's output goes there
+    if fresh:
+        save_toml(replace(cfg, out=str(root)), run.config)
+    script.write_text(text)
+    try:
+        job_id = submit.sbatch(script)
+    except UserError:  # refused by SLURM (an account, a limit): leave nothing of this attempt behind
+        if fresh:
+            run.config.unlink(missing_ok=True)
+        if made:
+            script.unlink(missing_ok=True)
+            for folder in reversed(made):
+                with contextlib.suppress(OSError):
+                    folder.rmdir()
+        raise
+    job = jobs.Job(job_id=job_id, script=str(script), output=output.replace("%j", job_id), run=str(root),
+                   submitted_at=jobs.now())
+    jobs.record_jobs(root, [job])
+    return Submission(text, script, job.output, root, job)
+
+
+__all__ = ["Submission", "submit_train", "train_config", "check_here", "check_cluster", "refuse_node_flags"]

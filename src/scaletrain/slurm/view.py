@@ -1,0 +1,79 @@
+"""What `scaletrain slurm` prints: the job ids and how to follow them."""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from scaletrain.slurm.options import SlurmOptions
+from scaletrain.slurm.study_jobs import StudySubmission
+from scaletrain.slurm.train_job import Submission
+
+
+def _where(opts: SlurmOptions) -> str:
+    parts = [f"{opts.nodes} node{'s' * (opts.nodes != 1)}"]
+    parts += [f"{opts.gpus_per_node} GPUs/node"] * (opts.gpus_per_node is not None)
+    parts += [f"partition {opts.partition}"] * (opts.partition is not None)
+    parts += [f"time {opts.time}"] * (opts.time is not None)
+    return ", ".join(parts)
+
+
+def _path(path: str | Path) -> str:
+    """A path as short as it is unambiguous: relative to here when below it."""
+    p = Path(path)
+    try:
+        return str(p.relative_to(Path.cwd()))
+    except ValueError:
+        return str(p)
+
+
+def print_train(console: Console, sub: Submission, opts: SlurmOptions) -> None:
+    job = sub.job
+    if job is None:
+        console.print(sub.script_text, end="", markup=False, highlight=False, soft_wrap=True)
+        return
+    out = _path(job.output)
+    console.print(f"submitted job {job.job_id}: scaletrain train into {_path(sub.run)} ({_where(opts)})")
+    console.print(f"  script   {_path(sub.script)}")
+    console.print(f"  output   {out}")
+    console.print(f"  follow   squeue -j {job.job_id}")
+    for how in (f"sacct -j {job.job_id}", f"tail -f {shlex.quote(out)}", f"scaletrain watch {shlex.quote(_path(sub.run))}"):
+        console.print(f"           {how}")
+    console.print("a requeued start (preemption, the time limit's warning, scontrol requeue) resumes from the "
+                  "run's checkpoint", soft_wrap=True)
+
+
+def print_study(console: Console, sub: StudySubmission, opts: SlurmOptions, dry_run: bool) -> None:
+    total = len(sub.grid) * sub.repeats
+    root = _path(sub.study.root)
+    title = (f"study {root}: {len(sub.jobs)} of {total} runs to submit (dry run)" if dry_run else
+             f"study {root}: {len(sub.jobs)} jobs submitted ({_where(opts)})")
+    table = Table(title=title, title_justify="left")
+    for column in ("point", "repeat", "job" if not dry_run else "run now", "log"):
+        table.add_column(column)
+    for pj in sub.jobs:
+        state = {"unfinished": "resumes", "failed": "starts again"}.get(pj.state, "new")
+        table.add_row(pj.point.id, str(pj.repeat), pj.job.job_id if pj.job else state,
+                      _path(sub.study.log(pj.point.id, pj.repeat)))
+    console.print(table)
+    if sub.completed:
+        console.print(f"{sub.completed} of {total} runs already completed: not submitted again")
+    if dry_run:
+        if sub.jobs:
+            first = sub.jobs[0]
+            console.print(f"the script of {first.point.id} r{first.repeat} (the others differ in the point's "
+                          "settings, run directory and log):")
+            console.print(first.script_text, end="", markup=False, highlight=False, soft_wrap=True)
+        console.print("nothing written, nothing submitted")
+        return
+    if not sub.jobs:
+        console.print(f"nothing to submit: scaletrain report {shlex.quote(root)}")
+        return
+    ids = ",".join(pj.job.job_id for pj in sub.jobs if pj.job)
+    console.print(f"follow: squeue -j {ids}   |   sacct -j {ids}   |   scaletrain watch "
+                  f"{shlex.quote(root)}/points/<id>/r<k>")
+    console.print(f"each job rewrites {root}/study.json when it ends; once all are done: scaletrain report "
+                  f"{shlex.quote(root)}")
