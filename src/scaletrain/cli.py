@@ -42,6 +42,15 @@ def build_parser() -> argparse.ArgumentParser:
     from scaletrain.split.cli import add_split_args
     add_split_args(sub.add_parser("split", help="split a model into pipeline stages: the best split beside "
                                                 "uniform, parameter-count and time-balanced ones"))
+    from scaletrain.slurm.cli import add_slurm_args
+    add_slurm_args(sub.add_parser("slurm", help="write and submit an sbatch job of a train or study command "
+                                                "(requeued on preemption)"))
+    from scaletrain.doctor.cli import add_doctor_args
+    add_doctor_args(sub.add_parser("doctor", help="pre-flight checks of a multi-node launch: hosts, ports, "
+                                                  "versions, clocks, shared run directory, links"))
+    from scaletrain.watch.cli import add_watch_args
+    add_watch_args(sub.add_parser("watch", help="a live view of a running job from its run directory "
+                                                "(terminal, or a self-refreshing HTML page)"))
     models = sub.add_parser("models", help="list the models with parameters and forward FLOPs")
     models.add_argument("--image-size", type=int, default=32)
     models.add_argument("--in-channels", type=int, default=3)
@@ -127,6 +136,15 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "split":
             from scaletrain.split.cli import run_split
             return run_split(args)
+        if args.command == "slurm":
+            from scaletrain.slurm.cli import run_slurm
+            return run_slurm(args)
+        if args.command == "doctor":
+            from scaletrain.doctor.cli import run_doctor
+            return run_doctor(args)
+        if args.command == "watch":
+            from scaletrain.watch.cli import run_watch
+            return run_watch(args)
         if args.command == "models":
             from scaletrain.models import model_rows
             from scaletrain.console.summary import print_models
