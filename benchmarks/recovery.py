@@ -103,7 +103,7 @@ def recovery(args, work: Path, want: str) -> list[dict]:
         argv = train_argv(args, run_dir, "--checkpoint-every", "10", "--max-restarts", "2")
         proc = subprocess.Popen(argv, cwd=ROOT, env=child_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                                 text=True, start_new_session=True)
-        at = 7 + 11 * i
+        at = 5 + (8 * i) % 36  # within the 44 steps of the default run, in both epochs
         killed = False
         deadline = time.monotonic() + 600
         metrics = run_dir / "metrics-rank0.jsonl"

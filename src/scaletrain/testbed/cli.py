@@ -16,7 +16,7 @@ def add_testbed_args(p: argparse.ArgumentParser) -> None:
     _shape_args(up, required=True)
     sub.add_parser("status", help="hosts, addresses, link shaping, bytes sent")
     sub.add_parser("down", help="remove every testbed namespace (also a half-built testbed)")
-    run = sub.add_parser("run", help="run a command on every host (scaletrain train/commbench get their node "
+    run = sub.add_parser("run", help="run a command on every host (scaletrain train/commbench/doctor get their node "
                                      "flags); with --hosts, on a testbed made for it and removed afterwards")
     _shape_args(run, required=False)
     run.add_argument("--cores-per-host", type=int, default=None, metavar="N",
