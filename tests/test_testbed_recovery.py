@@ -1,5 +1,6 @@
-"""A host whose link goes down mid-run (its switch port brought down, as a pulled cable) is noticed within
---timeout with one clear line, never a hang (root only: testbed hosts as network namespaces)."""
+"""Failures across hosts (root only: testbed hosts as network namespaces): a worker killed on host 1 is
+restarted on both hosts and the run ends as if never killed; a host whose link goes down mid-run (its
+switch port brought down, as a pulled cable) is noticed within --timeout with one clear line, never a hang."""
 
 import os
 import shutil
@@ -11,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, assert_ok, scaletrain
+from conftest import ROOT, assert_ok, scaletrain, summary
 from scaletrain.dist.env import child_env
 
 pytestmark = [pytest.mark.slow,
@@ -66,3 +67,19 @@ def test_a_host_whose_link_goes_down_is_noticed_within_the_timeout(testbed, tmp_
     assert errors and any(f"heard nothing from a peer for --timeout {TIMEOUT_S} s" in line for line in errors), err
     assert "Traceback" not in err
     print(f"link down noticed after {noticed:.1f} s (--timeout {TIMEOUT_S})")
+
+
+def test_a_worker_killed_on_one_host_is_restarted_on_both_and_ends_bitwise(testbed, tmp_path):
+    common = ("--nproc", "1", "--model", "lenet5", "--dataset", "digits", "--epochs", "2", "--batch-size", "16",
+              "--timeout", "30", "--no-progress")
+    whole, killed = tmp_path / "whole", tmp_path / "killed"
+    assert_ok(scaletrain("testbed", "run", "--", sys.executable, "-m", "scaletrain", "train", *common,
+                         "--out", str(whole), env=testbed, timeout=240))
+    assert_ok(scaletrain("testbed", "run", "--", sys.executable, "-m", "scaletrain", "train", *common,
+                         "--checkpoint-every", "6", "--max-restarts", "1", "--inject", "kill-rank=1:15",
+                         "--out", str(killed), env=testbed, timeout=240))
+    s = summary(killed)
+    assert s["status"] == "completed" and s["param_digests"] == summary(whole)["param_digests"]
+    nodes = {r["node"]: r for r in s["restarts"]}  # each node's agent restarted its worker once
+    assert set(nodes) == {0, 1} and "rank 1 was killed by SIGKILL" in nodes[1]["cause"]
+    assert all(r["resumed_from_step"] == 12 for r in s["restarts"])
