@@ -311,11 +311,7 @@ class Trainer:
         # (a resume with --epochs 3 re-plans the schedule for 3 epochs, from the current step)
         self.start_epoch, self.global_step = ckpt["epoch"], ckpt["global_step"]
         within = ckpt.get("within_epoch")
-        if within:
-            if ckpt["world_size"] != self.rank.world_size:
-                raise UserError(f"checkpoint {self.run_dir.checkpoint} was written part way through epoch "
-                                f"{self.start_epoch + 1} by {ckpt['world_size']} processes; its place in the epoch "
-                                f"is theirs: resume with {ckpt['world_size']} processes (--nproc/--nnodes)")
+        if within:  # (written by as many processes as this run has: the launcher checked)
             self.resume_step = within["step_in_epoch"]
             self.partial = {"loss_sum": within["loss_sum"], "time_s": within["time_s"]}
         # the schedule's position counts epochs done, in this invocation's steps per epoch (the same as

@@ -84,6 +84,10 @@ def _note_world_change(ckpt: dict, cfg: TrainConfig) -> None:
     strategy_class(cfg.strategy).check_resume(cfg, now)  # e.g. a parameter server's layout
     if before is None or before == now:
         return
+    if ckpt.get("within_epoch"):
+        raise UserError(f"the checkpoint in {cfg.out} was written part way through epoch {ckpt['epoch'] + 1} by "
+                        f"{before} processes, and its place in the epoch is theirs: resume with {before} processes "
+                        f"(--nproc {before // cfg.nnodes if before % cfg.nnodes == 0 else before})")
     batch = ckpt["config"].get("batch_size")
     print(f"note: the run was trained with {before} processes (global batch {before * batch}), this resume "
           f"uses {now} (global batch {now * cfg.batch_size}): the LR schedule is re-planned for the new "
