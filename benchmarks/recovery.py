@@ -97,7 +97,6 @@ def workers_of(launcher: int) -> dict[int, int]:
 
 def recovery(args, work: Path, want: str) -> list[dict]:
     out = []
-    steps = None
     for i in range(args.kills):
         run_dir = work / f"kill{i}"
         argv = train_argv(args, run_dir, "--checkpoint-every", "10", "--max-restarts", "2")
@@ -122,7 +121,6 @@ def recovery(args, work: Path, want: str) -> list[dict]:
         if proc.returncode != 0 or not killed:
             raise RuntimeError(f"kill {i}: exit {proc.returncode}, killed={killed}: {err.strip()[-500:]}")
         s = json.loads((run_dir / "summary.json").read_text())
-        steps = s["steps"]
         [r] = s["restarts"]
         out.append(r | {"weights_equal": s["param_digests"][0] == want, "step_time_s": s.get("step_time_mean_s")})
     return out

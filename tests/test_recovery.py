@@ -12,7 +12,6 @@ import time
 from pathlib import Path
 
 import pytest
-import torch
 
 import multirank
 from conftest import assert_ok, scaletrain, summary
