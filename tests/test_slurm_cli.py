@@ -130,7 +130,7 @@ def test_dry_run_prints_the_script_and_writes_nothing(fake_slurm, capsys, tmp_pa
                  "#SBATCH --partition=gpu", "#SBATCH --account=proj", "#SBATCH --qos=high", "#SBATCH --time=1:00:00",
                  "#SBATCH --exclusive", "#SBATCH --signal=B:USR1@90", "#SBATCH --requeue",
                  f"#SBATCH --output={run}/slurm/job-%j.out", "#SBATCH --open-mode=append",
-                 f"#SBATCH --chdir={Path.cwd()}", f"#SBATCH --job-name=scaletrain-run"]:
+                 f"#SBATCH --chdir={Path.cwd()}", "#SBATCH --job-name=scaletrain-run"]:
         assert line in script.splitlines(), line
     # one launch agent per node, the rendezvous on the allocation's first node, the same train flags
     assert "srun --ntasks-per-node=1 --kill-on-bad-exit=1 --cpus-per-task=4" in script

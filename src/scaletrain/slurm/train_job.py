@@ -11,7 +11,7 @@ from typing import Any
 
 from scaletrain.config import INVOCATION_ONLY, TrainConfig, build_config, load_toml, save_toml
 from scaletrain.errors import UserError
-from scaletrain.rundir import RunDir, check_out_dir, default_out
+from scaletrain.rundir import check_out_dir, default_out
 from scaletrain.slurm import jobs, submit
 from scaletrain.slurm.command import NODE_SET, train_argv
 from scaletrain.slurm.options import SlurmOptions
