@@ -83,7 +83,7 @@ def rendezvous_port(g: Gathered) -> list[Check]:
     if len(g.members) < g.nnodes and g.probe_port is None:
         return [Check("rendezvous port", "warn", _nodes(g, set(range(g.nnodes)) - set(g.members)),
                       "not reached; node 0 could not listen on a second port, so a blocked port and an "
-                      f"unreachable host look the same", "see the reachable row")]
+                      "unreachable host look the same", "see the reachable row")]
     return [Check("rendezvous port", "pass", _all(g, g.members), f"{where} reached")]
 
 
