@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
 from scaletrain.dist.env import quiet_torch_cpp_logs
 
 quiet_torch_cpp_logs()  # before anything imports torch
 
 import scaletrain  # noqa: E402
-from scaletrain.config import INVOCATION_ONLY, TrainConfig, build_config, load_toml
+from scaletrain.config import TrainConfig, resolve_train_config
 from scaletrain.config.flags import OneLineParser, add_train_args
 from scaletrain.errors import UserError
 
@@ -78,26 +77,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def train_config(args: argparse.Namespace) -> TrainConfig:
     """Defaults < the run's saved config (on --resume) < --config file < flags."""
     overrides = {k: v for k, v in vars(args).items() if k not in ("command", "config")}
-    if isinstance(overrides.get("nproc"), str):  # --nproc KxR: R replicas of a K-stage pipeline
-        k, r = (int(v) for v in overrides["nproc"].split("x"))
-        if overrides.get("stages", k) != k:
-            raise UserError(f"--nproc {k}x{r} means {k} stages, but --stages is {overrides['stages']}: give one of them")
-        overrides |= {"nproc": k * r, "stages": k}
-    file_values = load_toml(args.config) if args.config else {}
-    if overrides.get("resume"):
-        out = overrides.get("out") or file_values.get("out")
-        if not out:
-            raise UserError("--resume needs --out DIR: the run directory to continue")
-        saved = Path(out) / "config.toml"
-        base = load_toml(saved) if saved.is_file() else {}
-        for key in INVOCATION_ONLY:  # an older run's config.toml may hold them; they are never inherited
-            base.pop(key, None)
-        file_values = {**base, **file_values}
-    cfg = build_config(file_values, overrides)
-    if cfg.out is None:
-        from scaletrain.rundir import default_out
-        cfg.out = default_out(cfg.model, cfg.dataset)
-    return cfg
+    return resolve_train_config(overrides, args.config)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -2,7 +2,7 @@
 (train.py), its sub-specs (specs.py), files and overrides (io.py), and the flags made from it (flags.py)."""
 
 from scaletrain.config.io import (ALIASES, INVOCATION_ONLY, build_config, config_from_dict, field_names, load_toml,
-                                  read_toml, save_toml)
+                                  read_toml, resolve_train_config, save_toml)
 from scaletrain.config.sections import OPTIMIZERS, PRECISIONS, SCHEDULES, SECTIONS
 from scaletrain.config.specs import Injection, parse_inject, torch_profile_window
 from scaletrain.config.train import TrainConfig, config_fields

@@ -86,3 +86,19 @@ class OneLineParser(argparse.ArgumentParser):
         self.exit(2, f"error: {message}: see `{self.prog} --help`\n")
 
 
+
+
+def as_flags(settings, skip=()) -> list[str]:
+    """`--key value` for each of `settings` (`--flag`/`--no-flag` for a switch, floats exactly as repr
+    writes them), in their order; None values and the keys in `skip` are left out. What a study and a
+    SLURM job spell a configuration as, for the `scaletrain train` they start."""
+    out: list[str] = []
+    for key, value in settings.items():
+        if key in skip or value is None:
+            continue
+        flag = "--" + key.replace("_", "-")
+        if isinstance(value, bool):
+            out.append(flag if value else "--no-" + key.replace("_", "-"))
+        else:
+            out += [flag, repr(value) if isinstance(value, float) else str(value)]
+    return out

@@ -95,3 +95,30 @@ def config_from_dict(data: dict[str, Any]) -> TrainConfig:
     known = set(field_names())
     return TrainConfig(**{k: v for k, v in data.items() if k in known})
 
+
+
+def resolve_train_config(overrides: dict[str, Any], config_file: str | None) -> TrainConfig:
+    """What `scaletrain train` runs: defaults < the run's saved config.toml (on --resume) < the --config
+    file < `overrides` (the flags given); `--nproc KxR` as K stages x R replicas; the default --out."""
+    overrides = dict(overrides)
+    if isinstance(overrides.get("nproc"), str):  # --nproc KxR: R replicas of a K-stage pipeline
+        k, r = (int(v) for v in overrides["nproc"].split("x"))
+        if overrides.get("stages", k) != k:
+            raise UserError(f"--nproc {k}x{r} means {k} stages, but --stages is {overrides['stages']}: give one of them")
+        overrides |= {"nproc": k * r, "stages": k}
+    file_values = load_toml(config_file) if config_file else {}
+    if overrides.get("resume"):
+        out = overrides.get("out") or file_values.get("out")
+        if not out:
+            raise UserError("--resume needs --out DIR: the run directory to continue")
+        saved = Path(out) / "config.toml"
+        base = load_toml(saved) if saved.is_file() else {}
+        for key in INVOCATION_ONLY:  # an older run's config.toml may hold them; they are never inherited
+            base.pop(key, None)
+        file_values = {**base, **file_values}
+    cfg = build_config(file_values, overrides)
+    if cfg.out is None:
+        from scaletrain.rundir import default_out
+
+        cfg.out = default_out(cfg.model, cfg.dataset)
+    return cfg

@@ -6,6 +6,8 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
+from scaletrain.config.flags import as_flags
+
 NODE_SET = ("nnodes", "node_rank", "master_addr", "master_port", "local_addr")
 """Set by the batch script from the allocation on every node; refused as train flags of `scaletrain slurm`."""
 JOB_SET = ("out", "resume")
@@ -13,17 +15,9 @@ JOB_SET = ("out", "resume")
 
 
 def train_flags(settings: Mapping[str, Any]) -> list[str]:
-    """`--key value` for each setting (`--flag`/`--no-flag` for a switch), in the order given; None is left out."""
-    flags: list[str] = []
-    for key, value in settings.items():
-        if key in NODE_SET or key in JOB_SET or value is None:
-            continue
-        flag = "--" + key.replace("_", "-")
-        if isinstance(value, bool):
-            flags.append(flag if value else "--no-" + key.replace("_", "-"))
-        else:
-            flags += [flag, repr(value) if isinstance(value, float) else str(value)]
-    return flags
+    """`--key value` for each setting (`--flag`/`--no-flag` for a switch), in the order given; None, and what
+    the batch script sets on each node and start, are left out."""
+    return as_flags(settings, skip=(*NODE_SET, *JOB_SET))
 
 
 def train_argv(settings: Mapping[str, Any], config: str | None = None) -> list[str]:

@@ -9,9 +9,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from scaletrain.config import INVOCATION_ONLY, TrainConfig, build_config, load_toml, save_toml
+from scaletrain.config import TrainConfig, resolve_train_config, save_toml
 from scaletrain.errors import UserError
-from scaletrain.rundir import check_out_dir, default_out
+from scaletrain.rundir import check_out_dir
 from scaletrain.slurm import jobs, submit
 from scaletrain.slurm.command import NODE_SET, train_argv
 from scaletrain.slurm.options import SlurmOptions
@@ -44,23 +44,8 @@ def refuse_node_flags(given: Mapping[str, Any], where: str = "") -> None:
 def train_config(given: dict[str, Any], config_file: str | None, nodes: int) -> TrainConfig:
     """The run's configuration as `scaletrain train` will resolve it on node 0 (defaults < the run's saved
     config on --resume < --config file < flags), with --nnodes from --nodes."""
-    overrides = dict(given)
-    if isinstance(overrides.get("nproc"), str):  # --nproc KxR: R replicas of a K-stage pipeline
-        k, r = (int(v) for v in overrides["nproc"].split("x"))
-        overrides |= {"nproc": k * r, "stages": k}
-    file_values = load_toml(config_file) if config_file else {}
-    if overrides.get("resume"):
-        out = overrides.get("out") or file_values.get("out")
-        if not out:
-            raise UserError("--resume needs --out DIR: the run directory to continue")
-        saved = Path(out) / "config.toml"
-        base = {k: v for k, v in (load_toml(saved) if saved.is_file() else {}).items() if k not in INVOCATION_ONLY}
-        file_values = {**base, **file_values}
     # the port is the script's to choose on each start; any one lets the launch's shape be checked here
-    cfg = build_config(file_values, {**overrides, "nnodes": nodes, "master_port": SCRIPT_SETS_PORT})
-    if cfg.out is None:
-        cfg.out = default_out(cfg.model, cfg.dataset)
-    return cfg
+    return resolve_train_config({**given, "nnodes": nodes, "master_port": SCRIPT_SETS_PORT}, config_file)
 
 
 def check_here(cfg: TrainConfig, opts: SlurmOptions, validate: Callable[[TrainConfig], None]) -> None:

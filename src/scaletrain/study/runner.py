@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from scaletrain.config import TrainConfig
+from scaletrain.config.flags import as_flags
 from scaletrain.errors import UserError
 from scaletrain.rundir import replace_atomic, write_json_atomic
 from scaletrain.study.grid import PER_RUN, Point, StudySpec, load_spec_file, resolve_spec, spec_difference, spec_toml
@@ -101,15 +102,7 @@ def initial_record(study: StudyDir, point_id: str, k: int) -> dict[str, Any]:
 
 def train_command(cfg: TrainConfig, run: Path) -> list[str]:
     """`python -m scaletrain train` with every setting spelt out, so the run is exactly the config validated."""
-    cmd = [sys.executable, "-m", "scaletrain", "train"]
-    for key, value in cfg.to_dict().items():
-        if key in PER_RUN or value is None:
-            continue
-        flag = "--" + key.replace("_", "-")
-        if isinstance(value, bool):
-            cmd.append(flag if value else "--no-" + key.replace("_", "-"))
-        else:
-            cmd += [flag, repr(value) if isinstance(value, float) else str(value)]
+    cmd = [sys.executable, "-m", "scaletrain", "train", *as_flags(cfg.to_dict(), skip=PER_RUN)]
     return [*cmd, "--out", str(run), "--no-progress"]
 
 
