@@ -24,50 +24,50 @@ BASE = ("--model", "lenet5", "--dataset", "digits", "--epochs", "2", "--batch-si
 GUARD_S = 240  # one launch, restart included, takes about 15 s here
 
 
-def workers_of(launcher: int) -> dict[int, int]:
-    """rank -> PID of the training workers the launcher `launcher` started: each beats a heartbeat file
-    holding its PID (dist/failure.py) in the launcher's error folder; only its own children count."""
-    import tempfile
-
-    out = {}
-    for beat in Path(tempfile.gettempdir()).glob("scaletrain-err-*/alive-rank*"):
-        try:
-            pid = int(beat.read_text())
-            ppid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
-            continue
-        if ppid == launcher:
-            out[int(beat.name.removeprefix("alive-rank"))] = pid
-    return out
-
-
 def steps_recorded(run: Path) -> int:
     path = run / "metrics-rank0.jsonl"
     return len(path.read_text().splitlines()) if path.exists() else 0
 
 
-def kill_one_worker_mid_run(run: Path, rank: int, at_step: int) -> tuple[subprocess.CompletedProcess, int]:
-    """Launch, SIGKILL worker `rank` once rank 0 has recorded `at_step` steps, wait for the end (guarded)."""
-    cmd = [sys.executable, "-m", "scaletrain", "train", *BASE, "--max-restarts", "2", "--out", str(run)]
+def beating_pid(rank: int, launcher: int) -> int | None:
+    """The PID of rank `rank` of a launch that `launcher` started (its child, or its agent's): each rank
+    beats a heartbeat file holding its PID (dist/failure.py) in its launcher's error folder."""
+    import tempfile
+
+    for beat in Path(tempfile.gettempdir()).glob(f"scaletrain-err-*/alive-rank{rank}"):
+        try:
+            pid = int(beat.read_text())
+            parent = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+            grandparent = int(Path(f"/proc/{parent}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        if launcher in (parent, grandparent):
+            return pid
+    return None
+
+
+def kill_mid_run(cmd: list[str], run: Path, rank: int, at_step: int) -> subprocess.CompletedProcess:
+    """Launch `cmd`, SIGKILL its rank `rank` once rank 0 has recorded `at_step` steps, wait for the end
+    (guarded: past GUARD_S the launch and everything it started are killed and the test fails)."""
     proc = subprocess.Popen(cmd, cwd=ROOT, env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, start_new_session=True)
     deadline = time.monotonic() + GUARD_S
-    killed = None
+    killed = False
     try:
-        while killed is None and proc.poll() is None and time.monotonic() < deadline:
+        while not killed and proc.poll() is None and time.monotonic() < deadline:
             if steps_recorded(run) >= at_step:
-                pid = workers_of(proc.pid).get(rank)
+                pid = beating_pid(rank, proc.pid)
                 if pid is not None:
                     os.kill(pid, signal.SIGKILL)
-                    killed = pid
+                    killed = True
             time.sleep(0.005)
         out, err = proc.communicate(timeout=max(1.0, deadline - time.monotonic()))
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)  # the launcher and the workers it started: ours
         out, err = proc.communicate()
         pytest.fail(f"no end within {GUARD_S} s after killing rank {rank} at step {at_step}:\n{err[-3000:]}")
-    assert killed is not None, f"the run ended before step {at_step}:\n{err[-2000:]}"
-    return subprocess.CompletedProcess(cmd, proc.returncode, out, err), killed
+    assert killed, f"the run ended before step {at_step}:\n{err[-2000:]}"
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
 
 
 def test_kill_9_of_a_worker_is_recovered_ten_times_out_of_ten(tmp_path):
@@ -78,7 +78,8 @@ def test_kill_9_of_a_worker_is_recovered_ten_times_out_of_ten(tmp_path):
     for i in range(10):
         rank, at_step = i % 2, 5 + 9 * i  # both ranks; steps in both epochs (44 each), between checkpoints
         run = tmp_path / f"kill{i}"
-        proc, _ = kill_one_worker_mid_run(run, rank, at_step)
+        cmd = [sys.executable, "-m", "scaletrain", "train", *BASE, "--max-restarts", "2", "--out", str(run)]
+        proc = kill_mid_run(cmd, run, rank, at_step)
         assert_ok(proc)
         s = summary(run)
         assert s["status"] == "completed" and s["steps"] == 88
@@ -100,44 +101,13 @@ def test_a_dead_parameter_server_ends_the_job_with_one_line_naming_it(tmp_path, 
     run = tmp_path / "run"
     cmd = [sys.executable, "-m", "scaletrain", "train", "--model", "lenet5", "--dataset", "digits", "--epochs", "3",
            "--batch-size", "16", "--nproc", "3", "--strategy", strategy, "--no-progress", "--out", str(run)]
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, start_new_session=True)
-    deadline = time.monotonic() + GUARD_S
-    killed_at = None
-    try:
-        while killed_at is None and proc.poll() is None and time.monotonic() < deadline:
-            if steps_recorded(run) >= 20:
-                server = _beating_pid("alive-rank2", proc.pid)
-                if server is not None:
-                    os.kill(server, signal.SIGKILL)
-                    killed_at = time.monotonic()
-            time.sleep(0.005)
-        _, err = proc.communicate(timeout=max(1.0, deadline - time.monotonic()))
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        pytest.fail("the job hung after its parameter server died")
-    assert killed_at is not None
-    assert proc.returncode == 1
+    done = kill_mid_run(cmd, run, rank=2, at_step=20)  # rank 2: the server
+    assert done.returncode == 1
+    err = done.stderr
     errors = [line for line in err.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and "parameter server 0 (rank 2)" in errors[0], err
     assert "Traceback" not in err
     assert summary(run)["status"] == "failed"
-
-
-def _beating_pid(name: str, launcher: int) -> int | None:
-    """The PID in heartbeat file `name` of a launch that `launcher` started (directly or through its agents)."""
-    import tempfile
-
-    for beat in Path(tempfile.gettempdir()).glob(f"scaletrain-err-*/{name}"):
-        try:
-            pid = int(beat.read_text())
-            parent = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
-            grandparent = int(Path(f"/proc/{parent}/stat").read_text().rsplit(")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
-            continue
-        if launcher in (parent, grandparent):
-            return pid
-    return None
 
 
 @pytest.mark.parametrize("flags", [
