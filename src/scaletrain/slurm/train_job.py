@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import shutil
+import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -61,10 +62,22 @@ def check_here(cfg: TrainConfig, opts: SlurmOptions, validate: Callable[[TrainCo
 
 
 def check_cluster(opts: SlurmOptions, dry_run: bool) -> None:
-    """sbatch here, the partition known; a dry run asks SLURM only when it can (sinfo on PATH)."""
+    """sbatch here, the partition known; a dry run asks SLURM only when it can (sinfo on PATH and a
+    controller answering), and otherwise says that the partition went unchecked."""
     if not dry_run:
         submit.require("sbatch")
-    if not dry_run or shutil.which("sinfo"):
+        submit.check_partition(opts.partition)
+        return
+    if opts.partition is None:
+        return
+    try:
+        known = submit.partitions() if shutil.which("sinfo") else None
+    except UserError:
+        known = None
+    if known is None:
+        print(f"note: no SLURM controller answers here: --partition {opts.partition} is not checked (sbatch will)",
+              file=sys.stderr)
+    elif opts.partition not in known:
         submit.check_partition(opts.partition)
 
 
