@@ -164,6 +164,7 @@ def test_impossible_recovery_settings_are_one_line(tmp_path, flags, words, capsy
     assert not (tmp_path / "x").exists()
 
 
+@pytest.mark.slow  # a launch with a restart (the pieces are tested in-process above)
 def test_a_killed_worker_is_restarted_and_the_run_ends_as_if_never_killed(uninterrupted, tmp_path):
     """The command end to end: rank 1 SIGKILLs itself after step 25, the agent restarts both workers, they
     resume from the step-20 checkpoint; the summary says so."""
