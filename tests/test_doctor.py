@@ -303,6 +303,23 @@ def test_bad_input_is_one_line_and_exit_2(argv, message, capsys):
     assert err.startswith("error: ") and message in err and err.count("\n") == 1
 
 
+def test_inside_an_allocation_the_node_flags_come_from_slurm(monkeypatch):
+    """`srun --ntasks-per-node=1 scaletrain doctor`: each node's task finds the same node 0 and port."""
+    import argparse
+
+    from scaletrain.doctor.cli import add_doctor_args, check_args
+
+    parser = argparse.ArgumentParser()
+    add_doctor_args(parser)
+    env = {"SLURM_NNODES": "3", "SLURM_NODEID": "2", "SLURM_JOB_NODELIST": "gpu[007-009]", "SLURM_JOB_ID": "4242"}
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    node, _ = check_args(parser.parse_args([]))
+    assert (node.nnodes, node.rank, node.master_addr, node.master_port) == (3, 2, "gpu007", 24242)
+    node, _ = check_args(parser.parse_args(["--nnodes", "1"]))  # flags given: SLURM's are not asked
+    assert (node.nnodes, node.rank, node.master_addr) == (1, 0, "127.0.0.1")
+
+
 def test_a_bad_fake_version_variable_is_refused(monkeypatch, capsys, tmp_path):
     monkeypatch.setenv("SCALETRAIN_FAKE_VERSION", "torch")
     assert main(["doctor", "--out", str(tmp_path / "run")]) == 2

@@ -72,6 +72,21 @@ def slurm_rendezvous(env: dict[str, str]) -> dict[str, str]:
     return out
 
 
+def slurm_node_flags(env: dict[str, str] | None = None) -> dict[str, object] | None:
+    """Inside a SLURM allocation of several nodes, in a task started by `srun --ntasks-per-node=1`: the node
+    flags its nodes share (nnodes, node_rank, master_addr = the first host, master_port from the job id);
+    None elsewhere."""
+    env = dict(os.environ if env is None else env)
+    if "SLURM_NODEID" not in env or int(env.get("SLURM_NNODES", "1") or 1) < 2:
+        return None
+    nodelist = env.get("SLURM_STEP_NODELIST") or env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST")
+    if not nodelist:
+        return None
+    return {"nnodes": int(env["SLURM_NNODES"]), "node_rank": int(env["SLURM_NODEID"]),
+            "master_addr": first_slurm_host(nodelist),
+            "master_port": 20000 + int(env.get("SLURM_JOB_ID", "0") or 0) % 20000}
+
+
 def first_slurm_host(nodelist: str) -> str:
     """First host of a SLURM hostlist such as 'gpu[003-005,010],cpu01' -> 'gpu003'."""
     m = re.match(r"([^,\[]+)(?:\[([^\]]+)\]([^,]*))?", nodelist.strip())

@@ -9,6 +9,7 @@ import sys
 import time
 from pathlib import Path
 
+from scaletrain.dist.rank import slurm_node_flags
 from scaletrain.errors import UserError
 
 
@@ -18,10 +19,13 @@ def add_doctor_args(p: argparse.ArgumentParser) -> None:
                      "prints a table of checks with the fix for each failure. Exit 1 when a check fails "
                      "(docs/doctor.md).")
     nodes = p.add_argument_group("nodes (as for scaletrain train)")
-    nodes.add_argument("--nnodes", type=int, default=1, help="nodes taking part (default: 1)")
-    nodes.add_argument("--node-rank", type=int, default=0, help="this node's index, 0..nnodes-1 (node 0 hosts the "
-                                                                "meeting and prints the table)")
-    nodes.add_argument("--master-addr", default="127.0.0.1", help="node 0's address (default: 127.0.0.1)")
+    nodes.add_argument("--nnodes", type=int, default=None, help="nodes taking part (default: 1; in a task of "
+                                                                "`srun --ntasks-per-node=1`: the allocation's nodes)")
+    nodes.add_argument("--node-rank", type=int, default=None, help="this node's index, 0..nnodes-1 (node 0 hosts the "
+                                                                   "meeting and prints the table; under srun: "
+                                                                   "SLURM_NODEID)")
+    nodes.add_argument("--master-addr", default=None, help="node 0's address (default: 127.0.0.1; under srun: the "
+                                                           "allocation's first host)")
     nodes.add_argument("--master-port", type=int, default=None, help="the rendezvous port train will use "
                                                                      "(needed with --nnodes > 1)")
     nodes.add_argument("--local-addr", default=None, help="this node's address as the others reach it "
@@ -54,6 +58,10 @@ def check_args(args: argparse.Namespace):
     from scaletrain.doctor.gathered import Expect
     from scaletrain.doctor.session import Node
 
+    from_slurm = slurm_node_flags() if args.nnodes is None else None
+    for key, default in (("nnodes", 1), ("node_rank", 0), ("master_addr", "127.0.0.1"), ("master_port", None)):
+        if getattr(args, key) is None:  # inside an allocation, every node's task finds the same flags
+            setattr(args, key, (from_slurm or {}).get(key, default))
     # the node flags mean what they mean for train, and are refused with train's words
     LaunchConfig(nnodes=args.nnodes, node_rank=args.node_rank, master_addr=args.master_addr,
                  master_port=args.master_port, local_addr=args.local_addr)
