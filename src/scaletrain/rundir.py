@@ -37,7 +37,7 @@ class RunDir:
 
     @property
     def preempt(self) -> Path:
-        """The preemption request: while it exists, the run checkpoints at its next step and ends (exit 75)."""
+        """The preemption request: while it exists, the run checkpoints within 10 steps and ends (exit 75)."""
         return self.root / "preempt"
 
     def metrics(self, rank: int) -> Path:

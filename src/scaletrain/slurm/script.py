@@ -52,7 +52,7 @@ def render(job: BatchJob) -> str:
         f"# {job.title or 'scaletrain train'} (written by scaletrain slurm; submit with sbatch THIS-FILE)",
         "# Every start resumes from RUN/checkpoint.pt when there is one, so a requeued job goes on where it",
         f"# stopped. SIGUSR1 ({WARNING_S} s before the time limit, or `scancel --signal=USR1 --batch JOB`) asks the",
-        f"# run to checkpoint at its next step and stop (exit {PREEMPTED}); the job then requeues itself.",
+        f"# run to checkpoint within 10 steps and stop (exit {PREEMPTED}); the job then requeues itself.",
         *(f"#SBATCH {flag}" for flag in sbatch),
         "",
         "set -u",
@@ -61,7 +61,7 @@ def render(job: BatchJob) -> str:
         'echo "scaletrain: job $SLURM_JOB_ID, start $(( ${SLURM_RESTART_COUNT:-0} + 1 )), on $SLURM_JOB_NODELIST'
         ' at $(date -Is)"',
         "",
-        "# the warning: train checkpoints at its next step when RUN/preempt exists, and exits "
+        "# the warning: train checkpoints within 10 steps when RUN/preempt exists, and exits "
         f"{PREEMPTED}",
         'trap \'echo "scaletrain: SIGUSR1 at $(date -Is): checkpoint and stop"; : > "$RUN/preempt"\' USR1',
         'mkdir -p "$RUN"  # (a study point\'s run directory is made by its first start)',

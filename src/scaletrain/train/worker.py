@@ -64,7 +64,7 @@ def restarted(cfg: TrainConfig, rank: RankInfo) -> TrainConfig:
 
 def request_preemption_on(run_dir: RunDir) -> None:
     """SIGUSR1 (SLURM's warning before a time limit, sent to every process of the job) asks the run to
-    checkpoint at its next step and end; without this handler it would kill the worker."""
+    checkpoint within 10 steps and end; without this handler it would kill the worker."""
     def request(signum, frame) -> None:
         try:
             run_dir.preempt.touch()

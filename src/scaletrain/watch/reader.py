@@ -86,7 +86,7 @@ class RunReader:
                              "mid-write) and is left out")
         notes += _errors(self.run.root / "errors")
         if not ended and self.run.preempt.exists():
-            notes.append("preemption requested (RUN/preempt exists): the run checkpoints at its next step and ends")
+            notes.append("preemption requested (RUN/preempt exists): the run checkpoints within 10 steps and ends")
         if ended:
             notes += [str(n) for n in summary.get("notes") or []]
         writes = [t.mtime for t in self._tails.values() if t.mtime is not None]

@@ -161,7 +161,7 @@ def recording_restarts(err_dir: str, run: RunDir, cfg: TrainConfig):
 @contextlib.contextmanager
 def preemption_requests(run: RunDir):
     """SIGUSR1 to this launcher (SLURM's warning before a time limit or a preemption) becomes RUN/preempt:
-    the workers checkpoint at their next step and end; the launch exits with PREEMPTED."""
+    the workers checkpoint within 10 steps and end; the launch exits with PREEMPTED."""
     def request(signum, frame) -> None:
         try:
             run.preempt.touch()
