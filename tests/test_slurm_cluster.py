@@ -86,6 +86,17 @@ def test_a_one_node_job_trains_and_writes_its_run_directory(uninterrupted):
     assert [j["job_id"] for j in recorded] == [job]
 
 
+def assert_restarted_once_and_completed(fields: dict, run: Path, reference: Path) -> None:
+    """The job started twice and ended as the uninterrupted run did: every epoch and every step once,
+    the same weights bit for bit."""
+    assert fields["JobState"] == "COMPLETED" and fields["Restarts"] == "1", fields
+    s = summary(run)
+    assert s["status"] == "completed" and s["epochs"] == 3
+    assert [e["epoch"] for e in epochs(run)] == [0, 1, 2]
+    assert steps(run) == list(range(len(steps(reference))))  # every step once
+    assert same_weights(run, reference)  # resumed bit-exactly
+
+
 def test_scontrol_requeue_mid_run_resumes_with_nothing_lost(cluster, uninterrupted, tmp_path):
     reference = uninterrupted[0]
     run = tmp_path / "requeued"
@@ -99,14 +110,8 @@ def test_scontrol_requeue_mid_run_resumes_with_nothing_lost(cluster, uninterrupt
         fields = cluster.wait_job(job, deadline_s=JOB_DEADLINE_S)
     finally:
         cluster.client(["scancel", job], check=False)
-    assert fields["JobState"] == "COMPLETED" and fields["Restarts"] == "1", fields
-    s = summary(run)
-    assert s["status"] == "completed" and s["epochs"] == 3
-    after = epochs(run)
-    assert [e["epoch"] for e in after] == [0, 1, 2]
-    assert after[:len(before)] == before  # the epochs done before the requeue were kept, not trained again
-    assert steps(run) == list(range(len(steps(reference))))  # every step once
-    assert same_weights(run, reference)  # resumed bit-exactly: the same weights as the uninterrupted run
+    assert_restarted_once_and_completed(fields, run, reference)
+    assert epochs(run)[:len(before)] == before  # the epochs done before the requeue were kept, not trained again
     out = (run / "slurm" / f"job-{job}.out").read_text()
     assert f"job {job}, start 1" in out and f"job {job}, start 2" in out
 
@@ -132,12 +137,7 @@ def test_the_preemption_warning_checkpoints_requeues_and_resumes(cluster, uninte
         fields = cluster.wait_job(job, deadline_s=JOB_DEADLINE_S)
     finally:
         cluster.client(["scancel", job], check=False)
-    assert fields["JobState"] == "COMPLETED" and fields["Restarts"] == "1", fields
-    s = summary(run)
-    assert s["status"] == "completed" and s["epochs"] == 3
-    assert [e["epoch"] for e in epochs(run)] == [0, 1, 2]
-    assert steps(run) == list(range(len(steps(reference))))
-    assert same_weights(run, reference)
+    assert_restarted_once_and_completed(fields, run, reference)
     assert not (run / "preempt").exists()
 
 
