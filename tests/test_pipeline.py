@@ -1,5 +1,5 @@
 """comm/pipeline.py: a K-stage pipeline (torch.distributed.pipelining) trains the same model as one process
-with the same global batch; BatchNorm per micro-batch equals an eager micro-batch loop; hybrid replicas x
+with the same global batch, each rank holding its stage alone; BatchNorm per micro-batch equals an eager micro-batch loop; hybrid replicas x
 stages equals it too; a resumed pipeline run replays bit for bit; bad requests are refused before launch."""
 
 from __future__ import annotations
@@ -57,13 +57,20 @@ def test_two_stages_follow_one_process_with_the_same_global_batch(lenet_runs, sc
     assert s2["world_size"] == 2 and s1["global_batch"] == s2["global_batch"] == 64
     assert s1["steps"] == s2["steps"] > 0
     assert s2["pipeline"]["stages"] == 2 and s2["pipeline"]["schedule"] == schedule
-    assert s2["replicas_identical"] is True  # every rank ends with the whole model gathered
+    assert s2["replicas_identical"] is True  # the pipeline's whole model, assembled on stage 0, on every rank
     _assert_same_weights(one, pipe)
+    # each rank held its stage alone: its parameters, their gradients and momentum (no more)
+    held, whole = s2["pipeline"]["param_bytes_per_rank"], s2["pipeline"]["model_param_bytes"]
+    assert len(held) == 2 and all(0 < h < whole for h in held) and sum(held) == whole
+    assert s2["pipeline"]["state_bytes_per_rank"] == [3 * h for h in held]
     # the trajectory: the loss every step (the last stage's, broadcast to rank 0) agrees
     l1, l2 = _losses(one), _losses(pipe)
     assert len(l1) == len(l2) and max(abs(a - b) for a, b in zip(l1, l2)) < 1e-5
     assert l1[-1] < l1[0] - 0.5, "training did not learn, so the comparison proves little"
+    # evaluation passed the batches through the stages: the same accuracy and loss as the whole model's
     assert s2["top1"] == s1["top1"]
+    e1, e2 = (json.loads((run / "epochs.jsonl").read_text().splitlines()[-1]) for run in (one, pipe))
+    assert e2["val_loss"] == pytest.approx(e1["val_loss"], rel=1e-5)
 
 
 def test_pipeline_phases_add_up_and_have_a_bubble(lenet_runs):
@@ -120,6 +127,8 @@ def test_hybrid_two_replicas_of_two_stages_follow_one_process(lenet_runs):
     s = summary(hybrid)
     assert s["world_size"] == 4 and s["global_batch"] == 64 and s["pipeline"]["replicas"] == 2
     assert s["steps"] == summary(one)["steps"]
+    held = s["pipeline"]["param_bytes_per_rank"]  # rank = replica x 2 + stage
+    assert held[0] == held[2] and held[1] == held[3] and held[0] + held[1] == s["pipeline"]["model_param_bytes"]
     # averaging over replicas reorders float additions; 44 steps of SGD amplify it to ~1e-5
     _assert_same_weights(one, hybrid, rtol=1e-3, atol=2e-4)
     l1 = _losses(one)

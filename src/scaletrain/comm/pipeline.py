@@ -9,16 +9,20 @@ averaged over its replicas after backward (docs/strategies.md, docs/split.md).
       stage 0   F0 F1 F2 F3 .  .  .  .  B3 B2 B1 B0
       stage 1   .  F0 F1 F2 F3 B3 B2 B1 B0 .
 
-Every rank builds the whole model with the run's seed (so its weights start equal to a one-process run's)
-and trains only its stage's part of it; the stages' modules share the model's tensors, so the model's
-state_dict is the whole model once the stages' parts are gathered (before evaluation, checkpoints and the
-end of the run). BatchNorm runs per micro-batch, as any gradient-accumulation loop would: its running
-statistics are updated M times per step, each from one micro-batch.
+Every rank builds the whole model in host memory with the run's seed (so its stage's weights start equal to
+a one-process run's), cuts it into the stages' modules, keeps its own stage's parameters and buffers (on its
+device) and drops the rest: the other stages' tensors become shapes without storage (the meta device), so a
+rank holds one stage's weights, gradients and optimizer state, never the whole model's. Evaluation passes
+the validation batches through the stages as training passes its micro-batches (the last stage counts);
+checkpoints and the run's digest assemble the whole model stage by stage, in host memory, on the first stage
+of each replica (rank 0: the checkpoint). BatchNorm runs per micro-batch, as any gradient-accumulation loop
+would: its running statistics are updated M times per step, each from one micro-batch.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 from typing import Any, Callable
 
 import torch
@@ -30,6 +34,7 @@ from scaletrain.config import TrainConfig
 from scaletrain.dist.group import broadcast_object, gather_objects
 from scaletrain.dist.rank import RankInfo
 from scaletrain.errors import UserError
+from scaletrain.train.evaluate import EvalResult, Tally
 
 AUTOCAST = {"fp32": None, "bf16": torch.bfloat16}
 
@@ -50,6 +55,8 @@ class Pipeline(Strategy):
         self.block_names: list[str] = []
         self.split_info: dict[str, Any] = {}
         self._optimizer: torch.optim.Optimizer | None = None
+        self._model: nn.Module | None = None
+        self._in_shape: tuple[int, ...] = ()  # one sample's input to this stage (no batch dimension)
 
     # ------------------------------------------------------------ launch-time facts (no process yet)
     @classmethod
@@ -100,6 +107,9 @@ class Pipeline(Strategy):
     def replica(self) -> tuple[int, int]:
         return self.replica_index, self.replicas
 
+    def place(self, model: nn.Module) -> nn.Module:
+        return model  # in host memory until wrap has cut it: only this rank's stage goes to the device
+
     def wrap(self, model: nn.Module, steps_per_epoch: int, sample_shape: tuple[int, ...]) -> nn.Module:
         from scaletrain.split.stages import blocked, stage_modules
 
@@ -111,6 +121,10 @@ class Pipeline(Strategy):
         self.stage_modules = stage_modules(graph, self.bounds)
         lo, hi = self.bounds[self.stage]
         module: nn.Module = self.stage_modules[self.stage]
+        keep_only(model, module)
+        module.to(self.device)
+        self._model = model
+        self._in_shape = tuple(sample_shape) if lo == 0 else tuple(graph.blocks[lo - 1].out_shape[1:])
         if AUTOCAST.get(cfg.precision) is not None or cfg.offload == "activations":
             module = _Stage(module, self.device.type, AUTOCAST.get(cfg.precision), cfg.offload)
         blocks = graph.blocks
@@ -182,49 +196,135 @@ class Pipeline(Strategy):
             g.copy_(flat[offset:offset + g.numel()].view_as(g))
             offset += g.numel()
 
-    # ------------------------------------------------------------ the whole model on every rank
-    def _gather_model(self) -> None:
-        """Every stage's parameters and buffers from the rank that trains it to every rank of its pipeline
-        (collective). Afterwards each rank's model is the whole trained model."""
-        for s, module in enumerate(self.stage_modules):
-            src = self._global(s)
-            for t in [*module.parameters(), *module.buffers()]:
-                dist.broadcast(t.data, src=src, group=self.pp_group)
-
+    # ------------------------------------------------------------ evaluation and the whole model
     def eval_shard(self) -> tuple[int, int] | None:
-        return self.rank.rank, self.rank.world_size  # the whole model is gathered on every rank first
-
-    def eval_module(self, model: nn.Module) -> nn.Module:
-        return model
+        return self.replica_index, self.replicas  # the ranks of one pipeline pass the same batches along
 
     def before_eval(self) -> None:
-        self._gather_model()
+        """Replicas evaluate and save the first replica's BatchNorm statistics (their weights are equal)."""
+        if self.dp_group is not None:
+            for b in self.stage_modules[self.stage].buffers():
+                dist.broadcast(b, src=self.stage, group=self.dp_group)
+
+    @torch.no_grad()
+    def evaluate(self, model: nn.Module, loader, autocast_dtype: torch.dtype | None, num_classes: int) -> EvalResult:
+        """The validation batches through the stages: each batch cut into up to M micro-batches, stage s
+        receiving each from stage s-1 and sending its output on without waiting (the stages overlap, as in
+        training); the last stage counts. Every rank of a pipeline reads the same batches, so each knows
+        the sizes of what it receives."""
+        module = self.stage_modules[self.stage]
+        was_training = module.training
+        module.eval()
+        tally = Tally(self.device, num_classes)
+        prev, nxt = self._global(self.stage - 1), self._global(self.stage + 1)
+        for x, y, _bad in loader:
+            if len(y) == 0:
+                continue
+            chunks = x.tensor_split(min(self.cfg.microbatches, len(y)))
+            outputs, sends = [], []
+            for chunk in chunks:
+                if self.stage == 0:
+                    h = chunk.to(self.device, non_blocking=True)
+                else:
+                    h = torch.empty((len(chunk), *self._in_shape), device=self.device)
+                    dist.recv(h, src=prev, group=self.pp_group)
+                with torch.autocast(self.device.type, dtype=autocast_dtype, enabled=autocast_dtype is not None):
+                    out = module(h).float()
+                if self.is_last:
+                    outputs.append(out)
+                else:
+                    sends.append(dist.isend(out.contiguous(), dst=nxt, group=self.pp_group))
+            for work in sends:
+                work.wait()
+            if self.is_last:
+                tally.add(torch.cat(outputs), y.to(self.device, non_blocking=True))
+        module.train(was_training)
+        return tally.result()
+
+    def _assemble(self) -> dict[str, torch.Tensor] | None:
+        """The whole model's state_dict in host memory on the first stage of this rank's replica (None on the
+        others), received one stage at a time (collective within the pipeline)."""
+        model = self._model
+        mine = {k: v.detach().cpu() for k, v in model.state_dict().items() if v.device.type != "meta"}
+        if self.stage > 0:
+            dist.send_object_list([mine], dst=self._global(0))
+            return None
+        parts = dict(mine)
+        for s in range(1, self.stages):
+            box: list[Any] = [None]
+            dist.recv_object_list(box, src=self._global(s))
+            parts.update(box[0])
+        return {k: parts[k] for k in model.state_dict()}
 
     def state_dict(self, chief: bool) -> dict[str, Any]:
-        """The whole model gathered, and the optimizer's state merged from every stage (each rank holds
-        its stage's momentum); the checkpoint then equals a one-process run's."""
-        self._gather_model()
+        """The whole model, assembled on rank 0, and the optimizer's state merged from every stage (each rank
+        holds its stage's momentum); the checkpoint then equals a one-process run's."""
+        whole = self._assemble()
         states = gather_objects(self._own_optimizer_state())
         out: dict[str, Any] = {"comm": [], "ps": None}
-        if chief and states[0] is not None:
-            merged = states[0]
-            merged["state"] = {k: v for s in states[:self.stages] for k, v in s["state"].items()}
-            out["optimizer"] = merged
+        if chief:
+            out["model"] = whole
+            if states[0] is not None:
+                merged = states[0]
+                merged["state"] = {k: v for s in states[:self.stages] for k, v in s["state"].items()}
+                out["optimizer"] = merged
         return out
 
     def _own_optimizer_state(self) -> dict[str, Any] | None:
-        """The optimizer's state_dict with only this stage's parameters' state (after a resume, a rank also
-        holds the other stages' loaded state, stale from then on)."""
+        """The optimizer's state_dict with only this stage's parameters' state, in host memory."""
         if self._optimizer is None:
             return None
         sd = self._optimizer.state_dict()
-        mine = {id(p) for p in self.stage_modules[self.stage].parameters()}
         params = [p for g in self._optimizer.param_groups for p in g["params"]]
-        sd["state"] = {k: v for k, v in sd["state"].items() if id(params[k]) in mine}
+        sd["state"] = {k: {name: v.cpu() if torch.is_tensor(v) else v for name, v in state.items()}
+                       for k, state in sd["state"].items() if params[k].device.type != "meta"}
         return sd
 
+    def load_model_state(self, model: nn.Module, state: dict[str, Any]) -> None:
+        """The checkpoint's (whole model's) entries for this rank's stage; RuntimeError for another model's."""
+        current = model.state_dict(keep_vars=True)
+        if state.keys() != current.keys():
+            raise RuntimeError("the checkpoint's keys are not this model's")
+        with torch.no_grad():
+            for name, t in current.items():
+                if t.device.type == "meta":
+                    continue  # another stage's
+                if state[name].shape != t.shape:
+                    raise RuntimeError(f"{name}: shape {tuple(state[name].shape)} in the checkpoint, "
+                                       f"{tuple(t.shape)} here")
+                t.copy_(state[name])
+
+    def load_optimizer_state(self, model: nn.Module, optimizer: torch.optim.Optimizer, state: dict[str, Any]) -> None:
+        """The merged state of every stage, kept for this stage's parameters."""
+        params = [p for g in optimizer.param_groups for p in g["params"]]
+        optimizer.load_state_dict({**state, "state": {k: v for k, v in state["state"].items()
+                                                      if params[int(k)].device.type != "meta"}})
+
+    def digest(self, model: nn.Module) -> str:
+        """SHA-256 of the whole model's parameters, assembled on this replica's first stage (as a one-process
+        run's param_digest hashes them); every rank of the replica reports it."""
+        whole = self._assemble()
+        box = [None]
+        if whole is not None:
+            h = hashlib.sha256()
+            for name, _ in model.named_parameters():
+                h.update(whole[name].contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
+            box = [h.hexdigest()]
+        dist.broadcast_object_list(box, src=self._global(0), group=self.pp_group)
+        return box[0]
+
+    def _held_bytes(self) -> tuple[int, int]:
+        """(parameter bytes, parameter + gradient + optimizer state bytes) this rank holds (meta: none)."""
+        size = lambda t: t.numel() * t.element_size() if t.device.type != "meta" else 0  # noqa: E731
+        params = list(self._model.parameters())
+        weights = sum(size(p) for p in params)
+        grads = sum(size(p.grad) for p in params if p.grad is not None)
+        state = sum(size(v) for st in (self._optimizer.state.values() if self._optimizer else ())
+                    for v in st.values() if torch.is_tensor(v))
+        return weights, weights + grads + state
+
     def finish(self, chief: bool) -> dict[str, Any]:
-        self._gather_model()  # every rank ends with the whole model (equal digests)
+        held = gather_objects(self._held_bytes())
         if not chief:
             return {}
         k, m = self.stages, self.cfg.microbatches
@@ -234,7 +334,28 @@ class Pipeline(Strategy):
             "stage_blocks": [self.block_names[lo:hi] for lo, hi in self.bounds],
             "predicted_step_s": self.split_info.get("predicted_step_s"),
             "bubble_theory": (k - 1) / (m + k - 1),
+            # what each rank holds (its stage's): parameters, and with their gradients and optimizer state
+            "param_bytes_per_rank": [h[0] for h in held], "state_bytes_per_rank": [h[1] for h in held],
+            "model_param_bytes": sum(p.numel() * p.element_size() for p in self._model.parameters()),
         }}
+
+
+def keep_only(model: nn.Module, stage: nn.Module) -> None:
+    """Drop from `model` every parameter and buffer that `stage` (a module sharing its tensors) does not use:
+    each becomes a tensor of the same shape on the meta device (no storage), so the optimizer built over
+    the model keeps its layout (groups, positions) but holds state for this stage alone."""
+    own = {id(t) for t in [*stage.parameters(), *stage.buffers()]}
+    dropped: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}  # a tensor two modules share, dropped once
+    for module in model.modules():
+        for table in (module._parameters, module._buffers):
+            for name, t in table.items():
+                if t is None or id(t) in own:
+                    continue
+                if id(t) not in dropped:  # (the pair keeps t alive: its id is not reused meanwhile)
+                    meta = torch.empty_like(t, device="meta")
+                    dropped[id(t)] = t, nn.Parameter(meta, t.requires_grad) if isinstance(t, nn.Parameter) else meta
+                table[name] = dropped[id(t)][1]
+
 
 
 def build_schedule(module: nn.Module, stage_index: int, stages: int, device: torch.device, in_shape: tuple[int, ...],

@@ -6,18 +6,20 @@ The trainer's loop knows only this interface; each strategy lives in its own mod
     strategy = create(cfg, rank)           # joins its process group(s); its role is fixed here
     if strategy.role == SERVER:            #   (a parameter server serves instead of training)
         strategy.serve(model)
+    model = strategy.place(model)          # the model on the device (a pipeline stage: none of it yet)
     module = strategy.wrap(model, steps, sample_shape)  # what forward/backward run through (DDP, the model)
     loss = strategy.forward_backward(x, y, loss_of, optimizer, scaler, prof)
     extra = strategy.step(optimizer, scaler, prof, global_step)   # after backward: apply the update
     strategy.eval_shard()                  # which part of the validation split this rank evaluates
-    strategy.eval_module(model)            # what evaluation runs the batches through
+    strategy.evaluate(model, loader, ...)  # its part of the evaluation (by default through eval_module(model))
     strategy.state_dict(chief) / load_state_dict(ckpt, step)      # its part of the checkpoint
     strategy.finish(chief)                 # ends its exchange; its entries of summary.json
     strategy.close()                       # tears its process group(s) down
 
 A pipeline or a sharded (FSDP) strategy implements the same methods: `wrap` returns the stage or the
 sharded module, `forward_backward` runs the pipeline schedule over the micro-batches (in place of one
-forward and one backward), `step` the optimizer step, `eval_shard`/`eval_module` who evaluates and how.
+forward and one backward), `step` the optimizer step, `eval_shard`/`evaluate` who evaluates and how (a
+pipeline's stages pass the validation batches along as they pass training's).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ import torch
 
 from scaletrain.config import TrainConfig
 from scaletrain.dist.rank import RankInfo
+from scaletrain.train.evaluate import EvalResult
 
 WORKER, SERVER = "worker", "server"
 
@@ -96,6 +99,10 @@ class Strategy:
     def serve(self, model: torch.nn.Module) -> None:
         raise NotImplementedError(f"{type(self).__name__} has no server role")
 
+    def place(self, model: torch.nn.Module) -> torch.nn.Module:
+        """The freshly built model on this rank's device (a pipeline stage moves only its own part, in wrap)."""
+        return model.to(self.device)
+
     def wrap(self, model: torch.nn.Module, steps_per_epoch: int, sample_shape: tuple[int, ...]) -> torch.nn.Module:
         """The module forward and backward run through (`sample_shape`: one input sample's, no batch
         dimension). Collective where it builds groups: every rank calls it at the same point."""
@@ -141,6 +148,18 @@ class Strategy:
     def eval_module(self, model: torch.nn.Module) -> torch.nn.Module:
         """What evaluation runs the validation batches through (the local model, not DDP's wrapper)."""
         return model
+
+    def evaluate(self, model: torch.nn.Module, loader, autocast_dtype: torch.dtype | None,
+                 num_classes: int) -> EvalResult:
+        """This rank's part of evaluating the model on the validation split (collective): rank 0's BN
+        statistics on every rank first (DDP syncs them only at the next forward), so every rank evaluates,
+        and the checkpoint saves, the same model."""
+        from scaletrain.dist.group import broadcast_buffers
+        from scaletrain.train.evaluate import evaluate
+
+        broadcast_buffers(model)
+        return evaluate(self.eval_module(model), loader, self.device, autocast_dtype, num_classes,
+                        lockstep=self.lockstep_eval)
 
     lockstep_eval = False  # every rank must run as many evaluation forwards as the others (FSDP)
 

@@ -35,6 +35,30 @@ class EvalResult:
     samples: int
 
 
+class Tally:
+    """Correct top-1 and top-k, samples and summed loss of the batches seen here; `result` sums them over
+    every rank (collective): ranks that saw none add zeros."""
+
+    def __init__(self, device: torch.device, num_classes: int) -> None:
+        self.k = min(5, num_classes)
+        # [correct top-1, correct top-k, samples, summed loss]: float64 keeps the loss sum exact enough
+        self.totals = torch.zeros(4, dtype=torch.float64, device=device)
+
+    def add(self, logits: torch.Tensor, y: torch.Tensor) -> None:
+        hits = logits.float().topk(self.k, dim=1).indices.eq(y[:, None])
+        self.totals[0] += hits[:, 0].sum()
+        self.totals[1] += hits.any(dim=1).sum()
+        self.totals[2] += len(y)
+        self.totals[3] += torch.nn.functional.cross_entropy(logits.float(), y, reduction="sum")
+
+    def result(self) -> EvalResult:
+        all_reduce_sum(self.totals)
+        correct1, correctk, n, loss = self.totals.tolist()  # note: a CPU-GPU sync point, once per evaluation
+        if n == 0:
+            raise RuntimeError("the validation split is empty")
+        return EvalResult(top1=correct1 / n, top5=correctk / n, loss=loss / n, samples=int(n))
+
+
 @torch.no_grad()
 def evaluate(model: torch.nn.Module, loader, device: torch.device, autocast_dtype: torch.dtype | None,
              num_classes: int, lockstep: bool = False) -> EvalResult:
@@ -44,9 +68,7 @@ def evaluate(model: torch.nn.Module, loader, device: torch.device, autocast_dtyp
     forward is collective): the others run the missing ones on an empty batch."""
     was_training = model.training
     model.eval()
-    k = min(5, num_classes)
-    # [correct top-1, correct top-k, samples, summed loss]: float64 keeps the loss sum exact enough
-    totals = torch.zeros(4, dtype=torch.float64, device=device)
+    tally = Tally(device, num_classes)
     batches = iter(loader)
     if lockstep:
         most = torch.tensor([len(loader)], device=device)
@@ -58,20 +80,10 @@ def evaluate(model: torch.nn.Module, loader, device: torch.device, autocast_dtyp
         x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
         with torch.autocast(device.type, dtype=autocast_dtype, enabled=autocast_dtype is not None):
             logits = model(x)
-        if len(y) == 0:
-            continue
-        topk = logits.float().topk(k, dim=1).indices
-        hits = topk.eq(y[:, None])
-        totals[0] += hits[:, 0].sum()
-        totals[1] += hits.any(dim=1).sum()
-        totals[2] += len(y)
-        totals[3] += torch.nn.functional.cross_entropy(logits.float(), y, reduction="sum")
-    all_reduce_sum(totals)
+        if len(y):
+            tally.add(logits, y)
     model.train(was_training)
-    correct1, correctk, n, loss = totals.tolist()  # note: a CPU-GPU sync point, once per evaluation
-    if n == 0:
-        raise RuntimeError("the validation split is empty")
-    return EvalResult(top1=correct1 / n, top5=correctk / n, loss=loss / n, samples=int(n))
+    return tally.result()
 
 
 def _padded(batches, count: int, sample_shape: tuple[int, ...]):

@@ -26,13 +26,13 @@ from torch.utils.data import DataLoader
 from scaletrain.comm.strategy import Strategy
 from scaletrain.config import TrainConfig
 from scaletrain.data import DelayedDataset, collate
-from scaletrain.dist.group import all_reduce_max, barrier, broadcast_buffers, gather_objects
+from scaletrain.dist.group import all_reduce_max, barrier, gather_objects
 from scaletrain.errors import UserError
 from scaletrain.profiler import StepProfiler
 from scaletrain.rundir import RunDir, keep_epochs_before, keep_steps_before
 from scaletrain.train import checkpoint, summary
 from scaletrain.train.build import build_data_and_model
-from scaletrain.train.evaluate import ShardSampler, evaluate
+from scaletrain.train.evaluate import ShardSampler
 from scaletrain.train.optim import build_optimizer, build_scheduler, resume_optimizer
 from scaletrain.train.sampler import ResumableSampler
 
@@ -62,7 +62,7 @@ class Trainer:
             if device.type != "cuda":
                 raise UserError("--sync-bn needs CUDA (PyTorch's SyncBatchNorm has no CPU kernel): drop --sync-bn")
             model = torch.nn.SyncBatchNorm.convert_sync_batchnorm(model)
-        self.model = model.to(device)
+        self.model = strategy.place(model)
         # the data-parallel replica this rank is: its shard of each epoch, and how many share the global batch
         self.replica, self.replicas = strategy.replica()
         world = self.replicas
@@ -138,9 +138,8 @@ class Trainer:
                 result = None
                 if ((epoch + 1) % cfg.eval_every == 0 or epoch + 1 == cfg.epochs) and self.val_shard is not None:
                     self.strategy.before_eval()
-                    broadcast_buffers(self.model)  # evaluate (and save) rank 0's BN statistics on every rank
-                    result = evaluate(self.strategy.eval_module(self.model), self.val_loader, self.device,
-                                      self.autocast, self.data.num_classes, lockstep=self.strategy.lockstep_eval)
+                    result = self.strategy.evaluate(self.model, self.val_loader, self.autocast,
+                                                    self.data.num_classes)
                 self._end_epoch(epoch, epoch_time, result)
                 if epoch + 1 < last and self._preempt_requested():  # every strategy agrees at an epoch's end
                     preempted = True
