@@ -2,9 +2,15 @@
 model is docs/predict.md).
 
 A node's time is its op's calibrated time (a measured shape looked up, any other from the fitted laws)
-times its group's loop factor (what a real training step adds to an op timed alone), for one process on
-the calibrated thread count nearest the machine's cores: the forward and backward phases of a one-process
-prediction, node by node, without the loss. A block's time is the sum of its nodes'.
+times its group's loop factor (what a real training step adds to an op timed alone), by default for one
+process on the calibrated thread count nearest the machine's cores: the forward and backward phases of a
+one-process prediction, node by node, without the loss. A block's time is the sum of its nodes'.
+
+The loop factors must be the ones calibrated with the threads the ops are priced at: a factor is a real
+step's phase over its ops' laws at that run's threads. A pipeline's stage runs at cores / ranks threads
+beside the other ranks, so its blocks take the factors of the calibration's runs on as many ranks; the
+factors of one rank at all cores put on one-thread laws priced resnet20's blocks at 1.2-1.4x (forward)
+and 1.8-2.1x (backward) what its stages took in a pipeline run (docs/predict.md, Pipelines and FSDP).
 """
 
 from __future__ import annotations
@@ -20,18 +26,21 @@ Times = tuple[float, float]  # (forward seconds, backward seconds)
 
 
 def node_times(model: nn.Module, input_shape: tuple[int, ...], batch: int, calibration: dict[str, Any],
-               precision: str = "fp32", threads: int | None = None) -> dict[str, Times]:
+               precision: str = "fp32", threads: int | None = None, ranks: int | None = None) -> dict[str, Times]:
     """{op name: (forward s, backward s)} at `batch`: the fx node's name, or, for a model fx cannot trace,
     its leaf modules' qualified names (a module called twice: its calls summed). `threads` defaults to the
-    calibrated machine's cores."""
+    calibrated machine's cores; `ranks`, the processes sharing the node (whose loop factors apply), to as
+    many as the cores hold at `threads` each."""
     from scaletrain.predict.ops import trace_ops
     from scaletrain.predict.predictor import Predictor
 
     workload = trace_ops(model, tuple(input_shape), batch)
     network = {"intra": (calibration.get("network") or {}).get("fits") or {}, "inter": None}
     predictor = Predictor(calibration, network)
-    costs = predictor.op_costs(workload, precision, threads or calibration["device"]["cores"])
-    loop = predictor.loop(local_ranks=1)
+    cores = calibration["device"]["cores"]
+    threads = threads or cores
+    costs = predictor.op_costs(workload, precision, threads)
+    loop = predictor.loop(local_ranks=ranks or max(1, cores // threads))
     out: dict[str, Times] = {}
     for op, cost in zip(workload.ops, costs):
         f, b = out.get(op.name, (0.0, 0.0))

@@ -2,7 +2,8 @@
 collectives of FSDP's shards.
 
 Pipeline (`--strategy pipeline`, K stages, M micro-batches, R replicas): the blocks' forward and backward
-at the micro-batch (the calibrated per-op laws, as `scaletrain split` prices them), the split the run would
+at the micro-batch (the calibrated per-op laws at the rank's threads, with the loop factors calibrated on as
+many ranks per node: the stages run side by side, each on its share of the cores), the split the run would
 choose (split/plan.py), and its step from split/partition.py:
 
     step = sum_s time_s + (M - 1) x max_s time_s          time_s: stage s's f + b + transfers per micro-batch
@@ -52,7 +53,7 @@ def pipeline_phases(cal: dict[str, Any], cfg, facts: dict[str, Any], threads: in
     model, graph = _blocked(cfg.model, facts["classes"], facts["channels"], size, micro, cfg.stem, cfg.width)
     shape = (facts["channels"], size, size)
     costs, _ = plan.costs_for(graph, model, shape, micro, source="predicted", calibration=cal,
-                              precision=cfg.precision, threads=threads)
+                              precision=cfg.precision, threads=threads, ranks=cfg.nproc)
     alpha, beta = alpha_beta
     link = 1 / beta if beta > 0 else plan.DEFAULT_LINK
     part = plan.choose(cfg.split if cfg.split in plan.METHODS else "auto", graph, model, shape, stages=stages,

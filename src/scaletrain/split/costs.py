@@ -26,10 +26,11 @@ ROUNDS = 3  # passes over the blocks when measuring; each block keeps its least 
 
 def block_costs(blocked: Blocked, model: nn.Module, input_shape: tuple[int, ...], micro_batch: int, *,
                 source: str = "predicted", calibration: dict[str, Any] | None = None, precision: str = "fp32",
-                threads: int | None = None, rounds: int | None = None) -> list[BlockCost]:
-    """The blocks' costs at `micro_batch` samples. `threads` (predicted only): the calibrated thread count to
-    price at (default the calibrated machine's cores); measured times use this process's threads, the least
-    of `rounds` passes over the blocks (default ROUNDS)."""
+                threads: int | None = None, ranks: int | None = None, rounds: int | None = None) -> list[BlockCost]:
+    """The blocks' costs at `micro_batch` samples. `threads` and `ranks` (predicted only): the calibrated
+    thread count to price at (default the calibrated machine's cores) and the processes sharing the node
+    (default as many as the cores hold at `threads`: graph/timing.py); measured times use this process's
+    threads, the least of `rounds` passes over the blocks (default ROUNDS)."""
     if source not in SOURCES:
         raise UserError(f"costs {source!r}: use one of {', '.join(SOURCES)}")
     if micro_batch < 1:
@@ -38,7 +39,7 @@ def block_costs(blocked: Blocked, model: nn.Module, input_shape: tuple[int, ...]
         if calibration is None:
             raise UserError("predicted block costs need a calibration: run `scaletrain calibrate`, pass "
                             "--calibration FILE, or use --costs measured")
-        times = _predicted(blocked, model, input_shape, micro_batch, calibration, precision, threads)
+        times = _predicted(blocked, model, input_shape, micro_batch, calibration, precision, threads, ranks)
     else:
         times = _measured(blocked, model, input_shape, micro_batch, precision, rounds or ROUNDS)
     return [dataclasses.replace(c, forward_s=f, backward_s=bw)
@@ -53,13 +54,14 @@ def block_sizes(blocked: Blocked, micro_batch: int, precision: str = "fp32") -> 
 
 
 def _predicted(blocked: Blocked, model: nn.Module, input_shape: tuple[int, ...], micro_batch: int,
-               calibration: dict[str, Any], precision: str, threads: int | None) -> list[tuple[float, float]]:
+               calibration: dict[str, Any], precision: str, threads: int | None,
+               ranks: int | None) -> list[tuple[float, float]]:
     from scaletrain.graph.timing import block_times, node_times
 
     if precision not in calibration.get("precisions", ["fp32"]):
         raise UserError(f"the calibration has no {precision} timings: calibrate with --precision {precision} "
                         "or use --costs measured")
-    times = node_times(model, tuple(input_shape), micro_batch, calibration, precision, threads)
+    times = node_times(model, tuple(input_shape), micro_batch, calibration, precision, threads, ranks)
     per_block = block_times(blocked.blocks, blocked.graph, times)
     unpriced = [b.name for b, (f, bw) in zip(blocked.blocks, per_block) if b.flops > 0 and f + bw <= 0]
     if unpriced:  # not a silent zero: a block that computes must cost something

@@ -1,0 +1,78 @@
+"""predict/pipeline.py: a pipeline's stages are priced as the ranks run them (each at its share of the cores,
+beside the other stages), split and stepped as split/partition.py says; FSDP's collectives per unit."""
+
+from __future__ import annotations
+
+import pytest
+from torch import nn
+
+from predict_fixtures import NETWORK, fake_calibration
+from scaletrain.config import TrainConfig
+from scaletrain.graph.timing import node_times
+from scaletrain.predict import pipeline as PP
+from scaletrain.predict.predictor import Predictor
+
+
+def two_core_calibration():
+    """The fake calibration of a 2-core machine (1 and 2 threads, eight shapes per op kind) whose reference
+    network ran on 1 rank at 2 threads and on 2 ranks at 1 thread each, the second 3x slower per op
+    than the first predicts: their loop factors differ."""
+    cal = fake_calibration(threads=(1, 2))
+    kept: dict[tuple, list] = {}
+    for row in cal["layers"]:
+        kept.setdefault((row["kind"], row["threads"]), []).append(row)
+    cal["layers"] = [row for rows in kept.values() for row in rows[:8]]
+    one = cal["loop"]["runs"][0]
+    phases = {k: 3 * v if k in ("forward", "backward") else v for k, v in one["phases_mean_s"].items()}
+    cal["loop"]["runs"].append({**one, "nproc": 2, "threads": 1, "batch_size": 32, "phases_mean_s": phases})
+    return cal
+
+
+CAL = two_core_calibration()
+
+
+def test_ops_priced_at_one_thread_on_two_cores_take_the_two_rank_loop_factors():
+    model, batch = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4)), 4
+    p = Predictor(CAL, NETWORK)
+    assert p.loop(2).forward != pytest.approx(p.loop(1).forward)  # the two runs disagree
+    from scaletrain.predict.ops import trace_ops
+
+    ops = p.op_costs(trace_ops(model, (8,), batch), "fp32", 1)
+
+    def priced(loop):
+        return sum(c.forward_s * loop.factor(c.group, "forward") for c in ops), \
+            sum(c.backward_s * loop.factor(c.group, "backward") for c in ops)
+
+    def total(times):
+        return sum(f for f, _ in times.values()), sum(b for _, b in times.values())
+
+    # one thread on two cores: one of two ranks, the factors calibrated with one thread
+    assert total(node_times(model, (8,), batch, CAL, threads=1)) == pytest.approx(priced(p.loop(2)))
+    assert total(node_times(model, (8,), batch, CAL, threads=1, ranks=2)) == pytest.approx(priced(p.loop(2)))
+    # said otherwise, as asked; and the default (all cores) stays one rank's
+    assert total(node_times(model, (8,), batch, CAL, threads=1, ranks=1)) == pytest.approx(priced(p.loop(1)))
+    both = Predictor(CAL, NETWORK).op_costs(trace_ops(model, (8,), batch), "fp32", 2)
+    one_rank = p.loop(1)
+    assert total(node_times(model, (8,), batch, CAL)) == pytest.approx(
+        (sum(c.forward_s * one_rank.factor(c.group, "forward") for c in both),
+         sum(c.backward_s * one_rank.factor(c.group, "backward") for c in both)))
+
+
+def test_a_two_stage_pipeline_prices_its_blocks_as_two_ranks_of_one_thread():
+    cfg = TrainConfig(model="lenet5", strategy="pipeline", nproc=2, batch_size=8, microbatches=2)
+    facts = {"image_size": 28, "classes": 10, "channels": 1}
+    pp = PP.pipeline_phases(CAL, cfg, facts, 1, NETWORK, (1e-4, 1e-9))
+    k, m = len(pp["split"]["stages"]), cfg.microbatches
+    assert k == 2
+    model, blocked = PP._blocked("lenet5", 10, 1, 28, 4, "auto", 1.0)
+    for ranks, same in ((2, True), (1, False)):
+        times = node_times(model, (1, 28, 28), 4, CAL, threads=1, ranks=ranks)
+        forward = sum(f for f, _ in times.values())  # every block's forward at the micro-batch of 4
+        # the phase is M micro-batches of the mean stage: M / K of the whole model's forward
+        assert (pp["forward"] * k / m == pytest.approx(forward)) is same
+
+
+def test_fsdp_gathers_twice_and_scatters_once_per_unit():
+    f, b = PP.fsdp_comm_s([1000, 3000], 2, 1e-4, 1e-9)
+    assert b == pytest.approx(2 * f) and f > 0
+    assert PP.fsdp_comm_s([1000], 1, 1e-4, 1e-9) == (0.0, 0.0)
