@@ -163,15 +163,16 @@ def candidates(n: int) -> list[list[tuple[int, int]]]:
     return out
 
 
-def plan_splits(name: str, model: nn.Module, graph, p: dict[str, Any]) -> dict[str, Any]:
-    """On rank 0: block costs as `--split auto` gets them (predicted with a calibration, else measured here),
-    the named methods' splits and every candidate priced by the same model."""
-    from scaletrain.comm.pipeline import _cached_calibration
+def plan_splits(name: str, model: nn.Module, graph, p: dict[str, Any], calibration: dict[str, Any] | None,
+                costs: list | None) -> dict[str, Any]:
+    """On rank 0: block costs as `--split auto` gets them (predicted with a calibration, else `costs`, measured
+    by both ranks at once), the named methods' splits and every candidate priced by the same model."""
     from scaletrain.split import partition, plan
 
     micro = p["batch_size"] // p["microbatches"]
-    calibration = _cached_calibration()
-    costs, source = plan.costs_for(graph, model, SHAPE, micro, calibration=calibration)
+    source = "measured"
+    if costs is None:
+        costs, source = plan.costs_for(graph, model, SHAPE, micro, calibration=calibration)
     pipe = plan.pipeline_args(microbatches=p["microbatches"], schedule=p["schedule"])
     methods = {m: plan.choose(m, graph, model, SHAPE, stages=STAGES, microbatches=p["microbatches"],
                               schedule=p["schedule"], batch_size=p["batch_size"], calibration=calibration,
@@ -185,6 +186,7 @@ def plan_splits(name: str, model: nn.Module, graph, p: dict[str, Any]) -> dict[s
 
 def measure_model(name: str, rank: int, p: dict[str, Any], say: Callable[[str], None]) -> dict[str, Any]:
     """Every candidate split of `name`, in interleaved rounds; rank 0 returns the measurements."""
+    from scaletrain.comm.pipeline import _cached_calibration, measured_together
     from scaletrain.dist.group import broadcast_object, gather_objects
     from scaletrain.split.stages import blocked
 
@@ -193,7 +195,9 @@ def measure_model(name: str, rank: int, p: dict[str, Any], say: Callable[[str], 
     micro = p["batch_size"] // p["microbatches"]
     graph = blocked(model, SHAPE, micro)
     t = time.perf_counter()
-    planned = broadcast_object(plan_splits(name, model, graph, p) if rank == 0 else None)
+    calibration = _cached_calibration() if rank == 0 else None
+    costs = measured_together(graph, model, SHAPE, micro) if broadcast_object(calibration is None) else None
+    planned = broadcast_object(plan_splits(name, model, graph, p, calibration, costs) if rank == 0 else None)
     say(f"{name}: {len(graph.blocks)} blocks, block costs {planned['costs_source']} "
         f"({time.perf_counter() - t:.0f} s); timing {len(planned['candidates'])} splits x {p['rounds']} rounds")
     model.train()

@@ -135,19 +135,24 @@ class Pipeline(Strategy):
         return module
 
     def _split(self, model: nn.Module, graph, sample_shape) -> tuple[list[tuple[int, int]], dict[str, Any]]:
-        """The stage bounds, chosen on rank 0 (timings differ between ranks) and shared with every rank."""
+        """The stage bounds, chosen on rank 0 and shared with every rank. Without a calibration the block
+        costs are measured by every rank at once (measured_together)."""
         from scaletrain.split import plan
 
         cfg = self.cfg
+        calibration = _cached_calibration() if self.rank.rank == 0 else None
+        costs = None
+        if broadcast_object(calibration is None):
+            costs = measured_together(graph, model, sample_shape, cfg.batch_size // cfg.microbatches, cfg.precision)
         choice = None
         if self.rank.rank == 0:
             try:
                 part = plan.choose(cfg.split, graph, model, sample_shape, stages=self.stages,
                                    microbatches=cfg.microbatches, schedule=cfg.pipeline_schedule,
                                    batch_size=cfg.batch_size, precision=cfg.precision, optimizer=cfg.optimizer,
-                                   calibration=_cached_calibration(), model_name=cfg.model)
+                                   calibration=calibration, model_name=cfg.model, costs=costs)
                 choice = {"bounds": [list(b) for b in part.bounds], "method": part.method,
-                          "predicted_step_s": part.step_s}
+                          "predicted_step_s": part.step_s, "costs": "measured" if costs else "predicted"}
             except UserError as e:
                 choice = {"error": str(e)}
         choice = broadcast_object(choice)
@@ -332,7 +337,7 @@ class Pipeline(Strategy):
             "stages": k, "replicas": self.replicas, "microbatches": m, "schedule": self.cfg.pipeline_schedule,
             "split": self.split_info.get("method"), "bounds": [list(b) for b in self.bounds],
             "stage_blocks": [self.block_names[lo:hi] for lo, hi in self.bounds],
-            "predicted_step_s": self.split_info.get("predicted_step_s"),
+            "predicted_step_s": self.split_info.get("predicted_step_s"), "split_costs": self.split_info.get("costs"),
             "bubble_theory": (k - 1) / (m + k - 1),
             # what each rank holds (its stage's): parameters, and with their gradients and optimizer state
             "param_bytes_per_rank": [h[0] for h in held], "state_bytes_per_rank": [h[1] for h in held],
@@ -372,6 +377,23 @@ def build_schedule(module: nn.Module, stage_index: int, stages: int, device: tor
     stage = PipelineStage(module, stage_index, stages, device, input_args=(inp,), output_args=(out,), group=group)
     schedule_cls = ScheduleGPipe if schedule == "gpipe" else Schedule1F1B
     return stage, schedule_cls(stage, microbatches, loss_fn=nn.CrossEntropyLoss(), scale_grads=True)
+
+
+def measured_together(graph, model: nn.Module, sample_shape: tuple[int, ...], micro: int,
+                      precision: str = "fp32") -> list:
+    """The blocks' costs measured by every rank at the same time (collective), each block's times the mean
+    over the ranks. The stages of a running pipeline compute side by side, sharing the node's cores, caches
+    and memory bandwidth; timed by one process on an otherwise idle node, the blocks came out 3-48% faster
+    than inside the pipeline, and by uneven amounts (docs/bench-pipeline.md), which moved the cut."""
+    import dataclasses
+
+    from scaletrain.split.costs import block_costs
+
+    mine = block_costs(graph, model, sample_shape, micro, source="measured", precision=precision)
+    every = gather_objects([(c.forward_s, c.backward_s) for c in mine])
+    n = len(every)
+    return [dataclasses.replace(c, forward_s=sum(r[i][0] for r in every) / n,
+                                backward_s=sum(r[i][1] for r in every) / n) for i, c in enumerate(mine)]
 
 
 def _cached_calibration() -> dict[str, Any] | None:
