@@ -76,3 +76,23 @@ def test_fsdp_gathers_twice_and_scatters_once_per_unit():
     f, b = PP.fsdp_comm_s([1000, 3000], 2, 1e-4, 1e-9)
     assert b == pytest.approx(2 * f) and f > 0
     assert PP.fsdp_comm_s([1000], 1, 1e-4, 1e-9) == (0.0, 0.0)
+
+
+def test_prediction_json_gives_each_pipeline_point_its_split(tmp_path):
+    import json
+
+    from scaletrain.cli import main
+    from scaletrain.predict import calibration
+
+    cal = calibration.save(CAL, tmp_path / "cal.json")
+    out = tmp_path / "pred"
+    assert main(["predict", "--calibration", str(cal), "--out", str(out), "--dataset", "synthetic",
+                 "--synthetic-samples", "256", "--image-size", "28", "--model", "lenet5", "--strategy", "pipeline",
+                 "--nproc", "2", "--batch-size", "8", "--microbatches", "2", "--split", "auto,uniform"]) == 0
+    points = json.loads((out / "prediction.json").read_text())["points"]
+    assert len(points) == 2
+    for point in points:
+        pp = point["pipeline"]
+        assert pp["split_method"] == point["config"]["split"] and len(pp["split"]["bounds"]) == 2
+        assert pp["bubble_theory"] == pytest.approx(1 / 3)
+        assert "bubble" in point["phases_s"]

@@ -67,7 +67,8 @@ def _entry(pid: str, axes: dict[str, Any], cfg, r: dict[str, Any]) -> dict[str, 
             "peak_memory_bytes": r["peak_memory_bytes"], "memory_bytes": r["memory_bytes"],
             "memory_kind": r["memory_kind"], "comm": r["comm"], "layers": r["layers"], "ops": r["ops"],
             "limit": r["limit"], "limit_note": r["limit_note"], "batch_efficiency": r["batch_efficiency"],
-            "core_sharing_stretch": r["stretch"], "notes": r["notes"]}
+            "core_sharing_stretch": r["stretch"], "notes": r["notes"],
+            **({"pipeline": r["pipeline"]} if "pipeline" in r else {})}
 
 
 def _group_key(p: dict[str, Any], strong: bool) -> tuple:
