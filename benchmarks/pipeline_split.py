@@ -283,6 +283,7 @@ def analyse(name: str, m: dict[str, Any], p: dict[str, Any]) -> dict[str, Any]:
     unbalanced = room >= GAIN_TARGET
     gain, of_best = auto["median"] / uni["median"], auto["median"] / best["median"]
     paired = statistics.median(a / u for a, u in zip(auto["rates"], uni["rates"]))
+    held_out = _held_out_best(rows, auto)
     auto_i = rows.index(auto)
     stages = [{"stage": s, "blocks": names[lo:hi],
                "predicted_forward_s": m["methods"]["auto"]["stages"][s]["forward_s"] * mb,
@@ -299,12 +300,27 @@ def analyse(name: str, m: dict[str, Any], p: dict[str, Any]) -> dict[str, Any]:
         "uniform_unbalanced": unbalanced, "best_over_uniform": room,
         "auto_over_uniform": gain, "auto_over_uniform_paired": paired,
         "gain_target_met": gain >= GAIN_TARGET if unbalanced else None,
-        "auto_over_best": of_best, "best_target_met": of_best >= BEST_TARGET,
+        "auto_over_best": of_best, "auto_over_best_held_out": held_out, "best_target_met": held_out >= BEST_TARGET,
         "predicted_best_is_auto": [tuple(b) for b in m["methods"]["exhaustive (predicted)"]["bounds"]]
         == [tuple(b) for b in m["methods"]["auto"]["bounds"]],
         "bubble_theory": theory, "auto_stages": stages,
         "auto_predicted_step_s": m["methods"]["auto"]["step_s"], "auto_measured_step_s": batch / auto["median"],
     }
+
+
+def _held_out_best(rows: list[dict[str, Any]], auto: dict[str, Any]) -> float:
+    """auto against the measured best, without the winner's curse: the split with the highest median of n noisy
+    ones is, more often than not, one whose rounds ran lucky, so auto / (that median) is biased low. Here the
+    best is picked on all rounds but one and compared with auto on the round left out, each round in turn; the
+    median of those ratios. (With one round there is nothing to hold out: the plain ratio.)"""
+    rounds = len(auto["rates"])
+    if rounds < 2:
+        return auto["median"] / max(r["median"] for r in rows)
+    ratios = []
+    for k in range(rounds):
+        pick = max(rows, key=lambda r: statistics.median(r["rates"][:k] + r["rates"][k + 1:]))
+        ratios.append(auto["rates"][k] / pick["rates"][k])
+    return statistics.median(ratios)
 
 
 # ---------------------------------------------------------------------------------------------- rendering
@@ -361,8 +377,9 @@ def render(results: list[dict[str, Any]], p: dict[str, Any], console) -> None:
         else:
             gain = (f"{_verdict(a['gain_target_met'])} auto / uniform {a['auto_over_uniform']:.2f} "
                     f"(paired {a['auto_over_uniform_paired']:.2f}; target >= {GAIN_TARGET})")
-        best = (f"{_verdict(a['best_target_met'])} auto / best {a['auto_over_best']:.3f} "
-                f"(target >= {BEST_TARGET})")
+        best = (f"{_verdict(a['best_target_met'])} auto / best {a['auto_over_best_held_out']:.3f} with the best "
+                f"picked on the other rounds (target >= {BEST_TARGET}; against the highest median "
+                f"{a['auto_over_best']:.3f})")
         console.print(f"  {a['model']:<9} {gain};  {best}")
 
 
