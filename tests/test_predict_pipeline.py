@@ -72,6 +72,27 @@ def test_a_two_stage_pipeline_prices_its_blocks_as_two_ranks_of_one_thread():
         assert (pp["forward"] * k / m == pytest.approx(forward)) is same
 
 
+@pytest.mark.parametrize("split", ["auto", "time"])
+def test_the_predicted_split_is_the_one_the_run_chooses(split):
+    from scaletrain.split import plan
+    from scaletrain.split.partition import evaluate
+
+    cfg = TrainConfig(model="lenet5", strategy="pipeline", nproc=2, batch_size=8, microbatches=2, split=split)
+    facts = {"image_size": 28, "classes": 10, "channels": 1}
+    pp = PP.pipeline_phases(CAL, cfg, facts, 1, NETWORK, (1e-4, 1e-9))
+    model, blocked = PP._blocked("lenet5", 10, 1, 28, 4, "auto", 1.0)
+    # as comm/pipeline.py asks for it: the blocks priced at all the cores, with one rank's loop factors
+    run = plan.choose(split, blocked, model, (1, 28, 28), stages=2, microbatches=2, schedule="1f1b", batch_size=8,
+                      calibration=CAL, model_name="lenet5")
+    assert pp["split"]["bounds"] == [list(b) for b in run.bounds]
+    # priced as the ranks run it: one thread each, two ranks' loop factors
+    costs, _ = plan.costs_for(blocked, model, (1, 28, 28), 4, calibration=CAL, threads=1, ranks=2)
+    priced = evaluate(costs, run.bounds, **plan.pipeline_args(microbatches=2, schedule="1f1b",
+                                                              link_bytes_per_s=1e9, latency_s=1e-4))
+    assert pp["split"]["step_s"] == pytest.approx(priced.step_s)
+    assert pp["split"]["step_s"] != pytest.approx(run.step_s)
+
+
 def test_fsdp_gathers_twice_and_scatters_once_per_unit():
     f, b = PP.fsdp_comm_s([1000, 3000], 2, 1e-4, 1e-9)
     assert b == pytest.approx(2 * f) and f > 0

@@ -4,7 +4,7 @@ collectives of FSDP's shards.
 Pipeline (`--strategy pipeline`, K stages, M micro-batches, R replicas): the blocks' forward and backward
 at the micro-batch (the calibrated per-op laws at the rank's threads, with the loop factors calibrated on as
 many ranks per node: the stages run side by side, each on its share of the cores), the split the run would
-choose (split/plan.py), and its step from split/partition.py:
+choose (split/plan.py, asked as the run asks it), and that split's step from split/partition.py:
 
     step = sum_s time_s + (M - 1) x max_s time_s          time_s: stage s's f + b + transfers per micro-batch
 
@@ -46,6 +46,7 @@ def pipeline_phases(cal: dict[str, Any], cfg, facts: dict[str, Any], threads: in
     """The pipeline's forward, backward, p2p and bubble phases per step (means over the stages), the split,
     and the bytes of the mean stage's parameters (for its optimizer and the replicas' all-reduce)."""
     from scaletrain.split import plan
+    from scaletrain.split.partition import evaluate
 
     stages = cfg.stages or cfg.nproc * cfg.nnodes
     micro = plan.micro_batch(cfg.batch_size, cfg.microbatches)
@@ -56,10 +57,15 @@ def pipeline_phases(cal: dict[str, Any], cfg, facts: dict[str, Any], threads: in
                               precision=cfg.precision, threads=threads, ranks=cfg.nproc)
     alpha, beta = alpha_beta
     link = 1 / beta if beta > 0 else plan.DEFAULT_LINK
-    part = plan.choose(cfg.split if cfg.split in plan.METHODS else "auto", graph, model, shape, stages=stages,
-                       microbatches=cfg.microbatches, schedule=cfg.pipeline_schedule, batch_size=cfg.batch_size,
-                       link_bytes_per_s=link, latency_s=alpha, precision=cfg.precision, optimizer=cfg.optimizer,
-                       model_name=cfg.model, costs=costs)
+    # the split the run chooses, as comm/pipeline.py's Pipeline._split asks for it (its blocks priced at all
+    # the cores, by this calibration as the run's cached one) ...
+    chosen = plan.choose(cfg.split, graph, model, shape, stages=stages, microbatches=cfg.microbatches,
+                         schedule=cfg.pipeline_schedule, batch_size=cfg.batch_size, precision=cfg.precision,
+                         optimizer=cfg.optimizer, calibration=cal, model_name=cfg.model)
+    # ... priced as its ranks run it
+    part = evaluate(costs, chosen.bounds, method=chosen.method,
+                    **plan.pipeline_args(microbatches=cfg.microbatches, schedule=cfg.pipeline_schedule,
+                                         optimizer=cfg.optimizer, link_bytes_per_s=link, latency_s=alpha))
     m, k = cfg.microbatches, len(part.stages)
     mean = lambda key: sum(st[key] for st in part.stages) / k  # noqa: E731
     fwd, bwd = m * mean("forward_s"), m * mean("backward_s")
