@@ -143,7 +143,8 @@ class Pipeline(Strategy):
         calibration = _cached_calibration() if self.rank.rank == 0 else None
         costs = None
         if broadcast_object(calibration is None):
-            costs = measured_together(graph, model, sample_shape, cfg.batch_size // cfg.microbatches, cfg.precision)
+            costs = measured_together(graph, model, sample_shape, cfg.batch_size // cfg.microbatches, cfg.precision,
+                                      self.device)
         choice = None
         if self.rank.rank == 0:
             try:
@@ -380,7 +381,7 @@ def build_schedule(module: nn.Module, stage_index: int, stages: int, device: tor
 
 
 def measured_together(graph, model: nn.Module, sample_shape: tuple[int, ...], micro: int,
-                      precision: str = "fp32") -> list:
+                      precision: str = "fp32", device: torch.device | None = None) -> list:
     """The blocks' costs measured by every rank at the same time (collective), each block's times the mean
     over the ranks. The stages of a running pipeline compute side by side, sharing the node's cores, caches
     and memory bandwidth; timed by one process on an otherwise idle node, the blocks came out 3-48% faster
@@ -389,7 +390,7 @@ def measured_together(graph, model: nn.Module, sample_shape: tuple[int, ...], mi
 
     from scaletrain.split.costs import block_costs
 
-    mine = block_costs(graph, model, sample_shape, micro, source="measured", precision=precision)
+    mine = block_costs(graph, model, sample_shape, micro, source="measured", precision=precision, device=device)
     every = gather_objects([(c.forward_s, c.backward_s) for c in mine])
     n = len(every)
     return [dataclasses.replace(c, forward_s=sum(r[i][0] for r in every) / n,

@@ -26,11 +26,12 @@ ROUNDS = 3  # passes over the blocks when measuring; each block keeps its least 
 
 def block_costs(blocked: Blocked, model: nn.Module, input_shape: tuple[int, ...], micro_batch: int, *,
                 source: str = "predicted", calibration: dict[str, Any] | None = None, precision: str = "fp32",
-                threads: int | None = None, ranks: int | None = None, rounds: int | None = None) -> list[BlockCost]:
+                threads: int | None = None, ranks: int | None = None, rounds: int | None = None,
+                device: torch.device | None = None) -> list[BlockCost]:
     """The blocks' costs at `micro_batch` samples. `threads` and `ranks` (predicted only): the calibrated
     thread count to price at (default the calibrated machine's cores) and the processes sharing the node
     (default as many as the cores hold at `threads`: graph/timing.py); measured times use this process's
-    threads, the least of `rounds` passes over the blocks (default ROUNDS)."""
+    threads, the least of `rounds` passes over the blocks (default ROUNDS), on `device` (default the model's)."""
     if source not in SOURCES:
         raise UserError(f"costs {source!r}: use one of {', '.join(SOURCES)}")
     if micro_batch < 1:
@@ -41,7 +42,7 @@ def block_costs(blocked: Blocked, model: nn.Module, input_shape: tuple[int, ...]
                             "--calibration FILE, or use --costs measured")
         times = _predicted(blocked, model, input_shape, micro_batch, calibration, precision, threads, ranks)
     else:
-        times = _measured(blocked, model, input_shape, micro_batch, precision, rounds or ROUNDS)
+        times = _measured(blocked, model, input_shape, micro_batch, precision, rounds or ROUNDS, device)
     return [dataclasses.replace(c, forward_s=f, backward_s=bw)
             for c, (f, bw) in zip(block_sizes(blocked, micro_batch, precision), times)]
 
@@ -70,29 +71,33 @@ def _predicted(blocked: Blocked, model: nn.Module, input_shape: tuple[int, ...],
 
 
 def _measured(blocked: Blocked, model: nn.Module, input_shape: tuple[int, ...], micro_batch: int, precision: str,
-              rounds: int) -> list[tuple[float, float]]:
+              rounds: int, device: torch.device | None = None) -> list[tuple[float, float]]:
     """torchgpipe's balance_by_time measurement: each block run alone, forward and backward, on the tensor
     that reaches it, in training mode. Blocks are timed in turn, `rounds` times over, and each keeps its
     least time: on a shared machine another process's load only adds time, and passing over every block in
     turn spreads it instead of landing on one block. Timed on a copy of the traced model, so the model's
-    BatchNorm statistics stay as they were."""
+    BatchNorm statistics stay as they were. Each block goes to `device` only while it is timed (a pipeline's
+    model stays in host memory: the whole of it may not fit the device)."""
     from scaletrain.perf.flops import probe_input
     from scaletrain.predict.timing import time_op
 
     assert blocked.graph.traced is not None
     copied = Blocked(dataclasses.replace(blocked.graph, traced=copy.deepcopy(blocked.graph.traced)), blocked.blocks)
     modules = [stage_module(copied, i, i + 1) for i in range(len(copied.blocks))]
-    inputs = [probe_input(model, input_shape, micro_batch).normal_()]  # on the model's device
+    home = next((p.device for p in model.parameters()), torch.device("cpu"))
+    device = torch.device(device) if device is not None else home
+    inputs = [probe_input(model, input_shape, micro_batch).normal_().to(device)]
     best = [(math.inf, math.inf)] * len(modules)
     for r in range(max(1, rounds)):
         for i, (b, module) in enumerate(zip(copied.blocks, modules)):
             try:
+                module.to(device)
                 # the first block needs no input gradient, as in training (the data needs none)
-                f, bw = time_op(module, [inputs[i]], precision=precision, input_grad=i > 0, repeats=3,
-                                device=inputs[0].device)
+                f, bw = time_op(module, [inputs[i]], precision=precision, input_grad=i > 0, repeats=3, device=device)
                 if r == 0:
                     with torch.no_grad():
                         inputs.append(module(inputs[i]))
+                module.to(home)
             except (ValueError, RuntimeError) as e:
                 raise UserError(f"timing block {b.name} at a micro-batch of {micro_batch} failed "
                                 f"({str(e).splitlines()[0]}): use a larger batch or fewer micro-batches") from None
