@@ -265,7 +265,7 @@ class Pipeline(Strategy):
     def state_dict(self, chief: bool) -> dict[str, Any]:
         """The whole model, assembled on rank 0, and the optimizer's state merged from every stage (each rank
         holds its stage's momentum); the checkpoint then equals a one-process run's."""
-        whole = self._assemble()
+        whole = self._assemble() if self.replica_index == 0 else None  # (the other replicas' models are equal)
         states = gather_objects(self._own_optimizer_state())
         out: dict[str, Any] = {"comm": [], "ps": None}
         if chief:
