@@ -117,3 +117,25 @@ def test_prediction_json_gives_each_pipeline_point_its_split(tmp_path):
         assert pp["split_method"] == point["config"]["split"] and len(pp["split"]["bounds"]) == 2
         assert pp["bubble_theory"] == pytest.approx(1 / 3)
         assert "bubble" in point["phases_s"]
+
+
+def test_a_stages_messages_are_priced_as_point_to_point_not_as_an_all_reduce(tmp_path):
+    import copy
+    import json
+
+    from scaletrain.cli import main
+    from scaletrain.predict import calibration
+
+    cal = copy.deepcopy(CAL)  # an all-reduce with a second of latency per step; a send and receive of 100 us
+    cal["network"]["fits"]["allreduce"] = {"alpha_s": 1.0, "beta_s_per_byte": 1e-9}
+    cal["network"]["fits"]["ps"] = {"alpha_s": 1e-4, "beta_s_per_byte": 1e-9}
+    out = tmp_path / "pred"
+    assert main(["predict", "--calibration", str(calibration.save(cal, tmp_path / "cal.json")), "--out", str(out),
+                 "--dataset", "synthetic", "--synthetic-samples", "256", "--image-size", "28", "--model", "lenet5",
+                 "--strategy", "pipeline", "--nproc", "2", "--batch-size", "8", "--microbatches", "2"]) == 0
+    point = json.loads((out / "prediction.json").read_text())["points"][0]
+    stages = point["pipeline"]["split"]["stages"]
+    cut = stages[0]["memory"]["buffers"]  # the one tensor crossing the cut (its gradient comes back as large)
+    # each stage sends and receives the activation and its gradient once per micro-batch
+    assert stages[0]["transfer_s"] == pytest.approx(2 * (1e-4 + cut * 1e-9))
+    assert point["phases_s"]["p2p"] < 0.01

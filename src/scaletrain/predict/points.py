@@ -135,7 +135,10 @@ def _split_model(p: Predictor, cfg, s: M.Setting, w: Workload, facts: dict[str, 
         step["step_time_s"] = sum(phases.values())
         return {"units": units}
     PP.check_basis(p.hardware)
-    pp = PP.pipeline_phases(p.cal, cfg, facts, threads, p.network, (alpha, beta))
+    # a stage's activations and gradients are point-to-point messages: priced by commbench's `ps` fit (on 2
+    # ranks one send and one receive per worker), not the all-reduce's, whose latency per step (0.7-0.8 ms
+    # here, against 50-80 us) had been charged to every message
+    pp = PP.pipeline_phases(p.cal, cfg, facts, threads, p.network, M.link(s, p.network, "ps"))
     k = len(pp["stage_param_bytes"])
     mean_params = sum(pp["stage_param_bytes"]) / k
     tensors = max(1, sum(len(o.param_numels) for o in w.ops) // k)
