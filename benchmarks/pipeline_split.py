@@ -172,7 +172,8 @@ def plan_splits(name: str, model: nn.Module, graph, p: dict[str, Any], calibrati
     micro = p["batch_size"] // p["microbatches"]
     source = "measured"
     if costs is None:
-        costs, source = plan.costs_for(graph, model, SHAPE, micro, calibration=calibration)
+        costs, source = plan.costs_for(graph, model, SHAPE, micro, calibration=calibration,  # as training prices
+                                       threads=torch.get_num_threads(), ranks=STAGES)  # them: 1 thread x 2 ranks
     pipe = plan.pipeline_args(microbatches=p["microbatches"], schedule=p["schedule"])
     methods = {m: plan.choose(m, graph, model, SHAPE, stages=STAGES, microbatches=p["microbatches"],
                               schedule=p["schedule"], batch_size=p["batch_size"], calibration=calibration,

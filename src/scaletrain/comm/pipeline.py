@@ -135,25 +135,30 @@ class Pipeline(Strategy):
         return module
 
     def _split(self, model: nn.Module, graph, sample_shape) -> tuple[list[tuple[int, int]], dict[str, Any]]:
-        """The stage bounds, chosen on rank 0 and shared with every rank. Without a calibration the block
-        costs are measured by every rank at once (measured_together)."""
+        """The stage bounds, chosen on rank 0 and shared with every rank. The block costs are predicted from
+        this machine's calibration as the ranks run (their threads each, as many ranks per node: the loop
+        factors of such runs), else measured by every rank at once (measured_together)."""
         from scaletrain.split import plan
 
         cfg = self.cfg
+        micro = cfg.batch_size // cfg.microbatches
         calibration = _cached_calibration() if self.rank.rank == 0 else None
-        costs = None
+        costs, source = None, "predicted"
         if broadcast_object(calibration is None):
-            costs = measured_together(graph, model, sample_shape, cfg.batch_size // cfg.microbatches, cfg.precision,
-                                      self.device)
+            costs, source = measured_together(graph, model, sample_shape, micro, cfg.precision, self.device), "measured"
         choice = None
         if self.rank.rank == 0:
             try:
+                if costs is None:
+                    costs, _ = plan.costs_for(graph, model, sample_shape, micro, source="predicted",
+                                              calibration=calibration, precision=cfg.precision,
+                                              threads=torch.get_num_threads(), ranks=self.rank.local_world_size)
                 part = plan.choose(cfg.split, graph, model, sample_shape, stages=self.stages,
                                    microbatches=cfg.microbatches, schedule=cfg.pipeline_schedule,
                                    batch_size=cfg.batch_size, precision=cfg.precision, optimizer=cfg.optimizer,
                                    calibration=calibration, model_name=cfg.model, costs=costs)
                 choice = {"bounds": [list(b) for b in part.bounds], "method": part.method,
-                          "predicted_step_s": part.step_s, "costs": "measured" if costs else "predicted"}
+                          "predicted_step_s": part.step_s, "costs": source}
             except UserError as e:
                 choice = {"error": str(e)}
         choice = broadcast_object(choice)
