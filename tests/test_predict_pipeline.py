@@ -81,12 +81,13 @@ def test_the_predicted_split_is_the_one_the_run_chooses(split):
     facts = {"image_size": 28, "classes": 10, "channels": 1}
     pp = PP.pipeline_phases(CAL, cfg, facts, 1, NETWORK, (1e-4, 1e-9))
     model, blocked = PP._blocked("lenet5", 10, 1, 28, 4, "auto", 1.0)
-    # as comm/pipeline.py asks for it: the blocks priced at all the cores, with one rank's loop factors
-    run = plan.choose(split, blocked, model, (1, 28, 28), stages=2, microbatches=2, schedule="1f1b", batch_size=8,
-                      calibration=CAL, model_name="lenet5")
-    assert pp["split"]["bounds"] == [list(b) for b in run.bounds]
-    # priced as the ranks run it: one thread each, two ranks' loop factors
+    # as comm/pipeline.py asks for it: the blocks priced as the ranks run them (one thread each, two ranks'
+    # loop factors), plan's default link
     costs, _ = plan.costs_for(blocked, model, (1, 28, 28), 4, calibration=CAL, threads=1, ranks=2)
+    run = plan.choose(split, blocked, model, (1, 28, 28), stages=2, microbatches=2, schedule="1f1b", batch_size=8,
+                      calibration=CAL, model_name="lenet5", costs=costs)
+    assert pp["split"]["bounds"] == [list(b) for b in run.bounds]
+    # its step with the transfers at the calibrated link
     priced = evaluate(costs, run.bounds, **plan.pipeline_args(microbatches=2, schedule="1f1b",
                                                               link_bytes_per_s=1e9, latency_s=1e-4))
     assert pp["split"]["step_s"] == pytest.approx(priced.step_s)

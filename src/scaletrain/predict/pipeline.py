@@ -57,12 +57,12 @@ def pipeline_phases(cal: dict[str, Any], cfg, facts: dict[str, Any], threads: in
                               precision=cfg.precision, threads=threads, ranks=cfg.nproc)
     alpha, beta = alpha_beta
     link = 1 / beta if beta > 0 else plan.DEFAULT_LINK
-    # the split the run chooses, as comm/pipeline.py's Pipeline._split asks for it (its blocks priced at all
-    # the cores, by this calibration as the run's cached one) ...
+    # the split the run chooses, as comm/pipeline.py's Pipeline._split asks for it (these block costs, this
+    # calibration standing for the run's cached one, plan's default link) ...
     chosen = plan.choose(cfg.split, graph, model, shape, stages=stages, microbatches=cfg.microbatches,
                          schedule=cfg.pipeline_schedule, batch_size=cfg.batch_size, precision=cfg.precision,
-                         optimizer=cfg.optimizer, calibration=cal, model_name=cfg.model)
-    # ... priced as its ranks run it
+                         optimizer=cfg.optimizer, calibration=cal, model_name=cfg.model, costs=costs)
+    # ... its step with the transfers at the calibrated link
     part = evaluate(costs, chosen.bounds, method=chosen.method,
                     **plan.pipeline_args(microbatches=cfg.microbatches, schedule=cfg.pipeline_schedule,
                                          optimizer=cfg.optimizer, link_bytes_per_s=link, latency_s=alpha))
