@@ -2,10 +2,9 @@
 either way) timed for a few steps in the pipeline itself, before training; the fastest is kept.
 
 Why: the model prices blocks one at a time, and a stage inside a running pipeline is not the sum of its blocks
-timed alone. Measured here (docs/bench-pipeline.md): a ResNet-20 stage starting mid-model ran 1.10-1.16x the
-sum of its blocks even in one process, the last stage carried 6-9 ms per step more than its blocks, and the
-calibrated laws priced VGG-11's fully connected stage 0.8x low: each moved the chosen cut one block from the
-fastest. Where the neighbours are near-equal the choice costs little either way; where the model is off
+timed alone. Measured here (docs/bench-pipeline.md): ResNet-20's last stage carried 6-9 ms per step more than
+its blocks, and the calibrated laws priced VGG-11's fully connected stage 0.78x of its time: each moved the
+chosen cut one block from the fastest. Where the neighbours are near-equal the choice costs little either way; where the model is off
 systematically, timing them in place corrects it.
 
     candidates   the chosen bounds, then every split with one cut moved by one block (2 (K-1) at most)
