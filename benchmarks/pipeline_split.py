@@ -393,7 +393,9 @@ def render(results: list[dict[str, Any]], p: dict[str, Any], console) -> None:
         console.print(f"  auto's step: predicted {1e3 * a['auto_predicted_step_s']:.0f} ms, measured "
                       f"{1e3 * a['auto_measured_step_s']:.0f} ms (schedule + SGD step)")
         if a["trials"]:
-            tried = ", ".join(f"{a['rows'][i]['cut']} {1e3 * t['step_s']:.0f} ms" + (" (kept)" if t["chosen"] else "")
+            tried = ", ".join(f"{a['rows'][i]['cut']} {1e3 * t['step_s']:.0f} ms"
+                              + ("" if t["rounds_faster"] is None else f" ({t['rounds_faster']} rounds faster)")
+                              + (" (kept)" if t["chosen"] else "")
                               for t in a["trials"]
                               for i in [next(j for j, r in enumerate(a["rows"]) if r["bounds"] == t["bounds"])])
             console.print(f"  auto's trial (cut after: median step): {tried}; the cost model alone chose "

@@ -11,7 +11,11 @@ systematically, timing them in place corrects it.
     rounds       --split-trials R: each round times every candidate for STEPS steps, the order rotated
     a step       the schedule's forward and backward over the micro-batches of a random batch, on copies
                  of the model's blocks (its weights, BatchNorm statistics and the RNG are left as they were)
-    time         rank 0's wall time between two barriers of its pipeline, per step; median over rounds
+    time         rank 0's wall time between two barriers of its pipeline, per step
+    the choice   the model's, unless a neighbour was faster than it in every round: then, of those, the one
+                 with the least median. Neighbours differ by a few percent and a round here by 6-12%, so a
+                 lower median alone would move the cut by noise as often as by cause (seen in
+                 docs/bench-pipeline.md); faster in all of 5 rounds happens by chance once in 32.
 
 Collective over the whole job: every rank times its stage of every candidate; rank 0's choice is everyone's.
 """
@@ -82,12 +86,19 @@ def try_splits(pipe, graph: Blocked, bounds: Bounds, sample_shape: tuple[int, ..
                     _step(pipe, module, schedule, x, y)
                 dist.barrier(group=pipe.pp_group)
                 times[i].append((time.perf_counter() - t0) / STEPS)
-    medians = [statistics.median(t) for t in times]
-    best = broadcast_object(min(range(len(candidates)), key=medians.__getitem__))  # rank 0's timings decide
-    medians = broadcast_object(medians)
-    trials = [{"bounds": [list(b) for b in cand], "step_s": m, "chosen": i == best}
-              for i, (cand, m) in enumerate(zip(candidates, medians))]
+    times = broadcast_object(times)  # rank 0's timings decide, for every replica alike
+    best, wins = pick(times)
+    trials = [{"bounds": [list(b) for b in cand], "step_s": statistics.median(t), "rounds_faster": w,
+               "chosen": i == best} for i, (cand, t, w) in enumerate(zip(candidates, times, wins))]
     return [tuple(b) for b in candidates[best]], trials
+
+
+def pick(times: list[list[float]]) -> tuple[int, list[int | None]]:
+    """(the index kept, each neighbour's count of rounds faster than candidate 0): candidate 0 (the model's
+    choice) unless some neighbour was faster than it in every round; then the least median of those."""
+    wins: list[int | None] = [None] + [sum(a < b for a, b in zip(t, times[0])) for t in times[1:]]
+    better = [i for i in range(1, len(times)) if wins[i] == len(times[0])]
+    return (min(better, key=lambda i: statistics.median(times[i])) if better else 0), wins
 
 
 def _step(pipe, module, schedule, x: torch.Tensor, y: torch.Tensor) -> None:

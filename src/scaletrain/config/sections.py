@@ -263,10 +263,10 @@ class StrategyConfig:
     parameter counts, DeepSpeed's default), `time` (torchgpipe's balance by measured time) or a split.json
     written by `scaletrain split`."""
 
-    split_trials: int = 3
+    split_trials: int = 5
     """pipeline, `--split auto`: rounds of timing the chosen split and its neighbours (each cut moved one
-    block) in the pipeline before training, keeping the fastest (a few seconds); 0: the cost model's choice
-    as it is (docs/split.md)."""
+    block) in the pipeline before training (a few seconds); a neighbour faster in every round replaces the
+    cost model's choice; 0: the choice as it is (docs/split.md)."""
 
     offload: str = "none"
     """Keep in pinned host memory what does not fit the GPU (CUDA only): `activations` (the tensors saved
