@@ -50,7 +50,7 @@ from scaletrain.config import TrainConfig
 STAGES = 2  # one process per stage; this machine has two cores
 GAIN_TARGET = 1.3  # auto / uniform, where the exhaustive best reaches it
 BEST_TARGET = 0.97  # auto / the exhaustive best
-NAMED = ("auto", "model", "uniform", "params", "time")  # the splits `--split` names; model: auto before its trial
+NAMED = ("auto", "uniform", "params", "time")  # plan.METHODS: the splits `--split` names
 LR = 1e-3  # small: ~100 steps on random labels must stay finite (denormals or NaNs would skew the times)
 _DEFAULTS = {f.name: f.default for f in fields(TrainConfig)}
 
@@ -140,19 +140,6 @@ class Split:
         phases.mark("optimizer")
 
 
-class _TrialPipe:
-    """What comm/pipeline_trial.py's try_splits reads of training's Pipeline strategy, for this benchmark's
-    two ranks (one pipeline, the default group)."""
-
-    def __init__(self, rank: int, p: dict[str, Any]) -> None:
-        import types
-
-        self.cfg = types.SimpleNamespace(batch_size=p["batch_size"], microbatches=p["microbatches"], seed=p["seed"],
-                                         pipeline_schedule=p["schedule"], precision="fp32", offload="none")
-        self.device, self.stage, self.stages, self.pp_group = torch.device("cpu"), rank, STAGES, None
-        self.is_last = rank == STAGES - 1
-
-
 def timed_steps(split: Split, x: torch.Tensor, y: torch.Tensor, steps: int) -> dict[str, Any]:
     """One warm-up step, then `steps` timed ones from a barrier to a barrier (a sync point of both ranks: the
     pipeline's step ends when its slowest stage ends). Seconds and this rank's phases, per step."""
@@ -201,7 +188,6 @@ def plan_splits(name: str, model: nn.Module, graph, p: dict[str, Any], calibrati
 def measure_model(name: str, rank: int, p: dict[str, Any], say: Callable[[str], None]) -> dict[str, Any]:
     """Every candidate split of `name`, in interleaved rounds; rank 0 returns the measurements."""
     from scaletrain.comm.pipeline import _cached_calibration, measured_together
-    from scaletrain.comm.pipeline_trial import try_splits
     from scaletrain.dist.group import broadcast_object, gather_objects
     from scaletrain.split.stages import blocked
 
@@ -213,14 +199,6 @@ def measure_model(name: str, rank: int, p: dict[str, Any], say: Callable[[str], 
     calibration = _cached_calibration() if rank == 0 else None
     costs = measured_together(graph, model, SHAPE, micro) if broadcast_object(calibration is None) else None
     planned = broadcast_object(plan_splits(name, model, graph, p, calibration, costs) if rank == 0 else None)
-    model_bounds = [tuple(b) for b in planned["methods"]["auto"]["bounds"]]
-    if p["split_trials"] > 0:  # as `--split auto` does: the model's choice and its neighbours timed in place
-        tried, trials = try_splits(_TrialPipe(rank, p), graph, model_bounds, SHAPE, p["split_trials"])
-    else:
-        tried, trials = model_bounds, None
-    planned["methods"]["model"] = planned["methods"]["auto"]
-    planned["methods"]["auto"] = next(c for c in planned["candidates"] if [tuple(b) for b in c["bounds"]] == tried)
-    planned["trials"] = trials
     say(f"{name}: {len(graph.blocks)} blocks, block costs {planned['costs_source']} "
         f"({time.perf_counter() - t:.0f} s); timing {len(planned['candidates'])} splits x {p['rounds']} rounds")
     model.train()
@@ -325,8 +303,7 @@ def analyse(name: str, m: dict[str, Any], p: dict[str, Any]) -> dict[str, Any]:
         "gain_target_met": gain >= GAIN_TARGET if unbalanced else None,
         "auto_over_best": of_best, "auto_over_best_held_out": held_out, "best_target_met": held_out >= BEST_TARGET,
         "predicted_best_is_auto": [tuple(b) for b in m["methods"]["exhaustive (predicted)"]["bounds"]]
-        == [tuple(b) for b in m["methods"]["model"]["bounds"]],
-        "model_choice": rows.index(by_method["model"]), "trials": m.get("trials"),
+        == [tuple(b) for b in m["methods"]["auto"]["bounds"]],
         "bubble_theory": theory, "auto_stages": stages,
         "auto_predicted_step_s": m["methods"]["auto"]["step_s"], "auto_measured_step_s": batch / auto["median"],
     }
@@ -391,16 +368,7 @@ def render(results: list[dict[str, Any]], p: dict[str, Any], console) -> None:
                            f"{a['bubble_theory']:.3f}")
         console.print(stages)
         console.print(f"  auto's step: predicted {1e3 * a['auto_predicted_step_s']:.0f} ms, measured "
-                      f"{1e3 * a['auto_measured_step_s']:.0f} ms (schedule + SGD step)")
-        if a["trials"]:
-            tried = ", ".join(f"{a['rows'][i]['cut']} {1e3 * t['step_s']:.0f} ms"
-                              + ("" if t["rounds_faster"] is None else f" ({t['rounds_faster']} rounds faster)")
-                              + (" (kept)" if t["chosen"] else "")
-                              for t in a["trials"]
-                              for i in [next(j for j, r in enumerate(a["rows"]) if r["bounds"] == t["bounds"])])
-            console.print(f"  auto's trial (cut after: median step): {tried}; the cost model alone chose "
-                          f"{a['rows'][a['model_choice']]['cut']}")
-        console.print()
+                      f"{1e3 * a['auto_measured_step_s']:.0f} ms (schedule + SGD step)\n")
 
     console.print("[bold]targets[/bold]")
     for a in results:
@@ -431,8 +399,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--rounds", type=int, default=5, help="interleaved rounds (default: %(default)s)")
     ap.add_argument("--steps", type=int, default=3, help="timed steps per split per round (default: %(default)s)")
     ap.add_argument("--seed", type=int, default=_DEFAULTS["seed"], help="(default: %(default)s)")
-    ap.add_argument("--split-trials", type=int, default=_DEFAULTS["split_trials"],
-                    help="auto's rounds of timing its neighbours, as training's --split-trials (default: %(default)s)")
     ap.add_argument("--out", default="runs/bench-pipeline-split.json", help="results (default: %(default)s)")
     args = ap.parse_args(argv)
     args.models = [m for m in args.models.split(",") if m]
@@ -457,8 +423,7 @@ def main(argv: list[str] | None = None) -> int:
 
     args = parse_args(argv)
     console = Console(highlight=False, width=None if sys.stdout.isatty() else 150)  # wide tables when piped
-    p = {k: getattr(args, k) for k in ("models", "batch_size", "microbatches", "schedule", "rounds", "steps", "seed",
-                                       "split_trials")}
+    p = {k: getattr(args, k) for k in ("models", "batch_size", "microbatches", "schedule", "rounds", "steps", "seed")}
     console.print(f"[bold]pipeline split benchmark[/bold]: {', '.join(args.models)}; K={STAGES} processes x 1 thread "
                   f"(gloo, CPU), batch {args.batch_size} in {args.microbatches} micro-batches, {args.schedule}")
     t0 = time.perf_counter()

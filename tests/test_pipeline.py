@@ -39,14 +39,12 @@ def lenet_runs(tmp_path_factory, ranks):
     import multirank
 
     base = tmp_path_factory.mktemp("pipeline")
-    runs = {name: base / name for name in ("one", "1f1b", "gpipe", "hybrid", "trial")}
+    runs = {name: base / name for name in ("one", "1f1b", "gpipe", "hybrid")}
     multirank.train(ranks, *LENET, "--nproc", "1", "--batch-size", "64", "--out", str(runs["one"]))
     for schedule in ("1f1b", "gpipe"):
         multirank.train(ranks, *LENET, "--strategy", "pipeline", "--nproc", "2", "--batch-size", "64",
                         "--microbatches", "4", "--pipeline-schedule", schedule, "--split", "uniform",
                         "--out", str(runs[schedule]))
-    multirank.train(ranks, *LENET, "--strategy", "pipeline", "--nproc", "2", "--batch-size", "64",
-                    "--microbatches", "4", "--split", "auto", "--split-trials", "2", "--out", str(runs["trial"]))
     multirank.train(ranks, *LENET, "--strategy", "pipeline", "--nproc", "2x2", "--batch-size", "32",
                     "--microbatches", "4", "--split", "uniform", "--out", str(runs["hybrid"]), timeout=300)
     return runs
@@ -74,45 +72,6 @@ def test_two_stages_follow_one_process_with_the_same_global_batch(lenet_runs, sc
     assert s2["top1"] == s1["top1"]
     e1, e2 = (json.loads((run / "epochs.jsonl").read_text().splitlines()[-1]) for run in (one, pipe))
     assert e2["val_loss"] == pytest.approx(e1["val_loss"], rel=1e-5)
-
-
-def test_auto_times_its_choice_and_the_neighbours_and_keeps_the_fastest(lenet_runs):
-    one, run = lenet_runs["one"], lenet_runs["trial"]
-    p = summary(run)["pipeline"]
-    trials = p["split_trials"]
-    assert trials[0]["bounds"] == p["split_model_bounds"]  # the cost model's choice first, then its neighbours
-    assert len(trials) >= 2 and len({str(t["bounds"]) for t in trials}) == len(trials)
-    kept = [t for t in trials if t["chosen"]]
-    assert len(kept) == 1 and kept[0]["bounds"] == p["bounds"] and all(t["step_s"] > 0 for t in trials)
-    assert trials[0]["rounds_faster"] is None and all(0 <= t["rounds_faster"] <= 2 for t in trials[1:])
-    better = [t for t in trials[1:] if t["rounds_faster"] == 2]  # --split-trials 2: faster in both rounds
-    assert kept[0] is (min(better, key=lambda t: t["step_s"]) if better else trials[0])
-    # the trial ran on copies, with the RNG forked: training then follows the one-process run as before
-    _assert_same_weights(one, run)
-    assert summary(run)["top1"] == summary(one)["top1"]
-
-
-@pytest.mark.parametrize("bounds, blocks, want", [
-    ([(0, 2), (2, 5)], 5, [[(0, 2), (2, 5)], [(0, 1), (1, 5)], [(0, 3), (3, 5)]]),
-    ([(0, 1), (1, 3)], 3, [[(0, 1), (1, 3)], [(0, 2), (2, 3)]]),  # no empty stage
-    ([(0, 1), (1, 2), (2, 4)], 4, [[(0, 1), (1, 2), (2, 4)], [(0, 1), (1, 3), (3, 4)]]),
-])
-def test_the_neighbours_of_a_split_move_one_cut_by_one_block(bounds, blocks, want):
-    from scaletrain.comm.pipeline_trial import neighbours
-
-    assert neighbours(bounds, blocks) == want
-
-
-@pytest.mark.parametrize("times, kept", [
-    ([[10, 10, 10], [9, 11, 8], [12, 12, 12]], 0),   # a lower median, but not faster in every round: noise
-    ([[10, 10, 10], [9, 11, 8], [9.5, 9.9, 9.8]], 2),  # faster in every round
-    ([[10, 10, 10], [9, 9, 9], [8, 9.9, 8]], 2),  # both faster in every round: the least median
-    ([[10, 10], [10, 9]], 0),  # a tie is not faster
-])
-def test_the_trial_moves_the_cut_only_for_a_neighbour_faster_in_every_round(times, kept):
-    from scaletrain.comm.pipeline_trial import pick
-
-    assert pick(times)[0] == kept
 
 
 def test_pipeline_phases_add_up_and_have_a_bubble(lenet_runs):

@@ -118,12 +118,6 @@ class Pipeline(Strategy):
         graph = blocked(model, sample_shape, micro)  # eval mode, no gradient: BatchNorm statistics untouched
         self.block_names = graph.names
         self.bounds, self.split_info = self._split(model, graph, sample_shape)
-        if cfg.split == "auto" and cfg.split_trials > 0:  # the model's choice and its neighbours, timed here
-            from scaletrain.comm.pipeline_trial import try_splits
-
-            self.split_info["model_bounds"] = [list(b) for b in self.bounds]
-            self.bounds, self.split_info["trials"] = try_splits(self, graph, self.bounds, sample_shape,
-                                                                cfg.split_trials)
         self.stage_modules = stage_modules(graph, self.bounds)
         lo, hi = self.bounds[self.stage]
         module: nn.Module = self.stage_modules[self.stage]
@@ -131,7 +125,8 @@ class Pipeline(Strategy):
         module.to(self.device)
         self._model = model
         self._in_shape = tuple(sample_shape) if lo == 0 else tuple(graph.blocks[lo - 1].out_shape[1:])
-        module = stage_wrapper(module, cfg, self.device)
+        if AUTOCAST.get(cfg.precision) is not None or cfg.offload == "activations":
+            module = _Stage(module, self.device.type, AUTOCAST.get(cfg.precision), cfg.offload)
         blocks = graph.blocks
         in_shape = (micro, *sample_shape) if lo == 0 else blocks[lo - 1].out_shape
         self._stage, self.schedule = build_schedule(module, self.stage, self.stages, self.device, in_shape,
@@ -349,7 +344,6 @@ class Pipeline(Strategy):
             "split": self.split_info.get("method"), "bounds": [list(b) for b in self.bounds],
             "stage_blocks": [self.block_names[lo:hi] for lo, hi in self.bounds],
             "predicted_step_s": self.split_info.get("predicted_step_s"), "split_costs": self.split_info.get("costs"),
-            "split_model_bounds": self.split_info.get("model_bounds"), "split_trials": self.split_info.get("trials"),
             "bubble_theory": (k - 1) / (m + k - 1),
             # what each rank holds (its stage's): parameters, and with their gradients and optimizer state
             "param_bytes_per_rank": [h[0] for h in held], "state_bytes_per_rank": [h[1] for h in held],
@@ -406,13 +400,6 @@ def measured_together(graph, model: nn.Module, sample_shape: tuple[int, ...], mi
     n = len(every)
     return [dataclasses.replace(c, forward_s=sum(r[i][0] for r in every) / n,
                                 backward_s=sum(r[i][1] for r in every) / n) for i, c in enumerate(mine)]
-
-
-def stage_wrapper(module: nn.Module, cfg: TrainConfig, device: torch.device) -> nn.Module:
-    """The stage's module under autocast and/or offloading its saved tensors, where the run asks for them."""
-    if AUTOCAST.get(cfg.precision) is not None or cfg.offload == "activations":
-        return _Stage(module, device.type, AUTOCAST.get(cfg.precision), cfg.offload)
-    return module
 
 
 def _cached_calibration() -> dict[str, Any] | None:

@@ -263,11 +263,6 @@ class StrategyConfig:
     parameter counts, DeepSpeed's default), `time` (torchgpipe's balance by measured time) or a split.json
     written by `scaletrain split`."""
 
-    split_trials: int = 5
-    """pipeline, `--split auto`: rounds of timing the chosen split and its neighbours (each cut moved one
-    block) in the pipeline before training (a few seconds); a neighbour faster in every round replaces the
-    cost model's choice; 0: the choice as it is (docs/split.md)."""
-
     offload: str = "none"
     """Keep in pinned host memory what does not fit the GPU (CUDA only): `activations` (the tensors saved
     for backward, copied out during forward and back during backward; any strategy) or `params`
@@ -285,8 +280,6 @@ class StrategyConfig:
             raise UserError("--offload params needs --strategy fsdp (FSDP2's CPU offload policy keeps the shards "
                             "in host memory): add it, or use --offload activations")
         _at_least(self, 1, "microbatches")
-        if self.split_trials < 0:
-            raise UserError(f"--split-trials must be 0 or more (got {self.split_trials})")
         if self.stages is not None and self.stages < 2:
             raise UserError(f"--stages must be at least 2 (got {self.stages}): one stage is --strategy allreduce")
         _check_choice("ps_optimizer", self.ps_optimizer, ("adagrad", "sgd"))
