@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 
 import pytest
+import torch
+from torch import nn
 
 from scaletrain.cli import main
 from scaletrain.errors import UserError
@@ -21,7 +23,7 @@ from predict_fixtures import fake_calibration
 SIZES = {"resnet20": 8, "vgg11": 32}
 
 
-def fake_time_op(module, inputs, **kw):
+def fake_as_trained(module, x, **kw):
     """A stand-in clock for the CLI tests (test_measured_costs_... times for real): 0.1 ms + 1 ns per weight."""
     forward = 1e-4 + 1e-9 * sum(p.numel() for p in module.parameters())
     return forward, 2 * forward
@@ -32,7 +34,7 @@ def no_cache(tmp_path, monkeypatch):
     """No calibration of this machine: split falls back to measuring, here with a stand-in clock (a loaded
     2-core machine stretches real timing tenfold)."""
     monkeypatch.setenv("SCALETRAIN_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setattr("scaletrain.predict.timing.time_op", fake_time_op)
+    monkeypatch.setattr(costs_module, "_as_trained", fake_as_trained)
 
 
 @pytest.fixture(scope="module")
@@ -172,6 +174,18 @@ def test_measured_costs_leave_the_model_untouched(monkeypatch):
     costs = costs_module.block_costs(b, model, (3, 8, 8), 4, source="measured")
     assert all(c.forward_s > 0 for c in costs) and costs[0].saved_bytes == 4 * b.blocks[0].saved_bytes
     assert all((before[k] == v).all() for k, v in model.state_dict().items())  # BatchNorm statistics too
+
+
+def test_a_block_is_timed_as_a_stage_runs_it():
+    """Forward then one backward that frees the graph, in-place activations kept in place (the leaf input would
+    refuse a second backward or an in-place op were it timed the per-op way), no gradient left behind."""
+    block = nn.Sequential(nn.Conv2d(4, 4, 3, padding=1), nn.BatchNorm2d(4), nn.ReLU(inplace=True))
+    x = torch.randn(2, 4, 8, 8)
+    for input_grad in (False, True):
+        f, b = costs_module._as_trained(block, x, precision="fp32", input_grad=input_grad,
+                                        device=torch.device("cpu"), repeats=3, min_s=0)
+        assert f > 0 and b > 0
+        assert block[2].inplace and all(p.grad is None for p in block.parameters()) and x.grad is None
 
 
 def test_host_copy_rate_is_measured_and_said():

@@ -10,6 +10,8 @@ from __future__ import annotations
 import copy
 import dataclasses
 import math
+import statistics
+import time
 from typing import Any
 
 import torch
@@ -73,13 +75,12 @@ def _predicted(blocked: Blocked, model: nn.Module, input_shape: tuple[int, ...],
 def _measured(blocked: Blocked, model: nn.Module, input_shape: tuple[int, ...], micro_batch: int, precision: str,
               rounds: int, device: torch.device | None = None) -> list[tuple[float, float]]:
     """torchgpipe's balance_by_time measurement: each block run alone, forward and backward, on the tensor
-    that reaches it, in training mode. Blocks are timed in turn, `rounds` times over, and each keeps its
-    least time: on a shared machine another process's load only adds time, and passing over every block in
-    turn spreads it instead of landing on one block. Timed on a copy of the traced model, so the model's
-    BatchNorm statistics stay as they were. Each block goes to `device` only while it is timed (a pipeline's
-    model stays in host memory: the whole of it may not fit the device)."""
+    that reaches it, in training mode, as a stage runs it (`_as_trained`). Blocks are timed in turn, `rounds`
+    times over, and each keeps its least time: on a shared machine another process's load only adds time,
+    and passing over every block in turn spreads it instead of landing on one block. Timed on a copy of the
+    traced model, so the model's BatchNorm statistics stay as they were. Each block goes to `device` only
+    while it is timed (a pipeline's model stays in host memory: the whole of it may not fit the device)."""
     from scaletrain.perf.flops import probe_input
-    from scaletrain.predict.timing import time_op
 
     assert blocked.graph.traced is not None
     copied = Blocked(dataclasses.replace(blocked.graph, traced=copy.deepcopy(blocked.graph.traced)), blocked.blocks)
@@ -93,7 +94,7 @@ def _measured(blocked: Blocked, model: nn.Module, input_shape: tuple[int, ...], 
             try:
                 module.to(device)
                 # the first block needs no input gradient, as in training (the data needs none)
-                f, bw = time_op(module, [inputs[i]], precision=precision, input_grad=i > 0, repeats=3, device=device)
+                f, bw = _as_trained(module, inputs[i], precision=precision, input_grad=i > 0, device=device)
                 if r == 0:
                     with torch.no_grad():
                         inputs.append(module(inputs[i]))
@@ -103,6 +104,42 @@ def _measured(blocked: Blocked, model: nn.Module, input_shape: tuple[int, ...], 
                                 f"({str(e).splitlines()[0]}): use a larger batch or fewer micro-batches") from None
             best[i] = (min(best[i][0], f), min(best[i][1], bw))
     return best
+
+
+def _as_trained(module: nn.Module, x: torch.Tensor, *, precision: str, input_grad: bool, device: torch.device,
+                repeats: int = 5, min_s: float = 0.02) -> tuple[float, float]:
+    """(forward, backward) seconds of one block run as a pipeline stage runs it: a forward in training mode
+    on a fresh graph (in-place activations in place), then one backward of its output that frees the graph,
+    the weights' gradients accumulated into `.grad` and the input's computed (unless `input_grad` is off:
+    the first block, whose input is the data). The median of at least `repeats` such passes (more for a
+    block too quick for `min_s`), after one untimed pass. `predict/timing.py`'s per-op `time_op` instead
+    repeats the backward on one kept graph with activations out of place: on memory-bound blocks (ResNet-20's
+    32x32 16-channel layer1) that came out 20-25% above the same block run this way (docs/split.md)."""
+    from scaletrain.predict.timing import AUTOCAST
+
+    module.train()
+    dtype = AUTOCAST[precision]
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    grad: list[torch.Tensor] = []
+
+    def once() -> tuple[float, float]:
+        inp = x.detach().requires_grad_(input_grad and x.is_floating_point())
+        t0 = time.perf_counter()
+        with torch.autocast(device.type, dtype=dtype, enabled=dtype is not None):
+            out = module(inp)
+        sync()
+        t1 = time.perf_counter()
+        if out.requires_grad:
+            if not grad:
+                grad.append(torch.randn_like(out))
+            out.backward(grad[0])
+            sync()
+        return t1 - t0, time.perf_counter() - t1
+
+    f, b = once()
+    runs = [once() for _ in range(max(repeats, min(100, math.ceil(min_s / max(f + b, 1e-6)))))]
+    module.zero_grad(set_to_none=True)
+    return statistics.median(r[0] for r in runs), statistics.median(r[1] for r in runs)
 
 
 def host_copy_rate(nbytes: int = 64 << 20) -> tuple[float, str]:
