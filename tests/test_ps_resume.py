@@ -107,5 +107,8 @@ def test_ps_async_resume_continues_the_servers_versions(launch, tmp_path):
     assert s["ps"]["updates_per_shard"] == [version + 2 * per_epoch]
     server = json.loads((run / "ps-server0.json").read_text())
     assert min(w["updates_at_end"] for w in server["workers"].values()) > version
-    # the workers fetched the continued versions: a push is never counted as `version` updates stale
-    assert max(r["staleness"] for r in records[0] if r["epoch"] == 1) < 10
+    # the workers fetched the continued versions: a push read from version 0 would be counted `version` or
+    # more updates stale. A real lag is the other worker's pushes while this one computed: 11 was seen on 2
+    # busy CI cores, so the bound is relative to the version (2 workers x a whole epoch), not a fixed count
+    assert version >= 2 * per_epoch
+    assert max(r["staleness"] for r in records[0] if r["epoch"] == 1) < version // 2
