@@ -43,6 +43,7 @@ test-slurm: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) benchmarks/overhead.py
+	$(PY) benchmarks/allocator.py
 	$(PY) benchmarks/pipeline_split.py
 
 # The automatic pipeline split against uniform and the exhaustive best, K=2 (docs/bench-pipeline.md; ~2 min).

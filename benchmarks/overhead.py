@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import statistics
 import subprocess
@@ -31,12 +32,17 @@ from rich.console import Console
 from rich.table import Table
 
 from scaletrain.config import TrainConfig
+from scaletrain.perf import allocator
 
 HERE = Path(__file__).resolve().parent
 TARGET = 0.97  # scaletrain within 3% of the plain loop
 PROFILER_TARGET = 0.98  # the step profiler costs under 2%
 NOISY_SPREAD = 0.15  # (max - min) / median of one side's runs; ~7% on an idle 2-core machine
 _DEFAULTS = {f.name: f.default for f in fields(TrainConfig)}
+# scaletrain's ranks fix glibc's malloc thresholds (perf/allocator.py); the plain loop gets the same through
+# glibc's environment variables, so that the ratio measures the training loop, not the allocator
+SAME_MALLOC = {"MALLOC_MMAP_THRESHOLD_": str(allocator.MMAP_THRESHOLD),
+               "MALLOC_TRIM_THRESHOLD_": str(allocator.TRIM_THRESHOLD)}
 
 console = Console(highlight=False)
 
@@ -95,8 +101,8 @@ def _flags(s: dict) -> list[str]:
     return [a for k, v in s.items() for a in (f"--{k.replace('_', '-')}", str(v))]
 
 
-def _run(cmd: list[str], what: str) -> None:
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+def _run(cmd: list[str], what: str, env: dict[str, str] | None = None) -> None:
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if proc.returncode != 0:
         tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-25:])
         console.print(f"[red]{what} failed (exit {proc.returncode}):[/red] {' '.join(cmd)}\n{tail}")
@@ -106,7 +112,7 @@ def _run(cmd: list[str], what: str) -> None:
 def run_plain(s: dict, nproc: int, tmp: Path) -> dict:
     out = tmp / "plain.json"
     _run([sys.executable, str(HERE / "plain_ddp.py"), "--nproc", str(nproc), *_flags(s), "--json", str(out)],
-         "the plain DDP loop")
+         "the plain DDP loop", env={**os.environ, **SAME_MALLOC})
     r = json.loads(out.read_text())
     return {"samples_per_s": r["samples_per_s"], "epoch_last_losses": r["epoch_last_losses"]}
 

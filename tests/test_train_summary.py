@@ -8,6 +8,7 @@ import torch
 from scaletrain.config import build_config
 from scaletrain.dist.device import machine_cores
 from scaletrain.dist.rank import RankInfo
+from scaletrain.perf.allocator import settle
 from scaletrain.rundir import RunDir
 from scaletrain.train import summary
 
@@ -38,4 +39,5 @@ def test_a_failed_run_with_a_checkpoint_is_resumable_and_one_without_epochs_says
 def test_placement_says_how_a_cpu_run_sat_on_its_machine():
     where = summary.placement(torch.device("cpu"), RankInfo(1, 1, 4, 2))
     assert where == {"device": "cpu", "local_world_size": 2, "threads_per_rank": torch.get_num_threads(),
-                     "cpu_cores": machine_cores()}
+                     "cpu_cores": machine_cores(), **settle()}
+    assert where["malloc"] == "glibc, thresholds fixed"  # and the allocator it ran under (perf/allocator.py)

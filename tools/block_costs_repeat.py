@@ -1,8 +1,8 @@
 """Measured block costs (split/costs.py, as `--split auto` measures them) taken several times over in one
 process per rank, all ranks at once: shows whether a process's first measurements match its later ones.
 
-    .venv/bin/python tools/block_costs_repeat.py vgg11            # 2 ranks, 4 calls
-    MALLOC_MMAP_THRESHOLD_=33554432 MALLOC_TRIM_THRESHOLD_=4294967296 .venv/bin/python tools/block_costs_repeat.py vgg11
+    .venv/bin/python tools/block_costs_repeat.py vgg11            # 2 ranks, 4 calls, thresholds fixed
+    SCALETRAIN_MALLOC=default .venv/bin/python tools/block_costs_repeat.py vgg11    # glibc's dynamic thresholds
 
 Prints each block's forward + backward per step (4 micro-batches of 8, 3x32x32 inputs, one thread per
 rank), rank 0's figures, one column per call (docs/bench-pipeline.md: glibc's malloc thresholds).
@@ -23,9 +23,11 @@ MICROBATCHES, MICRO, SHAPE = 4, 8, (3, 32, 32)
 
 def worker(rank: int, port: int, model_name: str, calls: int, world: int) -> None:
     from scaletrain.models import build_model
+    from scaletrain.perf.allocator import settle
     from scaletrain.split.costs import block_costs
     from scaletrain.split.stages import blocked
 
+    settle()  # as every scaletrain process does; SCALETRAIN_MALLOC=default leaves glibc's own thresholds
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
     try:

@@ -13,6 +13,8 @@ import scaletrain  # noqa: E402
 from scaletrain.config import TrainConfig, resolve_train_config
 from scaletrain.config.flags import OneLineParser, add_train_args
 from scaletrain.errors import UserError
+from scaletrain.perf.allocator import settle as settle_allocator
+
 
 def build_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(prog="scaletrain", description=scaletrain.__doc__)
@@ -82,6 +84,7 @@ def train_config(args: argparse.Namespace) -> TrainConfig:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    settle_allocator()  # before anything is timed or allocated for training (perf/allocator.py)
     try:
         if args.command == "train":
             from scaletrain.dist.launch.start import train

@@ -29,6 +29,7 @@ import numpy as np
 import torch
 
 import scaletrain
+from scaletrain.perf.allocator import settle
 from scaletrain.predict import grid, probe, refnet
 from scaletrain.predict.calibration import FORMAT, KIND
 from scaletrain.predict.ops import build_op
@@ -159,7 +160,7 @@ def steady_allocator() -> None:
 def _device_info(device: torch.device, cores: int) -> dict[str, Any]:
     memory = torch.cuda.get_device_properties(device).total_memory if device.type == "cuda" else None
     return {"type": device.type, "name": probe.device_name(device), "cores": cores, "memory_bytes": memory,
-            "host": platform.node()}
+            "host": platform.node(), **settle()}  # the allocator the op times were measured under
 
 
 # ------------------------------------------------------------------ optimizer

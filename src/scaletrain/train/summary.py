@@ -17,6 +17,7 @@ from scaletrain.analysis.throughput import steady_samples_per_s
 from scaletrain.config import TrainConfig
 from scaletrain.dist.device import machine_cores
 from scaletrain.dist.rank import RankInfo
+from scaletrain.perf.allocator import settle
 from scaletrain.rundir import RunDir, read_jsonl, write_json_atomic
 from scaletrain.train.optim import peak_lr
 from scaletrain.train.restarts import path_of, restarts
@@ -27,7 +28,7 @@ def placement(device: torch.device, rank: RankInfo) -> dict[str, Any]:
     cpu = device.type == "cpu"
     return {"device": device.type, "local_world_size": rank.local_world_size,
             "threads_per_rank": torch.get_num_threads() if cpu else None,
-            "cpu_cores": machine_cores() if cpu else None}
+            "cpu_cores": machine_cores() if cpu else None, **settle()}
 
 
 def run_summary(trainer, status: str, wall_time: float, digests: list[str], where: dict[str, Any]) -> dict[str, Any]:
