@@ -3,12 +3,14 @@ exhaustive search, measured side by side in one run (issue 12, docs/bench-pipeli
 
 Two processes (one per stage, gloo on 127.0.0.1, one torch thread each) are started once. For each model they
 build it with the same seed, its block graph at the micro-batch, and the candidate splits: `auto` (chosen on
-rank 0 exactly as `--strategy pipeline --split auto` chooses it, then shared), the baselines `uniform`,
-`params` and `time`, and every possible split (K = 2: a cut after each block but the last) — the exhaustive
-search, by measurement. Each distinct split is built as training builds it (split/stages.py's stage modules,
-comm/pipeline.py's build_schedule) and trained for a few steps (schedule step + SGD step) after a warm-up
-step, in interleaved rounds: round r runs every split once, the order rotated by r, so that the drift of a
-shared machine hits every split alike. A split's samples/s is the global batch times the timed steps over
+rank 0 exactly as `--strategy pipeline --split auto` chooses it, on block costs both ranks measured at once,
+then shared), the baselines `uniform`, `params` and `time`, where this machine has a calibration the split
+its predicted costs give (`calibration`: what `scaletrain split` and `predict` choose before a run), and
+every possible split (K = 2: a cut after each block but the last) — the exhaustive search, by measurement.
+Each distinct split is built as training builds it (split/stages.py's stage modules, comm/pipeline.py's
+build_schedule) and trained for a few steps (schedule step + SGD step) after a warm-up step, in interleaved
+rounds: round r runs every split once, the order rotated by r, so that the drift of a shared machine hits
+every split alike. A split's samples/s is the global batch times the timed steps over
 their wall time (from a barrier to a barrier: the step ends when both stages have ended); reported as the
 median over rounds with the min-max spread.
 
@@ -52,6 +54,7 @@ STAGES = 2  # one process per stage; this machine has two cores
 GAIN_TARGET = 1.3  # auto / uniform, where the exhaustive best reaches it
 BEST_TARGET = 0.97  # auto / the exhaustive best
 NAMED = ("auto", "uniform", "params", "time")  # plan.METHODS: the splits `--split` names
+CALIBRATED = "calibration"  # auto on the calibration's predicted block costs, when this machine has one
 LR = 1e-3  # small: ~100 steps on random labels must stay finite (denormals or NaNs would skew the times)
 _DEFAULTS = {f.name: f.default for f in fields(TrainConfig)}
 
@@ -165,30 +168,42 @@ def candidates(n: int) -> list[list[tuple[int, int]]]:
 
 
 def plan_splits(name: str, model: nn.Module, graph, p: dict[str, Any], calibration: dict[str, Any] | None,
-                costs: list | None) -> dict[str, Any]:
-    """On rank 0: block costs as `--split auto` gets them (predicted with a calibration, else `costs`, measured
-    by both ranks at once), the named methods' splits and every candidate priced by the same model."""
+                costs: list) -> dict[str, Any]:
+    """On rank 0: the named methods' splits on `costs` (measured by both ranks at once, as `--split auto`
+    gets them) and every candidate priced by the same model; with a calibration, also the split its predicted
+    costs give (`scaletrain split`'s and `predict`'s, before a run: tagged `calibration`)."""
     from scaletrain.split import partition, plan
 
-    micro = p["batch_size"] // p["microbatches"]
-    source = "measured"
-    if costs is None:
-        costs, source = plan.costs_for(graph, model, SHAPE, micro, calibration=calibration,  # as training prices
-                                       threads=torch.get_num_threads(), ranks=STAGES)  # them: 1 thread x 2 ranks
     pipe = plan.pipeline_args(microbatches=p["microbatches"], schedule=p["schedule"])
-    methods = {m: plan.choose(m, graph, model, SHAPE, stages=STAGES, microbatches=p["microbatches"],
-                              schedule=p["schedule"], batch_size=p["batch_size"], calibration=calibration,
-                              model_name=name, costs=costs).to_dict() for m in plan.METHODS}
+
+    def choose(method: str, given: list) -> dict[str, Any]:
+        return plan.choose(method, graph, model, SHAPE, stages=STAGES, microbatches=p["microbatches"],
+                           schedule=p["schedule"], batch_size=p["batch_size"], model_name=name, costs=given).to_dict()
+
+    methods = {m: choose(m, costs) for m in plan.METHODS}
+    if calibration is not None:
+        micro = p["batch_size"] // p["microbatches"]
+        predicted, _ = plan.costs_for(graph, model, SHAPE, micro, source="predicted", calibration=calibration,
+                                      threads=torch.get_num_threads(), ranks=STAGES)  # 1 thread x 2 ranks
+        methods[CALIBRATED] = choose("auto", predicted)
     methods["exhaustive (predicted)"] = partition.exhaustive(costs, STAGES, **pipe).to_dict()
     priced = [partition.evaluate(costs, b, method="candidate", **pipe).to_dict() for b in candidates(len(costs))]
-    return {"costs_source": source, "calibration": calibration is not None, "methods": methods,
+    return {"costs_source": "measured", "calibration": calibration is not None, "methods": methods,
             "candidates": priced, "blocks": graph.names,
             "block_costs": [{"name": c.name, "forward_s": c.forward_s, "backward_s": c.backward_s} for c in costs]}
 
 
+def _cached_calibration() -> dict[str, Any] | None:
+    """This machine's calibration, when `scaletrain calibrate` made one."""
+    from scaletrain.predict import calibration
+
+    path = calibration.cache_path()
+    return calibration.load(path) if path.is_file() else None
+
+
 def measure_model(name: str, rank: int, p: dict[str, Any], say: Callable[[str], None]) -> dict[str, Any]:
     """Every candidate split of `name`, in interleaved rounds; rank 0 returns the measurements."""
-    from scaletrain.comm.pipeline import _cached_calibration, measured_together
+    from scaletrain.comm.pipeline import measured_together
     from scaletrain.dist.group import broadcast_object, gather_objects
     from scaletrain.split.stages import blocked
 
@@ -197,8 +212,8 @@ def measure_model(name: str, rank: int, p: dict[str, Any], say: Callable[[str], 
     micro = p["batch_size"] // p["microbatches"]
     graph = blocked(model, SHAPE, micro)
     t = time.perf_counter()
+    costs = measured_together(graph, model, SHAPE, micro)
     calibration = _cached_calibration() if rank == 0 else None
-    costs = measured_together(graph, model, SHAPE, micro) if broadcast_object(calibration is None) else None
     planned = broadcast_object(plan_splits(name, model, graph, p, calibration, costs) if rank == 0 else None)
     say(f"{name}: {len(graph.blocks)} blocks, block costs {planned['costs_source']} "
         f"({time.perf_counter() - t:.0f} s); timing {len(planned['candidates'])} splits x {p['rounds']} rounds")
@@ -263,7 +278,8 @@ def analyse(name: str, m: dict[str, Any], p: dict[str, Any]) -> dict[str, Any]:
         bounds = [tuple(b) for b in cand["bounds"]]
         rows.append({
             "bounds": [list(b) for b in bounds], "cut": " | ".join(names[hi - 1] for _, hi in bounds[:-1]),
-            "methods": [k for k in NAMED if [tuple(b) for b in m["methods"][k]["bounds"]] == bounds],
+            "methods": [k for k in (*NAMED, CALIBRATED)
+                        if k in m["methods"] and [tuple(b) for b in m["methods"][k]["bounds"]] == bounds],
             "rates": rates, "median": statistics.median(rates), "min": min(rates), "max": max(rates),
             "predicted_step_s": cand["step_s"], "predicted_samples_per_s": batch / cand["step_s"],
             "predicted_stage_s": [(s["forward_s"] + s["backward_s"]) * mb for s in cand["stages"]],
@@ -308,6 +324,8 @@ def analyse(name: str, m: dict[str, Any], p: dict[str, Any]) -> dict[str, Any]:
         == [tuple(b) for b in m["methods"]["auto"]["bounds"]],
         "bubble_theory": theory, "auto_stages": stages,
         "auto_predicted_step_s": m["methods"]["auto"]["step_s"], "auto_measured_step_s": batch / auto["median"],
+        "calibration_over_best": next((r["median"] / best["median"] for r in rows if CALIBRATED in r["methods"]),
+                                      None),
     }
 
 
@@ -383,7 +401,9 @@ def render(results: list[dict[str, Any]], p: dict[str, Any], console) -> None:
         best = (f"{_verdict(a['best_target_met'])} auto / best {a['auto_over_best_held_out']:.3f} with the best "
                 f"picked on the other rounds (target >= {BEST_TARGET}; against the highest median "
                 f"{a['auto_over_best']:.3f})")
-        console.print(f"  {a['model']:<9} {gain};  {best}")
+        calibrated = ("" if a.get("calibration_over_best") is None else
+                      f";  the calibration's split {a['calibration_over_best']:.3f} of the best (no target)")
+        console.print(f"  {a['model']:<9} {gain};  {best}{calibrated}")
 
 
 def _verdict(ok: bool) -> str:
