@@ -4,7 +4,9 @@ collectives of FSDP's shards.
 Pipeline (`--strategy pipeline`, K stages, M micro-batches, R replicas): the blocks' forward and backward
 at the micro-batch (the calibrated per-op laws at the rank's threads, with the loop factors calibrated on as
 many ranks per node: the stages run side by side, each on its share of the cores), the split the run would
-choose (split/plan.py, asked as the run asks it), and that split's step from split/partition.py:
+choose were its blocks to cost that (split/plan.py, asked as the run asks it; the run measures its blocks
+first, so where the calibration misprices a block the two can differ by a cut), and that split's step from
+split/partition.py:
 
     step = sum_s time_s + (M - 1) x max_s time_s          time_s: stage s's f + b + transfers per micro-batch
 
@@ -57,8 +59,8 @@ def pipeline_phases(cal: dict[str, Any], cfg, facts: dict[str, Any], threads: in
                               precision=cfg.precision, threads=threads, ranks=cfg.nproc)
     alpha, beta = alpha_beta
     link = 1 / beta if beta > 0 else plan.DEFAULT_LINK
-    # the split the run chooses, as comm/pipeline.py's Pipeline._split asks for it (these block costs, this
-    # calibration standing for the run's cached one, plan's default link) ...
+    # the split the run chooses, as comm/pipeline.py's Pipeline._split asks for it (these block costs standing
+    # for the ones the run measures, plan's default link) ...
     chosen = plan.choose(cfg.split, graph, model, shape, stages=stages, microbatches=cfg.microbatches,
                          schedule=cfg.pipeline_schedule, batch_size=cfg.batch_size, precision=cfg.precision,
                          optimizer=cfg.optimizer, calibration=cal, model_name=cfg.model, costs=costs)
