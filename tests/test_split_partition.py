@@ -29,8 +29,9 @@ pipeline_st = st.fixed_dictionaries({
 def test_optimal_matches_exhaustive(costs, k, pipe):
     k = min(k, len(costs))
     best, brute = optimal(costs, k, **pipe), exhaustive(costs, k, **pipe)
-    assert best.bottleneck_s == brute.bottleneck_s  # the same arithmetic: exactly equal
-    assert best.step_s == pytest.approx(brute.step_s, rel=1e-9, abs=1e-12)
+    assert best.step_s == pytest.approx(brute.step_s, rel=1e-9, abs=1e-12)  # the least step there is
+    if best.step_s > brute.step_s * (1 + 1e-9):  # (splits whose steps differ by rounding alone are a tie)
+        assert best.bottleneck_s <= brute.bottleneck_s
 
 
 @settings(max_examples=150, deadline=None)
@@ -55,7 +56,7 @@ def test_memory_limit_respected_or_refused(costs, k, pipe, scale, offload):
     check_memory(costs, k, memory_limit=limit, **pipe)
     best = optimal(costs, k, memory_limit=limit, **pipe)
     assert best.fits and all(s["memory_bytes"] <= limit for s in best.stages)
-    assert best.bottleneck_s == brute.bottleneck_s
+    assert best.step_s == pytest.approx(brute.step_s, rel=1e-9, abs=1e-12)
 
 
 @settings(max_examples=100, deadline=None)
@@ -140,5 +141,5 @@ def test_baselines_are_priced_by_the_same_model():
     assert set(base) == {"uniform", "params", "time"}
     assert base["uniform"].bounds == [(0, 3), (3, 5)] and base["uniform"].method == "uniform"
     best = optimal(costs, 2, **pipe)
-    assert all(best.bottleneck_s <= p.bottleneck_s for p in base.values())
-    assert base["time"].bottleneck_s == best.bottleneck_s  # no transfers, no limit: time balance is optimal
+    assert all(best.step_s <= p.step_s + 1e-12 for p in base.values())
+    assert base["time"].bottleneck_s <= best.bottleneck_s  # time balance has the least bottleneck, not the least step

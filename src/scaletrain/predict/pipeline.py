@@ -6,9 +6,8 @@ at the micro-batch (the calibrated per-op laws at the rank's threads, with the l
 many ranks per node: the stages run side by side, each on its share of the cores), the split the run would
 choose were its blocks to cost that (split/plan.py, asked as the run asks it; the run measures its blocks
 first, so where the calibration misprices a block the two can differ by a cut), and that split's step from
-split/partition.py:
-
-    step = sum_s time_s + (M - 1) x max_s time_s          time_s: stage s's f + b + transfers per micro-batch
+split/partition.py: the schedule played op by op (split/schedule.py), stage s's forward and backward ops
+each f_s or b_s + half its transfers per micro-batch.
 
 Phases, as the profiler records them and averaged over the stages (summary.json's phases_mean_s):
 forward = M x mean f_s, backward = M x mean b_s, p2p = M x mean transfer_s and the loss's broadcast,

@@ -12,18 +12,18 @@ Each block's cost is given per micro-batch (`BlockCost`). Stage s of K (0-based)
                  + one gradient buffer of its input and one of its output
                  in flight: gpipe M (every forward runs before the first backward); 1f1b min(M, K - s)
 
-The predicted step time, for M micro-batches:
+The predicted step time, for M micro-batches: the schedule played op by op (split/schedule.py), stage s's
+forward op taking its forward + half its transfers and offload copies, its backward op the other half, plus
+max_s update_s (the copies of an offloaded optimizer, below, once per step; the optimizer step itself is
+left out). For stages of equal shape that is the closed form sum_s time_s + (M - 1) x max_s time_s (equal
+stages: GPipe's (M + K - 1) x time); for a forward-heavy stage beside a backward-heavy one it is less, and the
+closed form ranked splits wrongly at small M (docs/split.md).
 
-    step = sum_s time_s + (M - 1) x max_s time_s + max_s update_s
-
-(one micro-batch passes through every stage forward and back — the fill and drain — and the other M - 1
-follow at the pace of the slowest stage; equal stages give the (M + K - 1) x time of GPipe's paper; gpipe and
-1f1b share it: 1f1b changes memory, not the bubble). `update_s` is the copies of an offloaded optimizer
-(below), once per step; the optimizer step itself is left out.
-
-`optimal` minimises the bottleneck max_s time_s over every split whose stages fit the memory limit (a
-dynamic programme over (stages, prefix), O(K n^2)), then among the splits with that bottleneck the sum of the
-stage times (a second one), which is the split with the smallest predicted step. With an offload rate
+`optimal` finds the split with the smallest predicted step (ties: the smaller bottleneck max_s time_s) among
+those whose stages fit the memory limit, exactly: a branch and bound over the cuts, stage by stage, that drops
+a partial split once schedule.lower_bound of its stages (and of the work left, shared evenly by the stages
+left) reaches the best step found, starting from the split with the least bottleneck (a dynamic programme
+over (stages, prefix), O(K n^2), then the least sum of stage times among those). With an offload rate
 (`offload_bytes_per_s`) a stage that does not fit may keep in pinned host memory, cheapest first: its
 optimizer state (as ZeRO-Offload: each step the gradients go out and the updated weights come back, 2 x
 parameter bytes; the micro-batch time is unchanged) and then the activations of its in-flight micro-batches
@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from scaletrain.errors import UserError
+from scaletrain.split import schedule as play
 
 Bounds = list[tuple[int, int]]  # per stage: (first block, one past its last block), as split/stages.py
 SCHEDULES = ("gpipe", "1f1b")
@@ -202,7 +203,7 @@ class _Model:
         stages = [self.stage(s, lo, hi) for s, (lo, hi) in enumerate(bounds)]
         times = [st.time_s for st in stages]
         worst = max(range(len(times)), key=lambda s: times[s])
-        step = sum(times) + (self.m - 1) * times[worst] + max(st.update_s for st in stages)
+        step = self.step(stages)
         rows = [{"first": lo, "last": hi - 1, "blocks": [c.name for c in self.costs[lo:hi]],
                  "forward_s": st.forward_s, "backward_s": st.backward_s, "transfer_s": st.transfer_s,
                  "offload_s": st.offload_s, "time_s": st.time_s, "update_s": st.update_s,
@@ -211,6 +212,18 @@ class _Model:
                 for s, ((lo, hi), st) in enumerate(zip(bounds, stages))]
         return Partition(method, [tuple(b) for b in bounds], rows, worst, step, self.m, self.schedule, self.limit,
                          list(notes or []))
+
+    def step(self, stages: list[_Stage]) -> float:
+        """The predicted step of these stages (all K of them): the schedule played out, plus the update."""
+        fwd, bwd = self.ops(stages)
+        return play.step_time(fwd, bwd, self.schedule, self.m) + max(st.update_s for st in stages)
+
+    @staticmethod
+    def ops(stages: list[_Stage]) -> tuple[list[float], list[float]]:
+        """Each stage's forward and backward op, per micro-batch: compute, and half its messages and copies each."""
+        fwd = [st.forward_s + (st.transfer_s + st.offload_s) / 2 for st in stages]
+        bwd = [st.backward_s + (st.transfer_s + st.offload_s) / 2 for st in stages]
+        return fwd, bwd
 
     def infeasible(self) -> Infeasible:
         smallest, _ = _solve(self.n, self.k, self.smallest_memory, max)
@@ -280,8 +293,8 @@ def evaluate(costs: list[BlockCost], bounds: Bounds, *, method: str = "given", *
 
 
 def optimal(costs: list[BlockCost], stages: int, **pipeline: Any) -> Partition:
-    """The split with the smallest bottleneck among those whose stages fit `memory_limit`, ties broken by the
-    predicted step time; Infeasible (naming the smallest limit that has a split) when none fits."""
+    """The split with the smallest predicted step among those whose stages fit `memory_limit`, ties broken by
+    the smaller bottleneck; Infeasible (naming the smallest limit that has a split) when none fits."""
     model = _model(costs, stages, dict(pipeline))
 
     def fits(s: int, i: int, j: int) -> bool:
@@ -295,7 +308,45 @@ def optimal(costs: list[BlockCost], stages: int, **pipeline: Any) -> Partition:
         raise model.infeasible()
     _, tied = _solve(model.n, model.k, time, lambda a, b: a + b,
                      lambda s, i, j: fits(s, i, j) and time(s, i, j) <= bottleneck)
-    return model.partition("auto", tied or bounds)
+    return model.partition("auto", _branch_and_bound(model, tied or bounds))
+
+
+def _branch_and_bound(model: _Model, start: Bounds) -> Bounds:
+    """The fitting split with the least (step, bottleneck), searched exactly from the split `start`."""
+    n, k, m = model.n, model.k, model.m
+    work = list(itertools.accumulate((c.forward_s + c.backward_s for c in model.costs), initial=0))
+
+    def key(bounds: Bounds) -> tuple[float, float]:
+        stages = [model.stage(s, lo, hi) for s, (lo, hi) in enumerate(bounds)]
+        return model.step(stages), max(st.time_s for st in stages)
+
+    best, best_key = list(start), key(start)
+    tol = 1e-12 * max(best_key[0], 1e-30)
+
+    def descend(s: int, i: int, chosen: Bounds, fwd: list[float], bwd: list[float], update: float) -> None:
+        nonlocal best, best_key
+        if s == k:
+            found = key(chosen)
+            if (found[0] < best_key[0] - tol
+                    or (abs(found[0] - best_key[0]) <= tol and found[1] < best_key[1])):
+                best, best_key = list(chosen), found
+            return
+        last = n - (k - s - 1)  # one past the last block this stage may end with: each stage after keeps one
+        for j in range(i + 1, last + 1) if s < k - 1 else (n,):
+            st = model.stage(s, i, j)
+            if not model.fits(st):
+                continue
+            f, b = model.ops([st])
+            fwd2, bwd2 = fwd + f, bwd + b
+            bound = max(play.lower_bound(fwd2, bwd2, m), update, st.update_s)
+            if s < k - 1:  # the work left, shared at best evenly by the stages left, between the fill and drain
+                bound = max(bound, sum(fwd2) + m * (work[n] - work[j]) / (k - s - 1) + sum(bwd2))
+            if bound > best_key[0] + tol:
+                continue
+            descend(s + 1, j, chosen + [(i, j)], fwd2, bwd2, max(update, st.update_s))
+
+    descend(0, 0, [], [], [], 0.0)
+    return best
 
 
 def smallest_limit(costs: list[BlockCost], stages: int, **pipeline: Any) -> int:
@@ -314,14 +365,15 @@ def check_memory(costs: list[BlockCost], stages: int, **pipeline: Any) -> None:
 
 
 def exhaustive(costs: list[BlockCost], stages: int, **pipeline: Any) -> Partition:
-    """`optimal` by brute force over all C(n-1, K-1) splits: for tests and the benchmark."""
+    """`optimal` by brute force over all C(n-1, K-1) splits, the least (step, bottleneck): for tests and the
+    benchmark."""
     model = _model(costs, stages, dict(pipeline))
     best, smallest = None, math.inf
     for cuts in itertools.combinations(range(1, model.n), model.k - 1):
         edges = [0, *cuts, model.n]
         p = model.partition("exhaustive", list(zip(edges, edges[1:])))
         smallest = min(smallest, max(model.smallest_memory(s, lo, hi) for s, (lo, hi) in enumerate(p.bounds)))
-        if p.fits and (best is None or (p.bottleneck_s, p.step_s) < (best.bottleneck_s, best.step_s)):
+        if p.fits and (best is None or (p.step_s, p.bottleneck_s) < (best.step_s, best.bottleneck_s)):
             best = p
     if best is None:
         raise _infeasible(model, int(smallest))

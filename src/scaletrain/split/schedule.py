@@ -1,0 +1,84 @@
+"""A pipeline schedule's step, played op by op (docs/split.md). No torch.
+
+Each stage runs its forwards (F) and backwards (B) of the M micro-batches in the order its schedule gives
+(`torch.distributed.pipelining`'s, as comm/pipeline.py builds them), one op at a time; an op starts when its
+stage is free and its input has arrived:
+
+    F(s, i) after F(s-1, i)            (the activation from the stage before)
+    B(s, i) after B(s+1, i)            (the gradient from the stage after; the last stage's after its own F)
+
+    gpipe  every stage: F0 .. F(M-1), then B0 .. B(M-1)
+    1f1b   stage s: min(M, K - s) forwards, then a backward and a forward in turn, then the backwards left
+
+The step is the time the last op ends. It replaces the closed form `sum_s t_s + (M - 1) max_s t_s`, which
+holds for stages of equal forward/backward shape but not when one stage is forward-heavy and the other
+backward-heavy: at M = 2 it priced ResNet-20's uniform split (stages of 41.8 and 23.3 ms per micro-batch)
+at 107 ms and the cut two blocks earlier at 106 ms; played out they take 88 and 106 ms, and measured 97
+and 113 ms (docs/bench-pipeline.md).
+"""
+
+from __future__ import annotations
+
+SCHEDULES = ("gpipe", "1f1b")
+
+
+def order(schedule: str, stage: int, stages: int, microbatches: int) -> list[tuple[str, int]]:
+    """The ops of `stage`, in the order it runs them: ("F" | "B", micro-batch)."""
+    m = microbatches
+    if schedule == "gpipe":
+        return [("F", i) for i in range(m)] + [("B", i) for i in range(m)]
+    if schedule != "1f1b":
+        raise ValueError(f"schedule {schedule!r}: one of {', '.join(SCHEDULES)}")
+    warmup = min(m, stages - stage)
+    ops = [("F", i) for i in range(warmup)]
+    f, b = warmup, 0
+    while b < m:
+        ops.append(("B", b))
+        b += 1
+        if f < m:
+            ops.append(("F", f))
+            f += 1
+    return ops
+
+
+def step_time(forward: list[float], backward: list[float], schedule: str, microbatches: int) -> float:
+    """Seconds from the first op to the last, stage s's forward op taking `forward[s]` and its backward op
+    `backward[s]` (each with the messages it sends and receives)."""
+    k = len(forward)
+    plans = [order(schedule, s, k, microbatches) for s in range(k)]
+    done: dict[tuple[str, int, int], float] = {}
+    free = [0.0] * k
+    nxt = [0] * k
+    left = sum(len(p) for p in plans)
+    while left:
+        moved = False
+        for s in range(k):
+            while nxt[s] < len(plans[s]):
+                kind, i = plans[s][nxt[s]]
+                if kind == "F":
+                    dep = ("F", s - 1, i) if s > 0 else None
+                else:
+                    dep = ("B", s + 1, i) if s < k - 1 else ("F", s, i)
+                if dep is not None and dep not in done:
+                    break
+                start = max(free[s], done[dep] if dep is not None else 0.0)
+                free[s] = start + (forward[s] if kind == "F" else backward[s])
+                done[(kind, s, i)] = free[s]
+                nxt[s] += 1
+                left -= 1
+                moved = True
+        if not moved:  # a schedule whose ops wait on each other: a bug in `order`
+            raise RuntimeError(f"{schedule} schedule deadlocks at {nxt}")
+    return max(free)
+
+
+def lower_bound(forward: list[float], backward: list[float], microbatches: int) -> float:
+    """A bound no schedule beats, over the stages given so far (the first ones of a pipeline): stage s cannot
+    start before one micro-batch's forwards through the stages before it, runs its M forwards and M
+    backwards, and its last gradient still has to go back through those stages."""
+    best, ahead_f, ahead_b = 0.0, 0.0, 0.0
+    for f, b in zip(forward, backward):
+        best = max(best, ahead_f + microbatches * (f + b) + ahead_b)
+        ahead_f += f
+        ahead_b += b
+    return best
