@@ -48,7 +48,7 @@ import torch.multiprocessing as mp
 from torch import nn
 
 from scaletrain.config import TrainConfig
-from scaletrain.perf.allocator import settle
+from scaletrain.dist.allocator import settle
 
 STAGES = 2  # one process per stage; this machine has two cores
 GAIN_TARGET = 1.3  # auto / uniform, where the exhaustive best reaches it
@@ -238,7 +238,7 @@ def measure_model(name: str, rank: int, p: dict[str, Any], say: Callable[[str], 
 
 
 def worker(rank: int, port: int, p: dict[str, Any], out: str) -> None:
-    settle()  # glibc's thresholds fixed, as in every rank of a run (perf/allocator.py)
+    settle()  # glibc's thresholds fixed, as in every rank of a run (dist/allocator.py)
     torch.set_num_threads(1)  # two busy processes on two cores
     os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=STAGES)

@@ -8,7 +8,7 @@ import torch
 from scaletrain.config import build_config
 from scaletrain.dist.device import machine_cores
 from scaletrain.dist.rank import RankInfo
-from scaletrain.perf.allocator import settle
+from scaletrain.dist.allocator import settle
 from scaletrain.rundir import RunDir
 from scaletrain.train import summary
 
@@ -40,4 +40,4 @@ def test_placement_says_how_a_cpu_run_sat_on_its_machine():
     where = summary.placement(torch.device("cpu"), RankInfo(1, 1, 4, 2))
     assert where == {"device": "cpu", "local_world_size": 2, "threads_per_rank": torch.get_num_threads(),
                      "cpu_cores": machine_cores(), **settle()}
-    assert where["malloc"] == "glibc, thresholds fixed"  # and the allocator it ran under (perf/allocator.py)
+    assert where["malloc"] == "glibc, thresholds fixed"  # and the allocator it ran under (dist/allocator.py)

@@ -297,8 +297,11 @@ def test_the_live_view_follows_the_run_until_it_ends(watched, tmp_path):
 
     result = {}
 
-    def finish():
-        time.sleep(0.5)
+    def finish():  # once the first frame's page is written (however long a busy machine takes), end the run
+        deadline = time.monotonic() + 30
+        while not page.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.3)  # a few more frames
         result["before"] = page.read_text() if page.exists() else ""
         shutil.copy(watched.out / "summary.json", run / "summary.json")
 

@@ -13,7 +13,7 @@ import scaletrain  # noqa: E402
 from scaletrain.config import TrainConfig, resolve_train_config
 from scaletrain.config.flags import OneLineParser, add_train_args
 from scaletrain.errors import UserError
-from scaletrain.perf.allocator import settle as settle_allocator
+from scaletrain.dist.allocator import settle as settle_allocator
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -84,7 +84,7 @@ def train_config(args: argparse.Namespace) -> TrainConfig:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    settle_allocator()  # before anything is timed or allocated for training (perf/allocator.py)
+    settle_allocator()  # before anything is timed or allocated for training (dist/allocator.py)
     try:
         if args.command == "train":
             from scaletrain.dist.launch.start import train

@@ -29,7 +29,7 @@ import numpy as np
 import torch
 
 import scaletrain
-from scaletrain.perf.allocator import settle
+from scaletrain.dist.allocator import settle
 from scaletrain.predict import grid, probe, refnet
 from scaletrain.predict.calibration import FORMAT, KIND
 from scaletrain.predict.ops import build_op

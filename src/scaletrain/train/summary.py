@@ -17,7 +17,7 @@ from scaletrain.analysis.throughput import steady_samples_per_s
 from scaletrain.config import TrainConfig
 from scaletrain.dist.device import machine_cores
 from scaletrain.dist.rank import RankInfo
-from scaletrain.perf.allocator import settle
+from scaletrain.dist.allocator import settle
 from scaletrain.rundir import RunDir, read_jsonl, write_json_atomic
 from scaletrain.train.optim import peak_lr
 from scaletrain.train.restarts import path_of, restarts

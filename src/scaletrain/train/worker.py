@@ -39,7 +39,7 @@ def worker_main(cfg_dict: dict[str, Any], error_dir: str) -> None:
 
 def run(cfg: TrainConfig, rank: RankInfo) -> dict[str, Any] | None:
     """Join the job through the strategy, train (or serve), tear down. Returns the summary on rank 0."""
-    from scaletrain.perf.allocator import settle
+    from scaletrain.dist.allocator import settle
     from scaletrain.train.build import build_data_and_model
     from scaletrain.train.loop import Trainer
 
