@@ -27,8 +27,12 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(VENV)/bin/scaletrain train --config configs/demo.toml --out runs/demo-$$(date +%Y%m%d-%H%M%S)
 
+# The fast suite on this CPU's kernels, then the equivalence tests (2 ranks = 1 rank, ...) again on the kernels of
+# a CPU without AVX2, so that a test that holds on one CPU only cannot land (tests/conftest.py: EXACT).
 test: $(STAMP)
 	$(PY) -m pytest -q -m "not slow" $(PYTEST_ARGS)
+	@echo "the equivalence tests again, on the kernels of a CPU without AVX2 (ATEN_CPU_CAPABILITY=default):"
+	ATEN_CPU_CAPABILITY=default $(PY) -m pytest -q -m "equivalence and not slow" $(PYTEST_ARGS)
 
 # the slow suite includes the real-SLURM tests: SLURM and munge are installed first where missing (as root)
 test-slow: $(STAMP)

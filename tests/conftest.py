@@ -36,6 +36,24 @@ def weights(run_dir: Path) -> dict[str, torch.Tensor]:
     return torch.load(Path(run_dir) / "checkpoint.pt", map_location="cpu", weights_only=True)["model"]
 
 
+# Equivalence (2 ranks = 1 rank, a pipeline = the whole model, the ring = the engine's all-reduce) is proven in
+# float64 (`--precision fp64`), where it is exact: the two runs differ only in the order of their sums, ~1e-16
+# per operation, which 44 SGD steps grow to ~1e-13 (measured on LeNet-5, AVX2 and ATEN_CPU_CAPABILITY=default
+# alike; docs/perf.md). In float32 the same differences grow to ~1e-2 by amounts that depend on the CPU's
+# kernels, so no float32 tolerance holds on every CPU. A real aggregation error is far above this tolerance: a
+# gradient off by one part in a million (test_train_ddp's control) moves the weights by ~1e-7.
+FP64 = ("--precision", "fp64")
+EXACT = {"rtol": 1e-9, "atol": 1e-12}
+
+
+def assert_same_weights(a: Path, b: Path, **tol: float) -> None:
+    """The two runs' final weights agree to EXACT (or `tol`), tensor by tensor."""
+    wa, wb = weights(a), weights(b)
+    assert wa.keys() == wb.keys()
+    for name in wa:
+        torch.testing.assert_close(wb[name], wa[name], **(tol or EXACT), msg=name)
+
+
 def assert_ok(proc: subprocess.CompletedProcess) -> None:
     assert proc.returncode == 0, f"exit {proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
 

@@ -8,10 +8,11 @@ import json
 import pytest
 import torch
 
-from conftest import summary, weights
+from conftest import EXACT, FP64, assert_same_weights, summary, weights
 from scaletrain.cli import main
 
-LENET = ["--model", "lenet5", "--dataset", "digits", "--epochs", "2", "--lr", "0.05", "--no-augment", "--seed", "3"]
+LENET = ["--model", "lenet5", "--dataset", "digits", "--epochs", "2", "--lr", "0.05", "--no-augment", "--seed", "3",
+         *FP64]  # exact on any CPU in float64 (conftest.EXACT)
 RESNET = ["--model", "resnet20", "--width", "0.5", "--dataset", "digits", "--image-size", "16", "--epochs", "2",
           "--batch-size", "16", "--optimizer", "nesterov", "--seed", "1", "--strategy", "fsdp", "--nproc", "2"]
 
@@ -21,31 +22,38 @@ def runs(tmp_path_factory, ranks):
     import multirank
 
     base = tmp_path_factory.mktemp("fsdp")
-    out = {name: base / name for name in ("one", "fsdp", "straight", "broken")}
+    out = {name: base / name for name in ("one", "fsdp")}
     multirank.train(ranks, *LENET, "--nproc", "1", "--batch-size", "64", "--out", str(out["one"]))
     multirank.train(ranks, *LENET, "--strategy", "fsdp", "--nproc", "2", "--batch-size", "32", "--out", str(out["fsdp"]))
+    return out
+
+
+@pytest.fixture(scope="module")
+def resumed(tmp_path_factory, ranks):
+    import multirank
+
+    base = tmp_path_factory.mktemp("fsdp-resume")
+    out = {name: base / name for name in ("straight", "broken")}
     multirank.train(ranks, *RESNET, "--out", str(out["straight"]), timeout=300)
     multirank.train(ranks, *RESNET, "--stop-after", "1", "--out", str(out["broken"]), timeout=300)
     multirank.train(ranks, "--resume", "--out", str(out["broken"]), timeout=300)
     return out
 
 
+@pytest.mark.equivalence
 def test_two_shards_follow_one_process_with_the_same_global_batch(runs):
     one, fsdp = runs["one"], runs["fsdp"]
     s = summary(fsdp)
     assert s["global_batch"] == summary(one)["global_batch"] == 64 and s["steps"] == summary(one)["steps"]
     assert s["fsdp"]["shards"] == 2 and s["fsdp"]["units"] > 2
-    total = sum(v.numel() * 4 for v in weights(one).values())
+    total = sum(v.numel() * v.element_size() for v in weights(one).values())
     assert s["fsdp"]["param_bytes_per_rank"] < 0.6 * total  # each rank holds about half the parameters
     assert s["replicas_identical"] is True  # the digest is of the whole (gathered) model on every rank
-    wa, wb = weights(one), weights(fsdp)
-    assert wa.keys() == wb.keys()
-    for name in wa:
-        torch.testing.assert_close(wb[name], wa[name], rtol=1e-5, atol=1e-6, msg=name)
+    assert_same_weights(one, fsdp)
     la = [json.loads(x)["loss"] for x in (one / "metrics-rank0.jsonl").read_text().splitlines()]
     lb = [(json.loads(a)["loss"] + json.loads(b)["loss"]) / 2 for a, b in zip(
         (fsdp / "metrics-rank0.jsonl").read_text().splitlines(), (fsdp / "metrics-rank1.jsonl").read_text().splitlines())]
-    assert max(abs(a - b) for a, b in zip(la, lb)) < 1e-5
+    assert lb == pytest.approx(la, rel=EXACT["rtol"])
     assert s["top1"] == summary(one)["top1"]  # evaluated through the sharded model, in lockstep
 
 
@@ -58,14 +66,14 @@ def test_the_checkpoint_holds_the_whole_model_and_optimizer_state(runs):
     assert set(state) == {k for k in params if "num_batches" not in k and "running" not in k}
 
 
-def test_a_resumed_fsdp_run_replays_exactly(runs):
-    a = torch.load(runs["straight"] / "checkpoint.pt", weights_only=True)
-    b = torch.load(runs["broken"] / "checkpoint.pt", weights_only=True)
+def test_a_resumed_fsdp_run_replays_exactly(resumed):
+    a = torch.load(resumed["straight"] / "checkpoint.pt", weights_only=True)
+    b = torch.load(resumed["broken"] / "checkpoint.pt", weights_only=True)
     for name in a["model"]:
         assert torch.equal(a["model"][name], b["model"][name]), name
     for key, st in a["optimizer"]["state"].items():
         assert torch.equal(st["momentum_buffer"], b["optimizer"]["state"][key]["momentum_buffer"]), key
-    assert summary(runs["broken"])["status"] == "completed"
+    assert summary(resumed["broken"])["status"] == "completed"
 
 
 @pytest.mark.parametrize("extra, words", [

@@ -6,9 +6,8 @@ the launcher's refusals only through the CLI (refusals also in-process, through 
 import json
 
 import pytest
-import torch
 
-from conftest import assert_ok, scaletrain, summary, weights
+from conftest import EXACT, FP64, assert_ok, assert_same_weights, scaletrain, summary
 from scaletrain.cli import main
 from scaletrain.analysis import load_records
 
@@ -33,24 +32,23 @@ def _losses(out, rank=0):
     return [r["loss"] for r in load_records(out)[rank]]
 
 
+@pytest.mark.equivalence
 @pytest.mark.parametrize("workers,servers", [(2, 1), (3, 2)])
 def test_ps_sync_trajectory_equals_allreduce(train, tmp_path, workers, servers):
-    common = ("--epochs", "2", "--lr", "0.05")
+    common = ("--epochs", "2", "--lr", "0.05", *FP64)  # exact on any CPU in float64 (conftest.EXACT)
     train(tmp_path / "engine", "--nproc", str(workers), *common)
     s = train(tmp_path / "ps", "--nproc", str(workers + servers), "--ps-servers", str(servers),
               "--strategy", "ps-sync", *common)
     assert s["world_size"] == workers and s["replicas_identical"]
-    assert _losses(tmp_path / "ps") == pytest.approx(_losses(tmp_path / "engine"), rel=1e-4)
-    a, b = weights(tmp_path / "engine"), weights(tmp_path / "ps")
-    for name in a:
-        assert torch.allclose(a[name], b[name], rtol=1e-4, atol=1e-6), name
+    assert _losses(tmp_path / "ps") == pytest.approx(_losses(tmp_path / "engine"), rel=EXACT["rtol"])
+    assert_same_weights(tmp_path / "engine", tmp_path / "ps")
     ps, steps = s["ps"], s["steps"]
     assert ps["updates_per_shard"] == [steps] * servers and ps["staleness"]["max"] == 0
-    # each server receives every worker's gradient shard per step: N / S values x 4 bytes x P (+ headers)
+    # each server receives every worker's gradient shard per step: N / S values x 8 bytes (float64) x P (+ headers)
     for received in ps["server_bytes_received"]:
-        assert received == pytest.approx(4 * LENET5 / servers * workers * steps, rel=0.01)
+        assert received == pytest.approx(8 * LENET5 / servers * workers * steps, rel=0.01)
     pushed = [r["bytes_sent"] for r in load_records(tmp_path / "ps")[1]]
-    assert set(pushed) == {4 * LENET5 + 32 * servers}
+    assert set(pushed) == {8 * LENET5 + 32 * servers}
 
 
 def test_ps_async_learns_digits_and_records_staleness(train, tmp_path):

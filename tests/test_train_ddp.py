@@ -11,15 +11,17 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
-from conftest import assert_ok, scaletrain, summary, weights
+from conftest import EXACT, FP64, assert_ok, assert_same_weights, scaletrain, summary, weights
 from scaletrain.data import build_datasets, collate
 from scaletrain.train.evaluate import evaluate
 from scaletrain.models import build_model
+from scaletrain.perf.precision import made_in
 
 # LeNet-5 has no BatchNorm: BN normalises with per-rank batch statistics, so only BN-free models can
-# equal a single process with the global batch exactly (SyncBatchNorm has no CPU kernel in PyTorch).
+# equal a single process with the global batch exactly (SyncBatchNorm has no CPU kernel in PyTorch). In float64,
+# where the equality is exact on any CPU (conftest.EXACT).
 COMMON = ["--model", "lenet5", "--dataset", "digits", "--epochs", "2", "--lr", "0.05", "--no-augment",
-          "--no-progress", "--seed", "3"]
+          "--no-progress", "--seed", "3", *FP64]
 
 
 @pytest.fixture(scope="module")
@@ -31,30 +33,50 @@ def one_and_two_ranks(tmp_path_factory, launch):
     return one, two
 
 
+@pytest.fixture(scope="module")
+def off_by_a_millionth(tmp_path_factory, launch):
+    """The control: one rank again, its learning rate (so every update) larger by one part in a million."""
+    out = tmp_path_factory.mktemp("ddp-control") / "one"
+    launch(*COMMON, "--nproc", "1", "--batch-size", "64", "--lr", str(0.05 * (1 + 1e-6)), "--out", str(out))
+    return out
+
+
+@pytest.mark.equivalence
 def test_two_ranks_equal_one_rank_with_the_same_global_batch(one_and_two_ranks):
     one, two = one_and_two_ranks
     s1, s2 = summary(one), summary(two)
     assert (s1["world_size"], s2["world_size"]) == (1, 2)
     assert s1["global_batch"] == s2["global_batch"] == 64
     assert s1["steps"] == s2["steps"] > 0
-    w1, w2 = weights(one), weights(two)
-    assert w1.keys() == w2.keys()
-    moved = 0.0
-    for name in w1:
-        # only the order of float additions differs (all-reduce vs one big batch)
-        torch.testing.assert_close(w2[name], w1[name], rtol=1e-5, atol=1e-6, msg=name)
-        moved += float((w1[name] - build_reference()[name]).abs().max())
+    # only the order of float additions differs (all-reduce vs one big batch)
+    assert_same_weights(one, two)
+    start = build_reference()
+    moved = sum(float((w - start[name]).abs().max()) for name, w in weights(one).items())
     assert moved > 0.01, "training did not change the weights, so the comparison proves nothing"
     # and the trajectory, not only the end point: per-step losses agree too
-    loss1 = [r["loss"] for r in map(json.loads, (one / "metrics-rank0.jsonl").read_text().splitlines())]
-    loss2 = [(json.loads(a)["loss"] + json.loads(b)["loss"]) / 2 for a, b in zip(
-        (two / "metrics-rank0.jsonl").read_text().splitlines(), (two / "metrics-rank1.jsonl").read_text().splitlines())]
-    assert loss1 == pytest.approx(loss2, rel=1e-4)
+    assert _losses(one) == pytest.approx(_mean_losses(two), rel=EXACT["rtol"])
+
+
+@pytest.mark.equivalence
+def test_the_comparison_catches_an_update_off_by_one_part_in_a_million(one_and_two_ranks, off_by_a_millionth):
+    with pytest.raises(AssertionError):
+        assert_same_weights(one_and_two_ranks[0], off_by_a_millionth)
+
+
+def _losses(run) -> list[float]:
+    return [r["loss"] for r in map(json.loads, (run / "metrics-rank0.jsonl").read_text().splitlines())]
+
+
+def _mean_losses(run) -> list[float]:
+    """Each step's loss over the global batch: the mean of the two ranks' halves."""
+    return [(json.loads(a)["loss"] + json.loads(b)["loss"]) / 2 for a, b in zip(
+        (run / "metrics-rank0.jsonl").read_text().splitlines(), (run / "metrics-rank1.jsonl").read_text().splitlines())]
 
 
 def build_reference() -> dict[str, torch.Tensor]:
-    torch.manual_seed(3)  # the same seed the runs start from: their initial weights
-    return build_model("lenet5", num_classes=10, in_channels=1, image_size=32).state_dict()
+    torch.manual_seed(3)  # the same seed the runs start from: their initial weights, made in float64 as theirs
+    with made_in("fp64"):
+        return build_model("lenet5", num_classes=10, in_channels=1, image_size=32).state_dict()
 
 
 def test_parameters_are_bit_identical_across_ranks(one_and_two_ranks):

@@ -23,7 +23,8 @@ class SyntheticDataset(Dataset):
         self.offset = int(offset)
         # A weak per-class, per-channel offset makes the labels learnable, so smoke runs show loss going down.
         g = torch.Generator().manual_seed(self.seed * _SEED_STRIDE - 1)
-        self.class_means = (_SIGNAL * torch.randn(self.num_classes, int(channels), 1, 1, generator=g))
+        self.class_means = (_SIGNAL * torch.randn(self.num_classes, int(channels), 1, 1, generator=g,
+                                                    dtype=torch.float32))
 
     def __len__(self) -> int:
         return self.length
@@ -35,7 +36,7 @@ class SyntheticDataset(Dataset):
             raise IndexError(f"index {index} out of range for {self.length} synthetic samples")
         g = torch.Generator().manual_seed(self.seed * _SEED_STRIDE + self.offset + index)
         y = int(torch.randint(self.num_classes, (), generator=g))
-        x = torch.randn(self.shape, generator=g)
+        x = torch.randn(self.shape, generator=g, dtype=torch.float32)  # whatever the default dtype (fp64 runs)
         x += self.class_means[y]
         return x, y
 

@@ -24,7 +24,7 @@ def _pair(size: int | Sequence[int]) -> tuple[int, int]:
 
 def _uniform(low: float, high: float) -> float:
     """One float in [low, high) from torch's global RNG (so DataLoader worker seeding governs it)."""
-    return low + (high - low) * float(torch.rand(()))
+    return low + (high - low) * float(torch.rand((), dtype=torch.float32))  # not the default dtype: fp64 runs draw alike
 
 
 def _randint(low: int, high_inclusive: int) -> int:
@@ -98,7 +98,7 @@ class RandomHorizontalFlip:
         self.p = p
 
     def __call__(self, img):
-        if float(torch.rand(())) >= self.p:
+        if float(torch.rand((), dtype=torch.float32)) >= self.p:
             return img
         if isinstance(img, torch.Tensor):
             return img.flip(-1)

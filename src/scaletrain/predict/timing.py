@@ -17,7 +17,7 @@ from typing import Callable
 import torch
 from torch import nn
 
-AUTOCAST = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
+from scaletrain.perf.precision import AUTOCAST
 
 
 def median_time(fn: Callable[[], object], repeats: int = 5, min_batch_s: float = 0.01, sync=None) -> float:

@@ -8,6 +8,7 @@ import torch
 from torch.utils.data import Sampler
 
 from scaletrain.dist.group import all_reduce_max, all_reduce_sum
+from scaletrain.perf.precision import to_device
 
 
 class ShardSampler(Sampler[int]):
@@ -45,11 +46,12 @@ class Tally:
         self.totals = torch.zeros(4, dtype=torch.float64, device=device)
 
     def add(self, logits: torch.Tensor, y: torch.Tensor) -> None:
-        hits = logits.float().topk(self.k, dim=1).indices.eq(y[:, None])
+        logits = logits.to(torch.get_default_dtype())  # autocast's 16 bits up to float32 (float64 under fp64)
+        hits = logits.topk(self.k, dim=1).indices.eq(y[:, None])
         self.totals[0] += hits[:, 0].sum()
         self.totals[1] += hits.any(dim=1).sum()
         self.totals[2] += len(y)
-        self.totals[3] += torch.nn.functional.cross_entropy(logits.float(), y, reduction="sum")
+        self.totals[3] += torch.nn.functional.cross_entropy(logits, y, reduction="sum")
 
     def result(self) -> EvalResult:
         all_reduce_sum(self.totals)
@@ -77,7 +79,7 @@ def evaluate(model: torch.nn.Module, loader, device: torch.device, autocast_dtyp
     for x, y, _bad in batches:
         if len(y) == 0 and not lockstep:
             continue
-        x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+        x, y = to_device(x, device), to_device(y, device)
         with torch.autocast(device.type, dtype=autocast_dtype, enabled=autocast_dtype is not None):
             logits = model(x)
         if len(y):

@@ -40,15 +40,16 @@ def worker_main(cfg_dict: dict[str, Any], error_dir: str) -> None:
 def run(cfg: TrainConfig, rank: RankInfo) -> dict[str, Any] | None:
     """Join the job through the strategy, train (or serve), tear down. Returns the summary on rank 0."""
     from scaletrain.dist.allocator import settle
+    from scaletrain.perf.precision import made_in
     from scaletrain.train.build import build_data_and_model
     from scaletrain.train.loop import Trainer
 
     settle()  # a rank is a fresh process: glibc's thresholds fixed before its first step
-    with closing(registry.create(cfg, rank)) as strategy:
+    with made_in(cfg.precision), closing(registry.create(cfg, rank)) as strategy:
         if strategy.role == SERVER:
             strategy.serve(build_data_and_model(cfg)[1])
             return None
-        return Trainer(cfg, strategy, sinks(cfg, strategy.rank)).fit()
+        return Trainer(cfg, strategy, sinks(cfg, strategy.rank, strategy.replica()[1])).fit()
 
 
 def restarted(cfg: TrainConfig, rank: RankInfo) -> TrainConfig:
@@ -76,12 +77,13 @@ def request_preemption_on(run_dir: RunDir) -> None:
     signal.signal(signal.SIGUSR1, request)
 
 
-def sinks(cfg: TrainConfig, rank: RankInfo) -> list:
-    """Where the loop's progress goes: rank 0's console (bar and epoch lines), TensorBoard on every rank."""
+def sinks(cfg: TrainConfig, rank: RankInfo, replicas: int) -> list:
+    """Where the loop's progress goes: rank 0's console (progress and epoch lines; samples/s over the
+    `replicas` that share the global batch), TensorBoard on every rank."""
     from scaletrain.console.sink import ConsoleSink
     from scaletrain.export import tensorboard
 
-    out: list = [ConsoleSink(cfg.epochs, rank.world_size, bar=cfg.progress)] if rank.is_main else []
+    out: list = [ConsoleSink(cfg.epochs, replicas, progress=cfg.progress)] if rank.is_main else []
     if rank.is_main and restart_count():
         out.append(restarts.ResumedSink(RunDir(Path(cfg.out)), restart_count()))
     if tensorboard.wanted(cfg.tensorboard):

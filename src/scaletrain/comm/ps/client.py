@@ -63,7 +63,7 @@ class Client:
     def gradients(self) -> torch.Tensor:
         grads = [p.grad.reshape(-1) if p.grad is not None else torch.zeros(p.numel(), device=p.device)
                  for p in self.params]
-        return torch.cat(grads).float().cpu()  # note: on CUDA a device-to-host copy (and sync) per push
+        return torch.cat(grads).to(torch.get_default_dtype()).cpu()  # note: on CUDA a device-to-host copy (and sync) per push
 
     def load(self) -> None:
         """Write the parameters the servers sent into the model."""

@@ -10,8 +10,8 @@
 
 `version` counts the updates a shard has applied; a gradient's staleness is how many updates its shard
 applied between the worker reading the parameters and the gradient arriving (0: none, fully fresh).
-Parameters and gradients travel as float32; a server's state (its shard, optimizer state, counters) as
-the bytes of `torch.save`, in a uint8 tensor (`pack`), so any state dict crosses the link in one message.
+Parameters and gradients travel in the dtype the model is made in (float32; float64 with --precision fp64);
+a server's state (its shard, optimizer state, counters) as the bytes of `torch.save`, in a uint8 tensor (`pack`), so any state dict crosses the link in one message.
 """
 
 from __future__ import annotations

@@ -87,7 +87,7 @@ class Shard:
 
     def __init__(self, params: list[torch.Tensor], parts: list[Piece]) -> None:
         self.parts = parts
-        self.tensors = [params[p.param].detach().reshape(-1)[p.start:p.stop].clone().float().requires_grad_()
+        self.tensors = [params[p.param].detach().reshape(-1)[p.start:p.stop].clone().to(torch.get_default_dtype()).requires_grad_()
                         for p in parts]
         self.numel = sum(p.numel for p in parts)
 
@@ -106,7 +106,7 @@ class Shard:
     def set_grad(self, grad: torch.Tensor) -> None:
         offset = 0
         for t in self.tensors:
-            t.grad = grad[offset:offset + t.numel()]
+            t.grad = grad[offset:offset + t.numel()].to(t.dtype)  # a decoded --compress payload is float32
             offset += t.numel()
 
 
