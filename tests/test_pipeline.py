@@ -10,28 +10,23 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, DistributedSampler
 
-from conftest import summary, weights
+from conftest import EXACT, FP64, assert_same_weights, summary, weights
 from scaletrain.cli import main
 from scaletrain.config import build_config
 from scaletrain.data import collate
 from scaletrain.models import build_model
+from scaletrain.perf.precision import made_in
 from scaletrain.train.build import build_data_and_model
 from scaletrain.train.optim import build_optimizer, build_scheduler
 
 # LeNet-5 has no BatchNorm: a pipeline over micro-batches then computes exactly the full batch's gradient
+# (in float64, exactly on any CPU: conftest.EXACT)
 LENET = ["--model", "lenet5", "--dataset", "digits", "--epochs", "2", "--lr", "0.05", "--no-augment",
-         "--seed", "3"]
+         "--seed", "3", *FP64]
 
 
 def _losses(run, rank=0):
     return [json.loads(line)["loss"] for line in (run / f"metrics-rank{rank}.jsonl").read_text().splitlines()]
-
-
-def _assert_same_weights(a, b, rtol=1e-5, atol=1e-6):
-    wa, wb = weights(a), weights(b)
-    assert wa.keys() == wb.keys()
-    for name in wa:
-        torch.testing.assert_close(wb[name], wa[name], rtol=rtol, atol=atol, msg=name)
 
 
 @pytest.fixture(scope="module")
@@ -50,6 +45,7 @@ def lenet_runs(tmp_path_factory, ranks):
     return runs
 
 
+@pytest.mark.equivalence
 @pytest.mark.parametrize("schedule", ["1f1b", "gpipe"])
 def test_two_stages_follow_one_process_with_the_same_global_batch(lenet_runs, schedule):
     one, pipe = lenet_runs["one"], lenet_runs[schedule]
@@ -60,19 +56,19 @@ def test_two_stages_follow_one_process_with_the_same_global_batch(lenet_runs, sc
     # measured by every rank at once, whatever calibration an earlier test left in the session's cache
     assert s2["pipeline"]["split_costs"] == "measured"
     assert s2["replicas_identical"] is True  # the pipeline's whole model, assembled on stage 0, on every rank
-    _assert_same_weights(one, pipe)
+    assert_same_weights(one, pipe)
     # each rank held its stage alone: its parameters, their gradients and momentum (no more)
     held, whole = s2["pipeline"]["param_bytes_per_rank"], s2["pipeline"]["model_param_bytes"]
     assert len(held) == 2 and all(0 < h < whole for h in held) and sum(held) == whole
     assert s2["pipeline"]["state_bytes_per_rank"] == [3 * h for h in held]
     # the trajectory: the loss every step (the last stage's, broadcast to rank 0) agrees
     l1, l2 = _losses(one), _losses(pipe)
-    assert len(l1) == len(l2) and max(abs(a - b) for a, b in zip(l1, l2)) < 1e-5
+    assert len(l1) == len(l2) and l2 == pytest.approx(l1, rel=EXACT["rtol"])
     assert l1[-1] < l1[0] - 0.5, "training did not learn, so the comparison proves little"
     # evaluation passed the batches through the stages: the same accuracy and loss as the whole model's
     assert s2["top1"] == s1["top1"]
     e1, e2 = (json.loads((run / "epochs.jsonl").read_text().splitlines()[-1]) for run in (one, pipe))
-    assert e2["val_loss"] == pytest.approx(e1["val_loss"], rel=1e-5)
+    assert e2["val_loss"] == pytest.approx(e1["val_loss"], rel=EXACT["rtol"])
 
 
 def _measured_together(rank, world):
@@ -94,6 +90,40 @@ def test_without_a_calibration_every_rank_times_the_blocks_and_all_take_the_same
     (names, costs), (_, other) = results
     assert costs == other  # the mean over the ranks, on every rank: rank 0 splits on what all measured
     assert [c[0] for c in costs] == names and all(f > 0 and b > 0 for _, f, b in costs)
+
+
+def _split_shown(rank, world):
+    """What a rank prints while the pipeline measures its blocks and splits the model."""
+    import contextlib
+    import io
+    from unittest import mock
+
+    from multirank import group, train_config
+
+    from scaletrain.comm.pipeline import Pipeline
+    from scaletrain.dist.rank import RankInfo
+    from scaletrain.split import costs
+    from scaletrain.split.stages import blocked
+
+    cfg = train_config("--model", "lenet5", "--strategy", "pipeline", "--nproc", str(world), "--batch-size", "8",
+                       "--microbatches", "2")
+    model = build_model("lenet5", num_classes=10, in_channels=3, image_size=32)
+    shown = io.StringIO()
+    quick = mock.patch.object(costs, "_as_trained", lambda module, x, **kw: (1e-4, 2e-4))  # what, not how long
+    with quick, group(), contextlib.redirect_stdout(shown):  # a log, not a terminal
+        Pipeline(cfg, RankInfo(rank, rank, world, world), torch.device("cpu"), "gloo")._split(
+            model, blocked(model, (3, 32, 32), 4), (3, 32, 32))
+    return shown.getvalue()
+
+
+def test_rank_0_says_that_it_measures_the_blocks_to_split(ranks):
+    """--split auto times every block before the first step (45 s to 3 min at 1024 px): said, not silent."""
+    first, second = ranks.run(_split_shown, 2)
+    what = "pipeline split: measuring 5 blocks' costs on every rank (3 rounds, micro-batch 4)"
+    lines = first.splitlines()
+    assert lines[0] == f"{what} ..." and lines[1].startswith(f"{what}: 1/15 (")
+    assert lines[-1].startswith(f"{what}: done in ")
+    assert second == ""  # the job's lines, once
 
 
 def test_pipeline_phases_add_up_and_have_a_bubble(lenet_runs):
@@ -145,6 +175,7 @@ def test_the_report_shows_each_stage_and_its_bubble_against_theory(lenet_runs, t
     assert "pipeline stages" in html and "measured bubble fraction" in html and "(K-1)/(M+K-1) = 20.0%" in html
 
 
+@pytest.mark.equivalence
 def test_hybrid_two_replicas_of_two_stages_follow_one_process(lenet_runs):
     one, hybrid = lenet_runs["one"], lenet_runs["hybrid"]
     s = summary(hybrid)
@@ -152,11 +183,11 @@ def test_hybrid_two_replicas_of_two_stages_follow_one_process(lenet_runs):
     assert s["steps"] == summary(one)["steps"]
     held = s["pipeline"]["param_bytes_per_rank"]  # rank = replica x 2 + stage
     assert held[0] == held[2] and held[1] == held[3] and held[0] + held[1] == s["pipeline"]["model_param_bytes"]
-    # averaging over replicas reorders float additions; 44 steps of SGD amplify it to ~1e-5
-    _assert_same_weights(one, hybrid, rtol=1e-3, atol=2e-4)
+    # averaging over replicas reorders float additions: ~1e-16 each, in float64
+    assert_same_weights(one, hybrid)
     l1 = _losses(one)
     l2 = [(a + b) / 2 for a, b in zip(_losses(hybrid, 0), _losses(hybrid, 2))]  # replica 0's and 1's halves
-    assert max(abs(a - b) for a, b in zip(l1, l2)) < 1e-4
+    assert l2 == pytest.approx(l1, rel=EXACT["rtol"])
 
 
 # ResNet-20 has BatchNorm: the pipeline normalises each micro-batch, as an eager micro-batch loop does.
@@ -164,30 +195,41 @@ def test_hybrid_two_replicas_of_two_stages_follow_one_process(lenet_runs):
 # two eager loops summing the micro-batches' gradients in another order part ways after a few steps.
 RESNET = ["--model", "resnet20", "--width", "0.5", "--dataset", "synthetic", "--synthetic-samples", "256",
           "--image-size", "16", "--batch-size", "32", "--lr", "0.02", "--no-augment", "--optimizer", "nesterov",
-          "--seed", "1"]
+          "--seed", "1", *FP64]
+
+
+RESNET_PIPELINE = [*RESNET, "--strategy", "pipeline", "--nproc", "2", "--microbatches", "4", "--split", "uniform",
+                   "--epochs", "2"]
 
 
 @pytest.fixture(scope="module")
-def resnet_runs(tmp_path_factory, ranks):
+def resnet_straight(tmp_path_factory, ranks):
     import multirank
 
-    base = tmp_path_factory.mktemp("pipeline-bn")
-    args = [*RESNET, "--strategy", "pipeline", "--nproc", "2", "--microbatches", "4", "--split", "uniform",
-            "--epochs", "2"]
-    straight, broken = base / "straight", base / "broken"
-    multirank.train(ranks, *args, "--out", str(straight), timeout=300)
-    multirank.train(ranks, *args, "--stop-after", "1", "--out", str(broken), timeout=300)
+    straight = tmp_path_factory.mktemp("pipeline-bn") / "straight"
+    multirank.train(ranks, *RESNET_PIPELINE, "--out", str(straight), timeout=300)
+    return straight
+
+
+@pytest.fixture(scope="module")
+def resnet_runs(tmp_path_factory, ranks, resnet_straight):
+    import multirank
+
+    broken = tmp_path_factory.mktemp("pipeline-bn-resume") / "broken"
+    multirank.train(ranks, *RESNET_PIPELINE, "--stop-after", "1", "--out", str(broken), timeout=300)
     multirank.train(ranks, "--resume", "--out", str(broken), timeout=300)
-    return straight, broken
+    return resnet_straight, broken
 
 
-def test_batchnorm_per_microbatch_equals_an_eager_microbatch_loop(resnet_runs):
-    run = resnet_runs[0]
+@pytest.mark.equivalence
+def test_batchnorm_per_microbatch_equals_an_eager_microbatch_loop(resnet_straight):
+    run = resnet_straight
     s = summary(run)
     cfg = build_config({}, {"model": "resnet20", "width": 0.5, "dataset": "synthetic", "synthetic_samples": 256,
                             "image_size": 16, "batch_size": 32, "lr": 0.02, "augment": False,
-                            "optimizer": "nesterov", "seed": 1, "epochs": 2})
-    data, model = build_data_and_model(cfg)  # seeded as every rank builds it
+                            "optimizer": "nesterov", "seed": 1, "epochs": 2, "precision": "fp64"})
+    with made_in("fp64"):
+        data, model = build_data_and_model(cfg)  # seeded as every rank builds it, in float64 as they do
     sampler = DistributedSampler(data.train, num_replicas=1, rank=0, shuffle=True, seed=1)
     loader = DataLoader(data.train, batch_size=32, sampler=sampler, collate_fn=collate, drop_last=True)
     optimizer = build_optimizer(cfg.optim, model, 1)
@@ -198,7 +240,7 @@ def test_batchnorm_per_microbatch_equals_an_eager_microbatch_loop(resnet_runs):
         sampler.set_epoch(epoch)
         for x, y, _ in loader:
             optimizer.zero_grad(set_to_none=True)
-            for xm, ym in zip(x.chunk(4), y.chunk(4)):
+            for xm, ym in zip(x.double().chunk(4), y.chunk(4)):
                 (criterion(model(xm), ym) / 4).backward()
             optimizer.step()
             scheduler.step()
@@ -208,7 +250,7 @@ def test_batchnorm_per_microbatch_equals_an_eager_microbatch_loop(resnet_runs):
     tracked = [k for k in eager if k.endswith("num_batches_tracked")]
     assert tracked and all(int(piped[k]) == s["steps"] * 4 == int(eager[k]) for k in tracked)
     for name in eager:
-        torch.testing.assert_close(piped[name], eager[name], rtol=1e-3, atol=1e-4, msg=name)
+        torch.testing.assert_close(piped[name], eager[name], **EXACT, msg=name)
 
 
 def test_a_resumed_pipeline_run_replays_exactly(resnet_runs):

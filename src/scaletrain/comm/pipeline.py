@@ -34,9 +34,8 @@ from scaletrain.config import TrainConfig
 from scaletrain.dist.group import broadcast_object, gather_objects
 from scaletrain.dist.rank import RankInfo
 from scaletrain.errors import UserError
+from scaletrain.perf.precision import AUTOCAST, to_device
 from scaletrain.train.evaluate import EvalResult, Tally
-
-AUTOCAST = {"fp32": None, "bf16": torch.bfloat16}
 
 
 class Pipeline(Strategy):
@@ -136,15 +135,20 @@ class Pipeline(Strategy):
 
     def _split(self, model: nn.Module, graph, sample_shape) -> tuple[list[tuple[int, int]], dict[str, Any]]:
         """The stage bounds, chosen on rank 0 and shared with every rank, on block costs measured by every rank
-        at once (measured_together), on the devices and threads the stages will run on: a few seconds, and
-        the split that measured best. A calibration's predicted costs (what `scaletrain split` and `predict`
-        use before a run) priced VGG-11's 512-channel blocks at 0.57x their time here and cut it one block
-        early, 0.79-0.96 of the best split (docs/bench-pipeline.md)."""
+        at once (measured_together), on the devices and threads the stages will run on: seconds (minutes for
+        large images: rank 0 says so as it goes), and the split that measured best. A calibration's predicted
+        costs (what `scaletrain split` and `predict` use before a run) priced VGG-11's 512-channel blocks at
+        0.57x their time here and cut it one block early, 0.79-0.96 of the best split (docs/bench-pipeline.md)."""
+        from scaletrain.console.phase import phase
         from scaletrain.split import plan
+        from scaletrain.split.costs import ROUNDS
 
         cfg = self.cfg
         micro = cfg.batch_size // cfg.microbatches
-        costs = measured_together(graph, model, sample_shape, micro, cfg.precision, self.device)
+        what = (f"pipeline split: measuring {len(graph.blocks)} blocks' costs on every rank ({ROUNDS} rounds, "
+                f"micro-batch {micro})")
+        with phase(what) if self.rank.is_main else contextlib.nullcontext() as update:
+            costs = measured_together(graph, model, sample_shape, micro, cfg.precision, self.device, update)
         choice = None
         if self.rank.rank == 0:
             try:
@@ -179,7 +183,8 @@ class Pipeline(Strategy):
                 self.schedule.step(target=y, losses=losses, return_outputs=False)
             else:
                 self.schedule.step(return_outputs=False)
-        loss = torch.stack([l.detach().float() for l in losses]).mean() if losses else \
+        # in the dtype every stage makes its zeros in (float64 with --precision fp64): broadcast's buffers must agree
+        loss = torch.stack([l.detach().to(torch.get_default_dtype()) for l in losses]).mean() if losses else \
             torch.zeros((), device=self.device)
         with prof.phase("p2p"):
             # the loss to every stage (rank 0 reports it): one scalar, a sync point of the pipeline
@@ -230,12 +235,12 @@ class Pipeline(Strategy):
             outputs, sends = [], []
             for chunk in chunks:
                 if self.stage == 0:
-                    h = chunk.to(self.device, non_blocking=True)
+                    h = to_device(chunk, self.device)
                 else:
                     h = torch.empty((len(chunk), *self._in_shape), device=self.device)
                     dist.recv(h, src=prev, group=self.pp_group)
                 with torch.autocast(self.device.type, dtype=autocast_dtype, enabled=autocast_dtype is not None):
-                    out = module(h).float()
+                    out = module(h).to(torch.get_default_dtype())  # what the next stage receives
                 if self.is_last:
                     outputs.append(out)
                 else:
@@ -243,7 +248,7 @@ class Pipeline(Strategy):
             for work in sends:
                 work.wait()
             if self.is_last:
-                tally.add(torch.cat(outputs), y.to(self.device, non_blocking=True))
+                tally.add(torch.cat(outputs), to_device(y, self.device))
         module.train(was_training)
         return tally.result()
 
@@ -381,7 +386,8 @@ def build_schedule(module: nn.Module, stage_index: int, stages: int, device: tor
 
 
 def measured_together(graph, model: nn.Module, sample_shape: tuple[int, ...], micro: int,
-                      precision: str = "fp32", device: torch.device | None = None) -> list:
+                      precision: str = "fp32", device: torch.device | None = None,
+                      progress: Callable[[str, int, int], None] | None = None) -> list:
     """The blocks' costs measured by every rank at the same time (collective), each block's times the mean
     over the ranks. The stages of a running pipeline compute side by side, sharing the node's cores, caches
     and memory bandwidth; timed by one process on an otherwise idle node, the blocks came out 3-48% faster
@@ -390,7 +396,8 @@ def measured_together(graph, model: nn.Module, sample_shape: tuple[int, ...], mi
 
     from scaletrain.split.costs import block_costs
 
-    mine = block_costs(graph, model, sample_shape, micro, source="measured", precision=precision, device=device)
+    mine = block_costs(graph, model, sample_shape, micro, source="measured", precision=precision, device=device,
+                       progress=progress)
     every = gather_objects([(c.forward_s, c.backward_s) for c in mine])
     n = len(every)
     return [dataclasses.replace(c, forward_s=sum(r[i][0] for r in every) / n,
@@ -408,7 +415,7 @@ class _Stage(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         with torch.autocast(self.device_type, dtype=self.dtype, enabled=self.dtype is not None), \
                 offloading(self.offload):
-            return self.inner(x).float()
+            return self.inner(x).to(torch.get_default_dtype())
 
 
 @contextlib.contextmanager

@@ -8,7 +8,9 @@ names: `--lr`, `lr = 0.1`); the docstring under a field is its --help text. Sub-
 
 from __future__ import annotations
 
+import ipaddress
 import math
+import re
 from dataclasses import dataclass, field
 
 from scaletrain.comm.spec import check, parse_compress
@@ -16,7 +18,8 @@ from scaletrain.config.specs import Injection, parse_inject, torch_profile_windo
 from scaletrain.errors import UserError
 
 OPTIMIZERS = ("sgd", "nesterov", "adagrad", "adamw")
-PRECISIONS = ("fp32", "bf16", "fp16")
+PRECISIONS = ("fp32", "bf16", "fp16")  # what predict, graph and split price
+TRAIN_PRECISIONS = (*PRECISIONS, "fp64")  # fp64: for proving equivalence (perf/precision.py)
 SCHEDULES = ("cosine", "step", "constant")
 BAD_IMAGE_POLICIES = ("error", "skip")
 DEVICES = ("auto", "cpu", "cuda")
@@ -77,13 +80,14 @@ class ModelConfig:
     """Channel/hidden-width multiplier of the model."""
 
     precision: str = "fp32"
-    """`fp32`, `bf16` (autocast) or `fp16` (autocast + GradScaler; CUDA only)."""
+    """`fp32`, `bf16` (autocast), `fp16` (autocast + GradScaler; CUDA only) or `fp64` (float64 throughout:
+    for checking that a strategy computes what one process does, on any CPU; slow)."""
 
     sync_bn: bool = False
     """Convert BatchNorm to SyncBatchNorm (CUDA only in PyTorch)."""
 
     def __post_init__(self) -> None:
-        _check_choice("precision", self.precision, PRECISIONS)
+        _check_choice("precision", self.precision, TRAIN_PRECISIONS)
         if not 0 < self.width < math.inf:
             raise UserError(f"--width must be a positive number (got {self.width})")
 
@@ -171,7 +175,8 @@ class LaunchConfig:
     """`auto` (CUDA when present), `cpu` or `cuda`."""
 
     threads: int | None = None
-    """Torch intra-op threads per CPU rank; default: cores / local ranks."""
+    """Torch intra-op threads per CPU rank; default: cores / local ranks (in a study: cores / its largest
+    nproc, the same for every point)."""
 
     out: str | None = None
     """Run directory; default runs/<model>-<dataset>-<timestamp>."""
@@ -187,7 +192,8 @@ class LaunchConfig:
     preemption loses at most N steps; 0: at epoch ends only."""
 
     progress: bool = True
-    """Show the progress bar on rank 0."""
+    """Show progress on rank 0: a bar on a terminal; in a log (a SLURM job's output, nohup, a pipe) a line
+    after the first step, then every 100 steps (10 s apart at least) or 30 s, whichever comes first."""
 
     def __post_init__(self) -> None:
         _check_choice("device", self.device, DEVICES)
@@ -199,9 +205,12 @@ class LaunchConfig:
         if self.checkpoint_every < 0:
             raise UserError(f"--checkpoint-every must be 0 (epoch ends only) or a number of steps (got "
                             f"{self.checkpoint_every})")
-        if self.nnodes < 1 or not 0 <= self.node_rank < self.nnodes:
+        _at_least(self, 1, "nnodes")
+        if not 0 <= self.node_rank < self.nnodes:
             raise UserError(f"--node-rank must be in 0..{self.nnodes - 1} for --nnodes {self.nnodes} "
                             f"(got {self.node_rank})")
+        check_address("master_addr", self.master_addr)
+        check_address("local_addr", self.local_addr)
         if self.nnodes > 1 and self.master_port is None:
             raise UserError("--nnodes > 1 needs --master-port (the same on every node) and --master-addr "
                             "(node 0's address)")
@@ -214,9 +223,7 @@ class StrategyConfig:
     """How gradients are aggregated across processes (docs/strategies.md)."""
 
     strategy: str = "allreduce"
-    """Gradient aggregation: `allreduce` (DDP with the engine's collective), `ring` (the ring all-reduce
-    of the literature on point-to-point operations, as a DDP hook), `ps-sync` (a sharded parameter server,
-    synchronous: the same trajectory as allreduce) or `ps-async` (Downpour SGD); see docs/strategies.md."""
+    """How gradients are aggregated across the processes (each strategy and what it trades: docs/strategies.md)."""
 
     ps_servers: int = 1
     """With ps-sync/ps-async: how many of the nproc x nnodes processes are parameter servers (the last
@@ -368,6 +375,18 @@ SECTIONS = {"data": DataConfig, "model": ModelConfig, "optim": OptimConfig, "lau
 
 def _flag(name: str) -> str:
     return name.replace("_", "-")
+
+
+def check_address(name: str, value: str | None) -> None:
+    """An address must be an IP address or a host name: `999.1.1.1` is neither (whether a name resolves is
+    checked where the launch starts, dist/launch/preflight.py check_address)."""
+    text = (value or "").strip()
+    try:
+        if value is not None and (not text or text.split()[0] != text or re.fullmatch(r"[\d.]+", text)):
+            ipaddress.ip_address(text)  # all digits and dots: it must be an IPv4 address
+    except ValueError:
+        raise UserError(f"--{_flag(name)} {value!r} is not an IP address or a host name: give one such as "
+                        "10.0.0.1 or node0.cluster") from None
 
 
 def _check_choice(name: str, value: str, choices: tuple[str, ...]) -> None:

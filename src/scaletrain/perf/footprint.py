@@ -15,10 +15,10 @@ from dataclasses import dataclass
 import torch
 
 from scaletrain.errors import UserError
+from scaletrain.perf.precision import ACTIVATION_BYTES, param_bytes
 
 DIGITS_SAMPLES = 1797
 STATE_COPIES = {"sgd": 4, "nesterov": 4, "adagrad": 4, "adamw": 5}
-PRECISION_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
 
 
 @dataclass(frozen=True)
@@ -43,6 +43,38 @@ def model_bytes(factory, batch_size: int, in_channels: int, image_size: int, opt
                 precision: str) -> tuple[int, int] | None:
     """(parameter bytes with training state, activation bytes of one batch), from a meta-device model;
     None when the model cannot be built or run on the meta device (a user model may not allow it)."""
+    meta = _meta_forward(factory, batch_size, in_channels, image_size)
+    if meta is None:
+        return None
+    params, sizes = meta
+    act_bytes = ACTIVATION_BYTES.get(precision, 4)
+    return params * param_bytes(precision) * STATE_COPIES.get(optimizer, 4), (sum(sizes) + batch_size * in_channels * image_size ** 2) * act_bytes
+
+
+def check_forward_fits(factory, batch_size: int, in_channels: int, image_size: int, what: str, hint: str) -> None:
+    """Refuse, before anything is allocated, one forward pass without gradients (graph, split and predict
+    run one here to trace a model) that this machine's memory cannot hold: its fp32 parameters, the input
+    batch and the largest activation, from the meta-device model (a floor; silent when meta cannot run it)."""
+    meta = _meta_forward(factory, batch_size, in_channels, image_size)
+    available = available_bytes("cpu")
+    if meta is None or available is None:
+        return
+    params, sizes = meta
+    weights, data = 4 * params, 4 * (batch_size * in_channels * image_size ** 2 + max(sizes, default=0))
+    if weights + data > available:
+        raise UserError(f"{what} needs at least {human(weights + data)} of memory here (parameters {human(weights)}, "
+                        f"the input and its largest activation {human(data)}) but {human(available)} is "
+                        f"available: {hint}")
+
+
+def out_of_memory(e: BaseException) -> bool:
+    """Whether an exception from running a model is the allocator's refusal (CPU or GPU)."""
+    return isinstance(e, (MemoryError, torch.OutOfMemoryError)) or "can't allocate memory" in str(e)
+
+
+def _meta_forward(factory, batch_size: int, in_channels: int, image_size: int) -> tuple[int, list[int]] | None:
+    """(parameters, every leaf module's output elements) of one forward pass on the meta device; None when
+    the model cannot be built or run there."""
     sizes: list[int] = []
     try:
         with torch.device("meta"):
@@ -56,9 +88,7 @@ def model_bytes(factory, batch_size: int, in_channels: int, image_size: int, opt
         return None
     for h in hooks:
         h.remove()
-    params = sum(p.numel() for p in model.parameters())
-    act_bytes = PRECISION_BYTES.get(precision, 4)
-    return params * 4 * STATE_COPIES.get(optimizer, 4), (sum(sizes) + batch_size * in_channels * image_size ** 2) * act_bytes
+    return sum(p.numel() for p in model.parameters()), sizes
 
 
 def _numel(out) -> int:

@@ -12,13 +12,13 @@ import dataclasses
 import math
 import statistics
 import time
-from typing import Any
+from typing import Any, Callable
 
 import torch
 from torch import nn
 
 from scaletrain.errors import UserError
-from scaletrain.perf.footprint import PRECISION_BYTES
+from scaletrain.perf.precision import ACTIVATION_BYTES
 from scaletrain.split.partition import BlockCost
 from scaletrain.split.stages import Blocked, stage_module
 
@@ -29,11 +29,13 @@ ROUNDS = 3  # passes over the blocks when measuring; each block keeps its least 
 def block_costs(blocked: Blocked, model: nn.Module, input_shape: tuple[int, ...], micro_batch: int, *,
                 source: str = "predicted", calibration: dict[str, Any] | None = None, precision: str = "fp32",
                 threads: int | None = None, ranks: int | None = None, rounds: int | None = None,
-                device: torch.device | None = None) -> list[BlockCost]:
+                device: torch.device | None = None,
+                progress: Callable[[str, int, int], None] | None = None) -> list[BlockCost]:
     """The blocks' costs at `micro_batch` samples. `threads` and `ranks` (predicted only): the calibrated
     thread count to price at (default the calibrated machine's cores) and the processes sharing the node
     (default as many as the cores hold at `threads`: graph/timing.py); measured times use this process's
-    threads, the least of `rounds` passes over the blocks (default ROUNDS), on `device` (default the model's)."""
+    threads, the least of `rounds` passes over the blocks (default ROUNDS), on `device` (default the model's),
+    `progress(block, timed, to_time)` told after each block is timed (console/phase.py shows it)."""
     if source not in SOURCES:
         raise UserError(f"costs {source!r}: use one of {', '.join(SOURCES)}")
     if micro_batch < 1:
@@ -44,14 +46,14 @@ def block_costs(blocked: Blocked, model: nn.Module, input_shape: tuple[int, ...]
                             "--calibration FILE, or use --costs measured")
         times = _predicted(blocked, model, input_shape, micro_batch, calibration, precision, threads, ranks)
     else:
-        times = _measured(blocked, model, input_shape, micro_batch, precision, rounds or ROUNDS, device)
+        times = _measured(blocked, model, input_shape, micro_batch, precision, rounds or ROUNDS, device, progress)
     return [dataclasses.replace(c, forward_s=f, backward_s=bw)
             for c, (f, bw) in zip(block_sizes(blocked, micro_batch, precision), times)]
 
 
 def block_sizes(blocked: Blocked, micro_batch: int, precision: str = "fp32") -> list[BlockCost]:
     """The blocks' bytes at `micro_batch` samples, their times not known (NaN): enough to check memory."""
-    act = micro_batch / blocked.graph.batch_size * PRECISION_BYTES.get(precision, 4) / 4
+    act = micro_batch / blocked.graph.batch_size * ACTIVATION_BYTES.get(precision, 4) / 4
     return [BlockCost(b.name, math.nan, math.nan, b.param_bytes, round(b.saved_bytes * act), round(b.out_bytes * act))
             for b in blocked.blocks]
 
@@ -73,7 +75,8 @@ def _predicted(blocked: Blocked, model: nn.Module, input_shape: tuple[int, ...],
 
 
 def _measured(blocked: Blocked, model: nn.Module, input_shape: tuple[int, ...], micro_batch: int, precision: str,
-              rounds: int, device: torch.device | None = None) -> list[tuple[float, float]]:
+              rounds: int, device: torch.device | None = None,
+              progress: Callable[[str, int, int], None] | None = None) -> list[tuple[float, float]]:
     """torchgpipe's balance_by_time measurement: each block run alone, forward and backward, on the tensor
     that reaches it, in training mode, as a stage runs it (`_as_trained`). Blocks are timed in turn, `rounds`
     times over, and each keeps its least time: on a shared machine another process's load only adds time,
@@ -103,6 +106,8 @@ def _measured(blocked: Blocked, model: nn.Module, input_shape: tuple[int, ...], 
                 raise UserError(f"timing block {b.name} at a micro-batch of {micro_batch} failed "
                                 f"({str(e).splitlines()[0]}): use a larger batch or fewer micro-batches") from None
             best[i] = (min(best[i][0], f), min(best[i][1], bw))
+            if progress is not None:
+                progress(b.name, r * len(modules) + i + 1, max(1, rounds) * len(modules))
     return best
 
 
@@ -115,7 +120,7 @@ def _as_trained(module: nn.Module, x: torch.Tensor, *, precision: str, input_gra
     block too quick for `min_s`), after one untimed pass. `predict/timing.py`'s per-op `time_op` instead
     repeats the backward on one kept graph with activations out of place: on memory-bound blocks (ResNet-20's
     32x32 16-channel layer1) that came out 20-25% above the same block run this way (docs/split.md)."""
-    from scaletrain.predict.timing import AUTOCAST
+    from scaletrain.perf.precision import AUTOCAST
 
     module.train()
     dtype = AUTOCAST[precision]

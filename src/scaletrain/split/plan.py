@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from torch import nn
 
@@ -44,15 +44,15 @@ def pipeline_args(*, microbatches: int, schedule: str, optimizer: str = "sgd",
 
 def costs_for(blocked: Blocked, model: nn.Module, input_shape: tuple[int, ...], micro: int, *,
               source: str = "auto", calibration: dict[str, Any] | None = None,
-              precision: str = "fp32", threads: int | None = None,
-              ranks: int | None = None) -> tuple[list[BlockCost], str]:
+              precision: str = "fp32", threads: int | None = None, ranks: int | None = None,
+              progress: Callable[[str, int, int], None] | None = None) -> tuple[list[BlockCost], str]:
     """(block costs, their source): auto = predicted with a calibration, measured without one. `threads`
     and `ranks`: the calibrated thread count predicted times are priced at and the processes sharing the
-    node (split/costs.py's block_costs)."""
+    node; `progress`: told as blocks are measured (split/costs.py's block_costs)."""
     if source == "auto":
         source = "predicted" if calibration is not None else "measured"
     return block_costs(blocked, model, input_shape, micro, source=source, calibration=calibration,
-                       precision=precision, threads=threads, ranks=ranks), source
+                       precision=precision, threads=threads, ranks=ranks, progress=progress), source
 
 
 def choose(method: str, blocked: Blocked, model: nn.Module, input_shape: tuple[int, ...], *, stages: int,

@@ -28,6 +28,7 @@ from scaletrain.config import TrainConfig
 from scaletrain.data import DelayedDataset, collate
 from scaletrain.dist.group import all_reduce_max, barrier, gather_objects
 from scaletrain.errors import UserError
+from scaletrain.perf.precision import AUTOCAST, to_device
 from scaletrain.profiler import StepProfiler
 from scaletrain.rundir import RunDir, keep_epochs_before, keep_steps_before
 from scaletrain.train import checkpoint, summary
@@ -36,7 +37,6 @@ from scaletrain.train.evaluate import ShardSampler
 from scaletrain.train.optim import build_optimizer, build_scheduler, resume_optimizer
 from scaletrain.train.sampler import ResumableSampler
 
-AUTOCAST = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
 @dataclass
@@ -152,7 +152,7 @@ class Trainer:
         ended = self.strategy.finish(chief=main)  # ends the exchange; its summary entries, on rank 0
         digests = gather_objects(self.strategy.digest(self.model))
         self.bad_paths = set().union(*gather_objects(self.bad_paths))
-        placement = summary.placement(self.device, self.rank)
+        placement = summary.placement(self.device, self.rank) | summary.exchange(self.strategy, self.model)
         # collective: rank 0 gets phases, stragglers and diagnosis from every rank's file
         analysis = self.prof.finish_analysis(config={**cfg.to_dict(), **placement})
         result = None
@@ -181,8 +181,7 @@ class Trainer:
             if bad:
                 self._bad_images(bad)
             with prof.phase("h2d"):
-                x = x.to(self.device, non_blocking=True)
-                y = y.to(self.device, non_blocking=True)
+                x, y = to_device(x, self.device), to_device(y, self.device)
             # forward and backward (with DDP, gradient buckets are all-reduced while backward runs)
             loss = self.strategy.forward_backward(x, y, self._loss, self.optimizer, self.scaler, prof)
             # the update: the optimizer's step, or an exchange with servers that own the update
