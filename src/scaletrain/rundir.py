@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import os
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -63,20 +65,86 @@ def check_out_dir(out: str, resume: bool) -> RunDir:
                             "or give the --out of the run to continue")
     elif run.checkpoint.exists() or _finished(run):
         raise UserError(f"--out {out} already holds a run: add --resume to continue it, or choose another --out")
-    elif run.root.is_dir() and any(run.root.iterdir()) and not _holds_run_files(run):
-        raise UserError(f"--out {out} is a folder with other files in it, not a scaletrain run: choose a new "
-                        "or empty folder for --out")
+    else:
+        check_out(out, "training run")  # a run that never got as far as a checkpoint is started again
     if run.root.is_dir():
         _check_writable(run.root)
     return run
 
 
-# what a run directory may hold (docs/run-directory.md); a folder with none of them is someone else's
-_RUN_FILES = ("config.toml", "summary.json", "epochs.jsonl", "checkpoint.pt", "trace.json")
+@dataclass(frozen=True)
+class Kind:
+    """A kind of result: the command that writes it, and the files (patterns) that only that command writes."""
+
+    name: str
+    command: str
+    marks: tuple[str, ...]
 
 
-def _holds_run_files(run: RunDir) -> bool:
-    return any((run.root / name).exists() for name in _RUN_FILES) or any(run.root.glob("metrics-rank*.jsonl"))
+# what each command leaves in its --out (docs/run-directory.md#whose-folder-is-it); a folder with none of these
+# holds no result. Folders inside a result (a run's plots/, a study's points/ and prediction/) are not looked in.
+KINDS = (Kind("training run", "train", ("config.toml", "summary.json", "epochs.jsonl", "checkpoint.pt",
+                                        "trace.json", "metrics-rank*.jsonl")),
+         Kind("study", "study", ("study.toml", "study.json")),
+         Kind("prediction", "predict", ("prediction.json",)),
+         Kind("graph", "graph", ("graph.json", "graph.dot")),
+         Kind("split", "split", ("split.json",)),
+         Kind("validation", "validate", ("validation.json",)),
+         Kind("commbench result", "commbench", ("commbench.json", "rows.jsonl")))
+
+
+def _held(folder: Path) -> dict[str, list[str]]:
+    """Kind name -> the files in `folder` that mark it (several kinds when one command wrote into another's result)."""
+    if not folder.is_dir():
+        return {}
+    names = sorted(p.name for p in folder.iterdir())
+    held = {k.name: [n for n in names if any(fnmatch.fnmatchcase(n, m) for m in k.marks)] for k in KINDS}
+    return {kind: found for kind, found in held.items() if found}
+
+
+def kinds_in(folder: str | Path) -> list[str]:
+    """The kinds of result `folder` holds, from the files each command writes ([] for none, or no folder)."""
+    return list(_held(Path(folder)))
+
+
+def check_out(out: str | Path, kind: str, flag: str = "--out") -> bool:
+    """Refuse an --out folder that is a file, holds another kind of result or someone else's files; True when
+    it holds a `kind` already (its command replaces or resumes it). Writes nothing: call it before anything."""
+    assert kind in {k.name for k in KINDS}, kind
+    path = Path(out)
+    if path.exists() and not path.is_dir():
+        raise UserError(f"{flag} {out} is a file, not a directory: choose another {flag}")
+    if not path.is_dir() or not any(path.iterdir()):
+        return False
+    held = _held(path)
+    for k in KINDS:
+        if k.name in held and k.name != kind:
+            raise UserError(f"{flag} {out} holds a {k.name} (scaletrain {k.command}: {', '.join(held[k.name][:3])}), "
+                            f"not a {kind}: choose a new or empty folder for {flag}")
+    if kind not in held:
+        raise UserError(f"{flag} {out} is a folder with other files in it and holds no {kind}: choose a new or "
+                        f"empty folder for {flag}")
+    return True
+
+
+def check_out_file(out: str | Path, kind: str, own: Callable[[Path], bool], flag: str = "--out") -> bool:
+    """check_out for an --out that is one file: refuse a directory, a result's file or any file that `own`
+    does not recognise as a `kind`; True when it holds one (replaced). Writes nothing."""
+    path = Path(out)
+    if path.is_dir():
+        held = kinds_in(path)
+        if held:
+            raise UserError(f"{flag} {out} is a directory holding a {held[0]}, not a {kind} file: give a file path "
+                            f"outside it, e.g. {path.parent / f'{kind}.json'}")
+        raise UserError(f"{flag} {out} is a directory: give the {kind} file's path (e.g. {path / f'{kind}.json'})")
+    if not path.exists():
+        return False
+    if own(path):
+        return True
+    held = kinds_in(path.parent)
+    what = f"a file of a {held[0]} ({path.parent})" if held else "a file"
+    raise UserError(f"{flag} {out} is {what}, not a {kind}: nothing replaces a file it did not write; give a new "
+                    f"path for {flag}")
 
 
 def _check_writable(folder: Path) -> None:

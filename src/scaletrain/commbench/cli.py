@@ -13,6 +13,11 @@ from scaletrain.errors import UserError
 
 DEFAULT_SIZES = "1K,4K,16K,64K,256K,1M,4M,16M,64M"
 STRATEGIES = ("allreduce", "ring", "ps")
+RANK_BYTES = 200 << 20
+"""Memory of one rank before its buffers: Python, torch and gloo loaded (about 230 MiB resident here)."""
+RANKS_PER_CORE = 8
+"""More ranks than this on a core wait on the scheduler more than on each other: their times say nothing of
+the network (docs/commbench.md)."""
 
 
 def add_commbench_args(p: argparse.ArgumentParser) -> None:
@@ -96,7 +101,25 @@ def check_request(args: argparse.Namespace) -> tuple[list[str], list[int], list[
     if memory and max(sizes) > memory:
         raise UserError(f"--sizes: {max(sizes)} bytes is more than this machine's memory ({memory} bytes): "
                         "give smaller sizes")
+    _check_ranks(max(procs), max(sizes), args.nnodes, "ps" in strategies)
     return strategies, sizes, procs
+
+
+def _check_ranks(nproc: int, size: int, nnodes: int, ps: bool) -> None:
+    """Refuse more ranks on this node than its cores and memory hold, before any is started: each rank holds
+    its message and a copy; a parameter server two of every worker's."""
+    from scaletrain.dist.device import machine_cores
+    from scaletrain.perf.footprint import available_bytes, human
+
+    cores, available = machine_cores(), available_bytes("cpu")
+    per_rank = RANK_BYTES + 2 * size * (1 + (nnodes if ps else 0))
+    most = RANKS_PER_CORE * cores if available is None else min(RANKS_PER_CORE * cores, available // per_rank)
+    if nproc > most:
+        memory = "" if available is None else (f", {human(available)} of memory available and at least "
+                                               f"{human(per_rank)} a rank")
+        fix = f"give --nproc {most} or fewer" if most >= 2 else "give smaller --sizes"
+        raise UserError(f"--nproc {nproc} is more ranks than this machine holds ({cores} cores, at most "
+                        f"{RANKS_PER_CORE} ranks a core{memory}): {fix}")
 
 
 def _memory_bytes() -> int | None:
@@ -107,9 +130,10 @@ def _memory_bytes() -> int | None:
 
 
 def _out_dir(args: argparse.Namespace) -> Path:
+    from scaletrain.rundir import check_out
+
     out = Path(args.out or f"runs/commbench-{time.strftime('%Y%m%d-%H%M%S')}")
-    if out.exists() and not out.is_dir():
-        raise UserError(f"--out {out} is a file, not a directory: choose another --out")
+    check_out(out, "commbench result")
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as e:
@@ -152,8 +176,7 @@ def _launch(args, nproc: int, strategies: list[str], sizes: list[int], rows_path
 
 
 def _report(rows_path: Path, out: Path) -> int:
-    from rich.console import Console
-
+    from scaletrain.console.width import output_console
     from scaletrain.commbench.view import fits_line, table
     from scaletrain.perf.alphabeta import with_model
     from scaletrain.rundir import write_json_atomic
@@ -161,7 +184,7 @@ def _report(rows_path: Path, out: Path) -> int:
     rows = [json.loads(line) for line in rows_path.read_text().splitlines() if line.strip()]
     rows, fits = with_model(rows)
     write_json_atomic(out / "commbench.json", {"rows": rows, "fits": fits})
-    console = Console(highlight=False)
+    console = output_console(highlight=False)
     console.print(table(rows))
     for strategy, fit in fits.items():
         console.print(fits_line(strategy, fit))

@@ -5,10 +5,10 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from rich.console import Console
-
+from scaletrain.console.width import output_console
 from scaletrain.errors import UserError
 from scaletrain.report.tables import rich_table
+from scaletrain.rundir import check_out
 from scaletrain.validate.load import load_measured, load_prediction, prediction_path
 from scaletrain.validate.match import describe_unmatched, summary_line, validate
 from scaletrain.validate.output import prepare, table, write_validation
@@ -26,6 +26,8 @@ def add_validate_args(p: argparse.ArgumentParser) -> None:
 
 
 def run_validate(args: argparse.Namespace) -> int:
+    out = Path(args.out) if args.out else prediction_path(args.prediction).parent / "validation"
+    check_out(out, "validation")
     prediction = load_prediction(args.prediction)
     notes: list[str] = []
     runs = load_measured([Path(m) for m in args.measured], notes)
@@ -34,8 +36,8 @@ def run_validate(args: argparse.Namespace) -> int:
         first = describe_unmatched(result["unmatched"][0]) if result["unmatched"] else "no runs"
         raise UserError(f"none of the {len(runs)} measured run(s) matches a point of the prediction ({first}): "
                         "give runs of the predicted configurations, or predict the ones that ran")
-    out = prepare(Path(args.out) if args.out else prediction_path(args.prediction).parent / "validation")
-    console = Console()
+    prepare(out)
+    console = output_console()
     say = lambda line: console.print(line, soft_wrap=True, highlight=False, markup=False)  # noqa: E731
     if prediction.get("basis_note"):
         say(f"prediction basis: {prediction.get('basis') or 'unknown'}: {prediction['basis_note']}")
