@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import difflib
 import tomllib
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
 import tomli_w
 
+from scaletrain.config import applies
+from scaletrain.config.sections import SECTIONS
 from scaletrain.config.train import TrainConfig, config_fields
 from scaletrain.errors import UserError
 
@@ -40,17 +43,19 @@ def load_toml(path: str | Path) -> dict[str, Any]:
         if not isinstance(raw["train"], dict):
             raise UserError(f"'train' in {path} must be a [train] table of settings: write them as key = value")
         raw = raw["train"]
+    return {setting_name(key, str(path)): value for key, value in raw.items()}
+
+
+def setting_name(key: str, where: str) -> str:
+    """A setting's key (`batch-size` or `batch_size`: a TOML key, a keyword of scaletrain.api) as its field
+    name; an unknown or misspelt key is a UserError naming `where` it was given and the key meant."""
+    name = key.replace("-", "_")
     known = field_names()
-    values: dict[str, Any] = {}
-    for key, value in raw.items():
-        name = key.replace("-", "_")
-        if name not in known:
-            close = difflib.get_close_matches(name, known + list(ALIASES), n=1)
-            hint = (f"did you mean '{ALIASES.get(close[0], close[0])}'?" if close
-                    else f"known keys: {', '.join(known)}")
-            raise UserError(f"unknown key '{key}' in {path}: {hint}")
-        values[name] = value
-    return values
+    if name not in known:
+        close = difflib.get_close_matches(name, known + list(ALIASES), n=1)
+        hint = f"did you mean '{ALIASES.get(close[0], close[0])}'?" if close else f"known keys: {', '.join(known)}"
+        raise UserError(f"unknown key '{key}' in {where}: {hint}")
+    return name
 
 
 def build_config(file_values: dict[str, Any], overrides: dict[str, Any]) -> TrainConfig:
@@ -60,6 +65,13 @@ def build_config(file_values: dict[str, Any], overrides: dict[str, Any]) -> Trai
     file_values = {k: _coerce(k, v, types[k]) for k, v in file_values.items() if k in types}
     overrides = {k: _coerce(k, v, types[k]) for k, v in overrides.items() if k in types}
     return TrainConfig(**{**file_values, **overrides})
+
+
+def check_setting(name: str, value: Any) -> None:
+    """One setting's value on its own: its type and its section's checks, not those relating it to other
+    settings (what it needs to apply, ...): a study checks each axis value so, and each point whole."""
+    section = next(s for s in SECTIONS.values() if name in {f.name for f in fields(s) if f.init})
+    section(**{name: _coerce(name, value, {f.name: str(f.type) for f in config_fields()}[name])})
 
 
 _TYPES = {"int": int, "float": float, "str": str, "bool": bool}
@@ -76,7 +88,7 @@ def _coerce(name: str, value: Any, annotation: str) -> Any:
     if want is float and isinstance(value, int) and not isinstance(value, bool):
         return float(value)
     if not isinstance(value, want) or (want is not bool and isinstance(value, bool)):
-        raise UserError(f"'{name}' must be a {want.__name__}, got {value!r}: fix it in the config file")
+        raise UserError(f"'{name}' must be a {want.__name__}, got {value!r}: fix that value")
     return value
 
 
@@ -101,8 +113,9 @@ def resolve_train_config(overrides: dict[str, Any], config_file: str | None) -> 
     """What `scaletrain train` runs: defaults < the run's saved config.toml (on --resume) < the --config
     file < `overrides` (the flags given); `--nproc KxR` as K stages x R replicas; the default --out."""
     overrides = dict(overrides)
-    if isinstance(overrides.get("nproc"), str):  # --nproc KxR: R replicas of a K-stage pipeline
-        k, r = (int(v) for v in overrides["nproc"].split("x"))
+    kxr = overrides.get("nproc") if isinstance(overrides.get("nproc"), str) else None
+    if kxr:  # --nproc KxR: R replicas of a K-stage pipeline
+        k, r = (int(v) for v in kxr.split("x"))
         if overrides.get("stages", k) != k:
             raise UserError(f"--nproc {k}x{r} means {k} stages, but --stages is {overrides['stages']}: give one of them")
         overrides |= {"nproc": k * r, "stages": k}
@@ -116,6 +129,9 @@ def resolve_train_config(overrides: dict[str, Any], config_file: str | None) -> 
         for key in INVOCATION_ONLY:  # an older run's config.toml may hold them; they are never inherited
             base.pop(key, None)
         file_values = {**base, **file_values}
+    if kxr and "stages" in applies.unmet({**file_values, **overrides}):
+        raise UserError(f"--nproc {kxr} (stages x replicas) applies only with {applies.NEEDS['stages'].what}: add "
+                        f"it, or give --nproc {overrides['nproc']}")
     cfg = build_config(file_values, overrides)
     if cfg.out is None:
         from scaletrain.rundir import default_out

@@ -11,7 +11,7 @@ from statistics import median
 from collections.abc import Callable
 from typing import Any
 
-from scaletrain.analysis import RANK_FILE, analyze_run, load_records
+from scaletrain.analysis import RANK_FILE, RUN_FACTS, analyze_run, load_records
 from scaletrain.errors import UserError
 from scaletrain.report import schema
 from scaletrain.analysis.throughput import steady_samples_per_s, warmup_steps
@@ -20,8 +20,6 @@ from scaletrain.rundir import read_jsonl
 # the profiler's keys of summary.json (docs/run-directory.md), recomputed from metrics files when possible
 ANALYSIS_KEYS = ("phases_mean_s", "step_time_mean_s", "overlap_ratio", "comm_total_mean_s", "comm_hidden_mean_s",
                  "bytes_sent_per_step", "ranks", "stragglers", "peak_memory_bytes", "memory_kind", "diagnosis")
-PLACEMENT_KEYS = ("device", "local_world_size", "threads_per_rank", "cpu_cores")
-"""How the run sat on its machine (summary.json); the analysis reads them as the trainer passed them."""
 WHAT_TO_GIVE = "give the --out directory of `scaletrain train` or `scaletrain study`"
 FIX_SUMMARY = "fix that value, or delete summary.json to report from the metrics files alone"
 FIX_CONFIG = "fix that value in config.toml, or delete config.toml to report without it"
@@ -85,8 +83,7 @@ def load_run(path: str | Path) -> Run:
     if kind_of(root) != "run":
         raise UserError(f"{root} is a study, not a run: give one of its runs (points/<id>/r0) or report the study")
     notes: list[str] = []
-    summary = _read_checked_json(root / "summary.json", schema.SUMMARY, FIX_SUMMARY) \
-        if (root / "summary.json").is_file() else None
+    summary = read_summary(root)
     if summary is None:
         notes.append("no summary.json (the run did not finish): everything shown comes from the metrics files")
     records = load_records(root, notes=notes)
@@ -104,6 +101,12 @@ def load_run(path: str | Path) -> Run:
     return Run(root, config, summary, records, epochs, analysis, source, notes)
 
 
+def read_summary(root: str | Path) -> dict[str, Any] | None:
+    """A run's summary.json, its values checked (schema.SUMMARY); None when the run wrote none."""
+    path = Path(root) / "summary.json"
+    return _read_checked_json(path, schema.SUMMARY, FIX_SUMMARY) if path.is_file() else None
+
+
 def analyzer() -> Callable[..., dict[str, Any]] | None:
     """The analysis that recomputes the profiler's keys from metrics files (None: use summary.json's)."""
     return analyze_run
@@ -117,7 +120,7 @@ def _analysis(records: dict[int, list[dict]], config: dict, summary: dict | None
                   for r in (summary or {}).get("ranks") or []
                   if r.get("peak_memory_bytes") is not None and (summary or {}).get("memory_kind")]
         # as the trainer analysed it: config.toml's settings plus the device, ranks and threads it ran with
-        placed = {**config, **{k: (summary or {})[k] for k in PLACEMENT_KEYS if (summary or {}).get(k) is not None}}
+        placed = {**config, **{k: (summary or {})[k] for k in RUN_FACTS if (summary or {}).get(k) is not None}}
         return analyze(records, placed, memory=memory or None), "recomputed from the metrics files"
     if summary and any(k in summary for k in ANALYSIS_KEYS):
         return {k: summary[k] for k in ANALYSIS_KEYS if k in summary}, "summary.json"

@@ -14,6 +14,7 @@ import uuid
 from scaletrain.comm.registry import strategy_class
 from scaletrain.config import TrainConfig
 from scaletrain.dist import failure
+from scaletrain.dist.launch import spawned
 from scaletrain.dist.launch.outcome import print_resume_hint, print_summary, rank_namer, read_summary
 from scaletrain.errors import UserError
 from scaletrain.rundir import RunDir
@@ -38,7 +39,7 @@ def launch_local(cfg: TrainConfig, run: RunDir, port: int) -> int:
         watchdog = failure.Watchdog(err_dir)
         try:
             with no_exit_barrier(strategy_class(cfg.strategy).tolerates_dead_workers), \
-                    recording_restarts(err_dir, run, cfg), preemption_requests(run):
+                    recording_restarts(err_dir, run, cfg), preemption_requests(run), spawned.errors_to(err_dir):
                 elastic_launch(launch_cfg, worker_main)(cfg.to_dict(), err_dir)
         except ChildFailedError as e:
             exitcodes = {rank: f.exitcode for rank, f in e.failures.items()}
