@@ -8,6 +8,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from scaletrain.console.width import output_console
+from scaletrain.report import fmt
 from scaletrain.rundir import RunDir
 
 
@@ -31,8 +33,8 @@ def summary_table(s: dict[str, Any]) -> Table:
         ("epochs", f"{s['epochs']}/{s['epochs_planned']}"),
         ("top-1 / best / top-5", f"{_pct(s['top1'])} / {_pct(s['best_top1'])} / {_pct(s['top5'])}"),
         ("epoch time (mean)", f"{sum(times) / len(times):.2f} s" if times else "-"),
-        ("throughput (steady)", f"{s['samples_per_s']:,.0f} samples/s" if s.get("samples_per_s") else
-         "not measured (too few steps)"),
+        ("throughput (steady)", fmt.rate(s["samples_per_s"], "samples") if s.get("samples_per_s") is not None
+         else "none: too short for a steady state (each epoch's first steps are warm-up)"),
         ("effective lr", f"{s['effective_lr']:.4g}"),
         ("wall time", f"{s['wall_time_s']:.1f} s"),
     ]
@@ -76,7 +78,7 @@ def diagnosis_lines(s: dict[str, Any]) -> list[str]:
 
 
 def print_summary(run: RunDir, console: Console | None = None) -> None:
-    console = console or Console()
+    console = console or output_console()
     s = json.loads(run.summary.read_text())
     console.print(summary_table(s))
     line = phases_line(s)
@@ -97,5 +99,6 @@ def print_models(rows: list[dict[str, Any]], image_size: int, console: Console |
     for r in rows:
         flops = f"{r['flops'] / 1e9:.3f}" if r.get("flops") is not None else (r.get("note") or "-")
         t.add_row(r["name"], r["description"], f"{r['params']:,}", flops)
-    (console or Console()).print(t)
-    (console or Console()).print("any other model: --model package.module:factory")
+    console = console or output_console()
+    console.print(t)
+    console.print("any other model: --model package.module:factory")
