@@ -22,7 +22,8 @@ def test_input_bound_names_the_share_and_the_workers_lever():
 
 def test_communication_bound_with_low_overlap_suggests_smaller_buckets():
     findings = diagnose(_run(comm_exposed=0.05, forward=0.02, backward=0.03), NO_STRAGGLERS,
-                        {"bucket_cap_mb": 25.0, "batch_size": 64}, DEFAULT_THRESHOLDS)
+                        {"bucket_cap_mb": 25.0, "batch_size": 64, "gradient_buckets": True,
+                         "gradient_bytes": 100 * 2 ** 20}, DEFAULT_THRESHOLDS)
     assert [f["kind"] for f in findings] == ["communication-bound"]
     assert "--bucket-cap-mb 6.25" in findings[0]["lever"] and "--batch-size 128" in findings[0]["lever"]
 
@@ -88,3 +89,85 @@ def test_a_small_bubble_is_no_finding():
     findings = diagnose(_run(forward=0.05, backward=0.05, bubble=0.005, p2p=0.002), NO_STRAGGLERS,
                         {"stages": 2, "microbatches": 16}, DEFAULT_THRESHOLDS)
     assert [f["kind"] for f in findings] == ["compute-bound"]
+
+
+# ------------------------------------------------------------------ levers only where they can move the number
+
+MiB = 2 ** 20
+
+
+def _starved(threads):
+    """A CPU run whose compute kept a third of its threads busy, without more threads than cores."""
+    return {**_run(forward=0.04, backward=0.05), "cpu": {"threads_per_rank": threads, "local_world_size": 2,
+                                                         "cpu_cores": 2 * threads, "spread": {},
+                                                         "utilisation": {"forward+backward": 0.3}}}
+
+
+def test_cpu_oversubscribed_at_one_thread_does_not_advise_lowering_threads():
+    lever = diagnose(_starved(1), NO_STRAGGLERS, {}, DEFAULT_THRESHOLDS)[0]["lever"]
+    assert "--threads" not in lever and "(now 1)" not in lever
+    assert "stop other jobs" in lever and "--cores-per-host" not in lever  # (not on the testbed)
+    assert "lower --threads (now 2)" in diagnose(_starved(2), NO_STRAGGLERS, {}, DEFAULT_THRESHOLDS)[0]["lever"]
+
+
+def test_no_bucket_cap_at_or_above_the_gradients_size():
+    # lenet5: 0.24 MiB of gradients fit one bucket at any cap above it; 25 / 4 = 6.25 MiB would change nothing
+    config = {"bucket_cap_mb": None, "batch_size": 64, "gradient_buckets": True, "gradient_bytes": int(0.24 * MiB)}
+    lever = diagnose(_run(comm_exposed=0.05, forward=0.02, backward=0.03), NO_STRAGGLERS, config,
+                     DEFAULT_THRESHOLDS)[0]["lever"]
+    assert "6.25" not in lever
+    assert "--bucket-cap-mb 0.06 " in lever  # about four buckets of its 0.24 MiB
+    big = diagnose(_run(comm_exposed=0.05, forward=0.02, backward=0.03), NO_STRAGGLERS,
+                   {**config, "gradient_bytes": 100 * MiB}, DEFAULT_THRESHOLDS)[0]["lever"]
+    assert "--bucket-cap-mb 6.25" in big
+    unknown = diagnose(_run(comm_exposed=0.05, forward=0.02, backward=0.03), NO_STRAGGLERS,
+                       {"bucket_cap_mb": None, "batch_size": 64, "gradient_buckets": True},
+                       DEFAULT_THRESHOLDS)[0]["lever"]
+    assert "--bucket-cap-mb" not in unknown  # the gradients' size not known: no cap can be shown to help
+
+
+def test_buckets_and_compression_only_for_strategies_they_apply_to():
+    # the run records whether DDP's buckets carry its gradients and whether --compress goes with its strategy
+    comm = _run(comm_exposed=0.05, forward=0.02, backward=0.03)
+    fsdp = diagnose(comm, NO_STRAGGLERS, {"strategy": "fsdp", "bucket_cap_mb": None, "batch_size": 64,
+                                          "gradient_bytes": 100 * MiB, "gradient_buckets": False,
+                                          "compressible": False}, DEFAULT_THRESHOLDS)[0]["lever"]
+    assert "--bucket-cap-mb" not in fsdp and "bf16" not in fsdp  # FSDP: no DDP buckets, no --compress
+    ring = diagnose({**comm, "overlap_ratio": 0.8}, NO_STRAGGLERS, {"strategy": "ring", "batch_size": 64,
+                                                                    "compressible": False},
+                    DEFAULT_THRESHOLDS)[0]["lever"]
+    assert "bf16" not in ring and "--batch-size 128" in ring
+    plain = {"batch_size": 64, "compressible": True}
+    assert "--compress bf16" in diagnose({**comm, "overlap_ratio": 0.8}, NO_STRAGGLERS, plain,
+                                         DEFAULT_THRESHOLDS)[0]["lever"]
+    done = diagnose({**comm, "overlap_ratio": 0.8}, NO_STRAGGLERS, {**plain, "compress": "topk:0.01"},
+                    DEFAULT_THRESHOLDS)[0]["lever"]
+    assert "bf16" not in done  # compressed already
+
+
+def test_more_parameter_servers_only_while_workers_remain():
+    comm = _run(comm_exposed=0.05, forward=0.02, backward=0.03)
+    full = diagnose(comm, NO_STRAGGLERS, {"strategy": "ps-sync", "ps_servers": 1, "nproc": 2, "batch_size": 8},
+                    DEFAULT_THRESHOLDS)[0]["lever"]
+    assert "--ps-servers" not in full  # 2 processes: 1 server, 1 worker, none to spare
+    room = diagnose(comm, NO_STRAGGLERS, {"strategy": "ps-sync", "ps_servers": 1, "nproc": 4, "batch_size": 8},
+                    DEFAULT_THRESHOLDS)[0]["lever"]
+    assert "--ps-servers 2" in room
+
+
+def test_workers_only_while_each_rank_has_cores_for_them():
+    data = _run(data_wait=0.031, forward=0.03, backward=0.039)
+    full = diagnose(data, NO_STRAGGLERS, {"workers": 2, "cpu_cores": 4, "local_world_size": 2},
+                    DEFAULT_THRESHOLDS)[0]["lever"]
+    assert "--workers" not in full  # 2 workers per rank already, on 2 cores per rank
+    assert "--workers 2" in diagnose(data, NO_STRAGGLERS, {"workers": 0, "cpu_cores": 2, "local_world_size": 2},
+                                     DEFAULT_THRESHOLDS)[0]["lever"]  # off the training process: always
+    digits = diagnose(data, NO_STRAGGLERS, {"workers": 0, "dataset": "digits"}, DEFAULT_THRESHOLDS)[0]["lever"]
+    assert "pre-decoded" not in digits  # in memory already
+
+
+def test_persistent_workers_only_when_they_are_not_yet():
+    step = _run(data_wait=0.0, forward=0.04, backward=0.05)
+    run = {**step, "epoch_start": {"wait_mean_s": 0.6, "steps_per_epoch": 12}}
+    lever = diagnose(run, NO_STRAGGLERS, {"workers": 2, "persistent_workers": True}, DEFAULT_THRESHOLDS)[0]["lever"]
+    assert "--persistent-workers" not in lever

@@ -14,6 +14,9 @@ def test_formats():
     assert fmt.change(-0.41990) == "-42.0%" and fmt.change(0.1, 0) == "+10%" and fmt.change(None) == "-"
     assert fmt.size(1_090_000) == "1.0 MiB" and fmt.size(3 * 2**30) == "3.0 GiB" and fmt.size(10) == "10 B"
     assert fmt.rate(876.71) == "877/s" and fmt.factor(1.818) == "1.82x"
+    assert fmt.rate(0.434) == "0.434/s" and fmt.rate(12.34) == "12.3/s" and fmt.rate(1234.4, "samples") == \
+        "1,234 samples/s"  # a slow run's rate is never rounded to 0
+    assert fmt.number(0.0431) == "0.0431" and fmt.number(99.4) == "99.4" and fmt.number(None) == "-"
 
 
 def test_value_by_kind():

@@ -19,6 +19,10 @@ Records = list[dict[str, Any]]
 
 
 RANK_FILE = re.compile(r"metrics-rank(\d+)\.jsonl")
+RUN_FACTS = ("device", "local_world_size", "threads_per_rank", "cpu_cores", "testbed", "gradient_bytes",
+             "gradient_buckets", "compressible")
+"""Facts of how a run sat and exchanged (summary.json) that the analysis reads with the config, as the trainer
+passed them; re-analyses (report, watch) take them from summary.json."""
 
 
 def load_records(run_dir: str | Path, world_size: int | None = None,
@@ -40,8 +44,9 @@ def analyze_run(records_by_rank: dict[int, Records], config: dict[str, Any],
                 memory: list[tuple[int, int, str]] | None = None) -> dict[str, Any]:
     """Phases, overlap, stragglers, memory, CPU use and diagnosis of a run from its records.
 
-    Config keys read (all optional): workers, batch_size, bucket_cap_mb, strategy, ps_servers, precision,
-    device, threads_per_rank, local_world_size, cpu_cores, and the diag_* thresholds."""
+    Config keys read (all optional): the settings levers name (workers, persistent_workers, dataset, batch_size,
+    bucket_cap_mb, compress, strategy, ps_servers, ps_push, nproc, nnodes, stages, microbatches, split,
+    precision), the RUN_FACTS, and the diag_* thresholds; analysis/levers.py says which lever needs which."""
     limits = thresholds_from(config, thresholds)
     steady_by_rank = {r: steady(recs) for r, recs in records_by_rank.items()}
     means = run_means(steady_by_rank)
@@ -64,4 +69,4 @@ def analyze_run(records_by_rank: dict[int, Records], config: dict[str, Any],
     return result
 
 
-__all__ = ["load_records", "analyze_run", "steady", "slowest_by_step", "DEFAULT_THRESHOLDS"]
+__all__ = ["load_records", "analyze_run", "RUN_FACTS", "steady", "slowest_by_step", "DEFAULT_THRESHOLDS"]

@@ -12,11 +12,14 @@ Findings (most severe first), shares being fractions of the mean step time:
 
 While the cores are oversubscribed, exposed communication and straggling are mostly ranks waiting for a
 descheduled peer: communication-bound and straggler findings then come after cpu-oversubscribed, and say so.
+Each finding's lever names only what can move its number on this run (analysis/levers.py).
 """
 
 from __future__ import annotations
 
 from typing import Any
+
+from scaletrain.analysis import levers
 
 DEFAULT_THRESHOLDS = {"diag_input": 0.15, "diag_comm": 0.15, "diag_straggler": 0.10,
                       "diag_cpu_util": 0.6, "diag_cpu_spread": 3.0}
@@ -47,14 +50,11 @@ def diagnose(run: dict[str, Any], stragglers: dict[str, Any], config: dict[str, 
     workers = config.get("workers", None)
     data = phases["data_wait"] / step
     if data >= thresholds["diag_input"]:
-        more = max(2, 2 * workers) if workers is not None else None
         with_workers = f" with {workers} loader worker{'s' if workers != 1 else ''} per rank" if workers is not None else ""
-        lever = (f"try --workers {more}" if more is not None else "add data-loader workers") + \
-            " (more parallel decoding), a smaller --image-size, or images stored pre-decoded"
         findings.append({"kind": "input-bound", "share": data,
                          "message": f"{data:.0%} of each step ({_ms(phases['data_wait'])} of {_ms(step)}) "
                                     f"waits for data{with_workers}",
-                         "lever": lever})
+                         "lever": levers.input_lever(config)})
     start = run.get("epoch_start")
     if start and start["wait_mean_s"] > 0:
         epoch = start["steps_per_epoch"] * step + start["wait_mean_s"]
@@ -62,36 +62,18 @@ def diagnose(run: dict[str, Any], stragglers: dict[str, Any], config: dict[str, 
         if share >= thresholds["diag_input"]:
             who = (f"{workers} loader worker process{'es' if workers > 1 else ''} per rank starting" if workers
                    else "the first batch being loaded")
-            lever = ("keep the workers alive between epochs: --persistent-workers" if workers
-                     else "load the first batch sooner: fewer/smaller files per batch")
             findings.append({"kind": "input-bound", "share": share, "epoch_start": True,
                              "message": f"each epoch first waits {start['wait_mean_s']:.2f} s for data ({who}): "
                                         f"{share:.0%} of an epoch, not counted in the steady-state step",
-                             "lever": lever})
+                             "lever": levers.epoch_start_lever(config)})
     comm = phases["comm_exposed"] / step
     if comm >= thresholds["diag_comm"]:
         overlap = run.get("overlap_ratio")
         hidden = f"; {overlap:.0%} of the communication is hidden behind backward" if overlap is not None else ""
-        batch = config.get("batch_size")
-        bigger = f"--batch-size {2 * batch}" if batch else "a larger batch per rank"
-        strategy = config.get("strategy") or ""
-        if strategy.startswith("ps-"):  # the exchange follows backward whole; the servers' links are the limit
-            servers = config.get("ps_servers") or 1
-            lever = (f"spread the parameters over more servers: try --ps-servers {2 * servers}; or more compute "
-                     f"per exchange: {bigger}" + ("; or push less often: --ps-push 4" if strategy == "ps-async" else ""))
-        elif overlap is not None and overlap < 0.5 and config.get("bucket_cap_mb") == "auto":
-            lever = ("--bucket-cap-mb auto already chose the size the model predicts hides the most: more compute "
-                     f"per exchange: {bigger}; or fewer bytes: --precision bf16, gradient compression")
-        elif overlap is not None and overlap < 0.5 and "bucket_cap_mb" in config:
-            cap = config["bucket_cap_mb"] or 25.0  # unset: DDP's default of 25 MiB
-            lever = (f"start reducing earlier with smaller buckets: try --bucket-cap-mb {cap / 4:g}; "
-                     f"or more compute per exchange: {bigger}")
-        else:
-            lever = f"more compute per exchange: try {bigger}; or fewer bytes: --precision bf16, gradient compression"
         findings.append({"kind": "communication-bound", "share": comm,
                          "message": f"{comm:.0%} of each step ({_ms(phases['comm_exposed'])}) waits for gradient "
                                     f"communication after backward{hidden}",
-                         "lever": lever})
+                         "lever": levers.comm_lever(config, overlap)})
     waits = pipeline_bound(phases, step, config, thresholds)
     if waits is not None:
         findings.append(waits)
@@ -102,24 +84,17 @@ def diagnose(run: dict[str, Any], stragglers: dict[str, Any], config: dict[str, 
         findings.append({"kind": "straggler", "share": share, "rank": s["rank"],
                          "message": f"rank {s['rank']} was the slowest in {s['share']:.0%} of steps, by "
                                     f"{_ms(s['lag_mean_s'])} ({share:.0%} of a step) on average; the others wait for it",
-                         "lever": f"look at what slows rank {s['rank']}: other load on its host or device, its "
-                                  "data-loader workers, uneven data, thermal limits"})
-    cpu = oversubscribed(run.get("cpu"), phases, step, thresholds)
+                         "lever": levers.straggler_lever(s["rank"], config)})
+    cpu = oversubscribed(run.get("cpu"), phases, step, thresholds, config)
     if cpu is not None:
         findings.append(cpu)
     if not findings:
         compute_s = phases["forward"] + phases["backward"] + phases["optimizer"]
         share = compute_s / step
-        exposed = f"exposed communication is only {comm:.0%} of a step"
-        if config.get("precision", "fp32") == "fp32" and config.get("device") == "cuda":
-            lever = f"faster arithmetic: --precision bf16 on hardware with bf16 units; or more devices ({exposed})"
-        else:
-            lever = f"more devices ({exposed}, so more ranks should scale), a larger --batch-size for " \
-                    "better utilisation, or a smaller model"
         findings.append({"kind": "compute-bound", "share": share,
                          "message": f"{share:.0%} of each step ({_ms(compute_s)} of {_ms(step)}) is forward, "
                                     "backward and optimizer compute; data and communication are not the limit",
-                         "lever": lever})
+                         "lever": levers.compute_lever(config, comm)})
     return _ordered(findings)
 
 
@@ -136,21 +111,11 @@ def pipeline_bound(phases: dict[str, float], step: float, config: dict[str, Any]
     k = int(config.get("stages") or (config.get("nproc") or 2) * (config.get("nnodes") or 1))
     m = int(config.get("microbatches") or 1)
     theory = (k - 1) / (m + k - 1)
-    more = (k - 1) / (2 * m + k - 1)
     measured = bubble / step
-    if measured > 1.5 * theory and config.get("split") != "auto":
-        lever = (f"the bubble is {measured / theory:.1f}x theory's: balance the stages with --split auto "
-                 f"(`scaletrain split` shows each stage's time); or --microbatches {2 * m}")
-    elif measured > 1.5 * theory:
-        lever = (f"the bubble is {measured / theory:.1f}x theory's although the split is balanced as predicted: "
-                 f"check the stage times in the report against `scaletrain split`; or --microbatches {2 * m}")
-    else:
-        lever = (f"--microbatches {2 * m} (theory's bubble falls from {theory:.0%} to {more:.0%}; the batch must "
-                 f"divide), fewer stages, or a larger --batch-size")
     return {"kind": "pipeline-bound", "share": share,
             "message": f"{share:.0%} of each step waits in the pipeline: {_ms(bubble)} bubble ({measured:.0%}, "
                        f"theory (K-1)/(M+K-1) = {theory:.0%} for K={k}, M={m}) and {_ms(p2p)} send/receive",
-            "lever": lever}
+            "lever": levers.pipeline_lever(config, k, m, theory, measured)}
 
 
 def _ordered(findings: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -171,7 +136,7 @@ def _ordered(findings: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def oversubscribed(cpu: dict[str, Any] | None, phases: dict[str, float], step: float,
-                   thresholds: dict[str, float]) -> dict[str, Any] | None:
+                   thresholds: dict[str, float], config: dict[str, Any]) -> dict[str, Any] | None:
     """The cpu-oversubscribed finding, or None (also when the run is not on CPU: `cpu` is None)."""
     if not cpu:
         return None
@@ -195,17 +160,6 @@ def oversubscribed(cpu: dict[str, Any] | None, phases: dict[str, float], step: f
     head = f"{_n(ranks, 'rank')} x {_n(threads, 'thread')} on {_n(cores, 'core')}" if "threads" in evidence else ""
     message = (head + ": " if head else "") + (", and ".join(measured) if measured else
                                                "more busy threads than cores, so they take turns")
-    testbed = "on the testbed, fewer hosts or --cores-per-host"
-    if "threads" in evidence and ranks > cores:
-        lever = f"at most {cores} ranks per node on {_n(cores, 'core')}: --nproc {cores} --threads 1; {testbed}"
-    elif "threads" in evidence:
-        fit = cores // ranks
-        lever = f"--threads {fit} so that ranks x threads <= cores ({ranks} x {fit} <= {cores}); {testbed}"
-    else:
-        now = f" (now {threads})" if threads else ""
-        lever = ("give each process its own cores: on the testbed (hosts share this machine's cores) fewer hosts "
-                 f"or --cores-per-host; elsewhere stop other jobs on these cores, or lower --threads{now} so "
-                 "that all ranks' threads fit the free cores")
     compute = (phases["forward"] + phases["backward"] + phases["optimizer"]) / step
     return {"kind": "cpu-oversubscribed", "share": compute, "evidence": evidence,
-            "message": message, "lever": lever}
+            "message": message, "lever": levers.cpu_lever(evidence, threads, ranks, cores, config)}

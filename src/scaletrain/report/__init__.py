@@ -1,5 +1,16 @@
-"""Reports of runs and studies, rebuilt from their files: tables, PNG plots, one self-contained HTML page."""
+"""Reports of runs and studies, rebuilt from their files: tables, PNG plots, one self-contained HTML page.
 
-from scaletrain.report.build import write_run_report, write_study_report
+The builders are imported on first use: `scaletrain.report.fmt` (numbers as people read them, used by the
+trainer's console too) must not pull in matplotlib."""
+
+from __future__ import annotations
 
 __all__ = ["write_run_report", "write_study_report"]
+
+
+def __getattr__(name: str):
+    if name in __all__:
+        from scaletrain.report import build
+
+        return getattr(build, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

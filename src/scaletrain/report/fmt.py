@@ -37,8 +37,19 @@ def size(n_bytes: float | None) -> str:
     return f"{n_bytes:.0f} B"
 
 
-def rate(per_s: float | None) -> str:
-    return DASH if per_s is None else f"{per_s:,.0f}/s"
+def number(x: float | None) -> str:
+    """A count or a rate: whole with thousands separated from 100 up, three significant digits below, so a
+    slow run's 0.43 samples/s is not shown as 0."""
+    if x is None:
+        return DASH
+    return f"{x:,.0f}" if abs(x) >= 100 else f"{x:.3g}"
+
+
+def rate(per_s: float | None, unit: str = "") -> str:
+    """`877/s`, `0.43/s`; with a unit `1,234 samples/s`."""
+    if per_s is None:
+        return DASH
+    return f"{number(per_s)} {unit}/s" if unit else f"{number(per_s)}/s"
 
 
 def factor(x: float | None) -> str:
