@@ -1,4 +1,5 @@
-"""The strategies `--strategy` names, each in its own module: adding one is one module and one line here.
+"""The strategies `--strategy` names, each in its own module: adding one is one module, one line in
+STRATEGIES and one in OPTIONS.
 
 Values are `module:Class` paths, imported on use, so that validating a flag needs no torch.
 """
@@ -15,6 +16,17 @@ STRATEGIES = {
     "pipeline": "scaletrain.comm.pipeline:Pipeline",
     "fsdp": "scaletrain.comm.fsdp:Fsdp",
 }
+
+OPTIONS = {
+    "allreduce": ("compress", "bucket_cap_mb"),
+    "ring": ("bucket_cap_mb",),
+    "ps-sync": ("ps_servers", "compress"),
+    "ps-async": ("ps_servers", "ps_fetch", "ps_push", "ps_optimizer", "staleness_lr", "max_staleness", "compress"),
+    "pipeline": ("stages", "microbatches", "pipeline_schedule", "split"),
+    "fsdp": (),
+}
+"""The strategy-specific settings each strategy takes (config fields of StrategyConfig). A setting some strategy
+takes, set with a strategy that does not take it, is refused (comm/spec.py check_options): it would do nothing."""
 
 
 def strategy_class(name: str):

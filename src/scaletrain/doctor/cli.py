@@ -38,7 +38,7 @@ def add_doctor_args(p: argparse.ArgumentParser) -> None:
                        help="a second port node 0 listens on, to tell a blocked rendezvous port from an unreachable "
                             "node (default: --master-port + 1; 0: none)")
     expect = p.add_argument_group("what to expect")
-    expect.add_argument("--link-rate", default=None, help="the declared link rate as tc writes it (1gbit, 100mbit, "
+    expect.add_argument("--link-rate", default=None, help="the declared link rate in bits per second (1gbit, 100mbit, "
                                                           "10gbit); default: pairs are compared with the fastest pair")
     expect.add_argument("--min-link-fraction", type=float, default=0.3,
                         help="a pair fails below this fraction of --link-rate (default: 0.3)")
@@ -54,7 +54,7 @@ def add_doctor_args(p: argparse.ArgumentParser) -> None:
 def check_args(args: argparse.Namespace):
     """(this node's flags, the expectations) from the arguments; every bad value is one line (exit 2)."""
     from scaletrain.config.sections import LaunchConfig
-    from scaletrain.dist.launch.preflight import free_port
+    from scaletrain.dist.launch.preflight import check_address, free_port
     from scaletrain.doctor.gathered import Expect
     from scaletrain.doctor.session import Node
 
@@ -65,6 +65,9 @@ def check_args(args: argparse.Namespace):
     # the node flags mean what they mean for train, and are refused with train's words
     LaunchConfig(nnodes=args.nnodes, node_rank=args.node_rank, master_addr=args.master_addr,
                  master_port=args.master_port, local_addr=args.local_addr)
+    check_address("--master-addr", args.master_addr)  # one line now, not a row of the table after the meeting
+    if args.local_addr:
+        check_address("--local-addr", args.local_addr)
     if not 0 < args.timeout < math.inf:
         raise UserError(f"--timeout must be a positive number of seconds (got {args.timeout}): e.g. 20")
     port = args.master_port if args.master_port is not None else free_port(args.master_addr)
@@ -92,16 +95,10 @@ def check_args(args: argparse.Namespace):
 
 
 def parse_rate(text: str) -> float:
-    """--link-rate in bytes per second (tc's units: 1gbit, 100mbit; 10mbps is 10 MB/s)."""
+    """--link-rate in bytes per second, from bits per second (1gbit, 100mbit), as testbed's --rate."""
     from scaletrain.testbed.plan import rate_bytes
 
-    try:
-        value = rate_bytes(text.strip().lower())
-    except (AttributeError, KeyError, ValueError):
-        value = 0.0
-    if not 0 < value < math.inf:
-        raise UserError(f"--link-rate {text!r} is not a rate: write it as tc does, e.g. 1gbit, 100mbit, 25gbit")
-    return value
+    return rate_bytes(text, "--link-rate")
 
 
 def run_doctor(args: argparse.Namespace) -> int:
@@ -116,8 +113,7 @@ def run_doctor(args: argparse.Namespace) -> int:
 
 
 def _node0(node, expect, facts, json_path: str | None, start: float) -> int:
-    from rich.console import Console
-
+    from scaletrain.console.width import output_console
     from scaletrain.doctor import session
     from scaletrain.doctor.checks import evaluate, exit_code
     from scaletrain.doctor.table import document, summary_line, table, verdict, write_json
@@ -125,7 +121,7 @@ def _node0(node, expect, facts, json_path: str | None, start: float) -> int:
     g, boards = session.run_node0(node, facts)
     checks = evaluate(g, expect)
     seconds = time.monotonic() - start
-    console = Console(highlight=False) if sys.stdout.isatty() else Console(highlight=False, width=160)
+    console = output_console(highlight=False)
     console.print(table(g, checks, seconds))
     console.print(f"doctor: {summary_line(checks)}")
     if json_path:

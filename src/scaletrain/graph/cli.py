@@ -33,17 +33,19 @@ def add_graph_args(p: argparse.ArgumentParser) -> None:
 
 
 def run_graph(args: argparse.Namespace) -> int:
-    from rich.console import Console
-
+    from scaletrain.console.phase import phase
+    from scaletrain.console.width import output_console
     from scaletrain.graph.build import document, trace
     from scaletrain.graph.dot import to_dot
     from scaletrain.graph.picture import draw
     from scaletrain.graph.timing import block_times, node_times
     from scaletrain.models import build_model
     from scaletrain.perf.blocks import LEVELS, group
+    from scaletrain.perf.footprint import check_forward_fits
     from scaletrain.predict.calibration import unsteady
-    from scaletrain.rundir import replace_atomic, write_json_atomic
+    from scaletrain.rundir import check_out, replace_atomic, write_json_atomic
 
+    check_out(args.out, "graph")
     if args.level not in LEVELS:
         raise UserError(f"--level {args.level!r} is not a level: use one of {', '.join(LEVELS)}")
     if args.batch_size < 1:
@@ -53,19 +55,30 @@ def run_graph(args: argparse.Namespace) -> int:
     if args.precision not in PRECISIONS:
         raise UserError(f"--precision {args.precision!r}: use one of {', '.join(PRECISIONS)}")
     cal, basis = calibration(args.calibration)
-    console = Console(highlight=False)
+    console = output_console(highlight=False)
     input_shape = (args.in_channels, args.image_size, args.image_size)
-    model = build_model(args.model, num_classes=args.num_classes, in_channels=args.in_channels,
-                        image_size=args.image_size)
+
+    def factory():
+        return build_model(args.model, num_classes=args.num_classes, in_channels=args.in_channels,
+                           image_size=args.image_size)
+
+    check_forward_fits(factory, args.batch_size, args.in_channels, args.image_size,
+                       f"tracing {args.model} at --batch-size {args.batch_size} and --image-size {args.image_size}",
+                       "lower --batch-size, --image-size or --num-classes")
+    model = factory()
     out = writable(args.out)  # before the slow part, after what needs no folder
-    traced = trace(model, input_shape, args.batch_size, label=args.model)
-    blocks = group(traced.graph, args.level)
-    if not blocks:
-        raise UserError(f"{args.model} has no layer that computes (its forward returns its input): nothing to draw")
-    times = None
-    if cal is not None:
-        per_op = node_times(model, input_shape, args.batch_size, cal, args.precision)
-        times = block_times(blocks, traced.graph, per_op)
+    shape = "x".join(str(d) for d in (args.batch_size, *input_shape))
+    # a real forward pass of the batch (twice with a calibration): minutes for large images
+    with phase(f"tracing {args.model} on a batch of {shape}", console=console):
+        traced = trace(model, input_shape, args.batch_size, label=args.model)
+        blocks = group(traced.graph, args.level)
+        if not blocks:
+            raise UserError(f"{args.model} has no layer that computes (its forward returns its input): "
+                            "nothing to draw")
+        times = None
+        if cal is not None:
+            per_op = node_times(model, input_shape, args.batch_size, cal, args.precision)
+            times = block_times(blocks, traced.graph, per_op)
     doc = document(args.model, args.level, input_shape, traced, blocks, times, basis, args.precision)
     if cal is not None and unsteady(cal):
         doc["notes"].append(unsteady(cal))

@@ -24,6 +24,9 @@ def choose(cfg, alpha: float, beta: float) -> tuple[float | None, dict[str, Any]
     from scaletrain.predict import calibration
     from scaletrain.predict.points import Predictor, predict_config
 
+    if cfg.compression and cfg.compression[0] == "powersgd":
+        return None, {"chosen_mb": None, "reason": "the performance model cannot price PowerSGD's buckets (their "
+                                                    "bytes depend on each gradient's shape): DDP's default kept"}
     path = calibration.cache_path()
     if not path.is_file():
         return None, {"chosen_mb": None, "reason": f"no calibration of this machine ({path}): DDP's default kept; "

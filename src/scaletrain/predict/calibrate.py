@@ -1,6 +1,6 @@
 """`scaletrain calibrate`: measure this machine once for the performance model (docs/predict.md).
 
-What it measures, in order (a rich progress bar over all of it):
+What it measures, in order (told to `progress` as it goes: a bar on a terminal, lines in a log):
   layers     forward and backward seconds of every op kind over grid.py's shapes, at each precision the
              device runs (CPU: fp32, bf16; CUDA: fp32, bf16, fp16) and each thread count (1 and all cores)
   optimizer  optimizer.step() of each --optimizer over parameter sets of several sizes and counts

@@ -1,8 +1,9 @@
-"""`scaletrain calibrate`: arguments, the progress bar, and the file it writes."""
+"""`scaletrain calibrate`: arguments, its progress (console/phase.py), and the file it writes."""
 
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
 
 from scaletrain.errors import UserError
@@ -24,12 +25,13 @@ def run_calibrate(args: argparse.Namespace) -> int:
     return 0
 
 
-def make_calibration(out: Path | None, *, quick: bool, device: str = "auto", show: bool = True) -> Path:
+def make_calibration(out: Path | None, *, quick: bool, device: str = "auto") -> Path:
     import torch
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+    from scaletrain.console.phase import phase
     from scaletrain.dist.device import machine_cores
     from scaletrain.predict import calibrate, calibration
+    from scaletrain.rundir import check_out_file
 
     if device not in ("auto", "cpu", "cuda"):
         raise UserError(f"--device {device}: use auto, cpu or cuda")
@@ -37,16 +39,12 @@ def make_calibration(out: Path | None, *, quick: bool, device: str = "auto", sho
         raise UserError("--device cuda: no CUDA GPU is visible here: calibrate on the GPU node, or use --device cpu")
     dev = torch.device("cuda" if device == "cuda" or (device == "auto" and torch.cuda.is_available()) else "cpu")
     out = out or calibration.cache_path()
-    if out.exists() and out.is_dir():
-        raise UserError(f"--out {out} is a directory: give the calibration file's path (e.g. {out}/calibration.json)")
+    check_out_file(out, "calibration", _is_calibration)  # before minutes of measuring
     threads = torch.get_num_threads()
-    with calibrate.scratch() as work, Progress(TextColumn("calibrate {task.description}"), BarColumn(),
-                                               MofNCompleteColumn(), TimeElapsedColumn(), transient=True,
-                                               disable=not show) as bar:
-        task = bar.add_task("", total=None)
+    # minutes, in parts of unequal cost (op timings, then real training runs): no ETA from the count
+    with calibrate.scratch() as work, phase(f"calibrate ({'quick, ' if quick else ''}{dev.type})", eta=False) as update:
         result = calibrate.calibrate(quick=quick, device=dev, cores=machine_cores(), work_dir=Path(work),
-                                     progress=lambda what, done, total: bar.update(task, description=what,
-                                                                                   completed=done, total=total))
+                                     progress=update)
     torch.set_num_threads(threads)
     problems = [r["error"] for r in result["loop"]["runs"] if "error" in r]
     if result["network"].get("error"):
@@ -57,3 +55,14 @@ def make_calibration(out: Path | None, *, quick: bool, device: str = "auto", sho
     if calibration.unsteady(result):
         print(f"warning: {calibration.unsteady(result)}")
     return path
+
+
+def _is_calibration(path: Path) -> bool:
+    """A file `calibrate` wrote (of any format): the one kind of file it may replace."""
+    from scaletrain.predict.calibration import KIND
+
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(data, dict) and data.get("kind") == KIND

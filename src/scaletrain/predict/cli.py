@@ -5,14 +5,18 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import re
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from scaletrain.errors import UserError
 
+if TYPE_CHECKING:
+    from scaletrain.study.grid import StudySpec
+
 PREDICT_AXES_EXTRA = ("nnodes",)
-RATE_UNITS = {"bit": 1, "kbit": 1e3, "mbit": 1e6, "gbit": 1e9, "tbit": 1e12}
+RATE_UNITS = {"bit": 1, "kbit": 1e3, "mbit": 1e6, "gbit": 1e9, "tbit": 1e12}  # bits per second, tc's bit units
 TIME_UNITS = {"s": 1.0, "ms": 1e-3, "us": 1e-6}
 
 
@@ -29,9 +33,11 @@ def add_predict_args(p: argparse.ArgumentParser) -> None:
                                          "first time)")
     p.add_argument("--hardware", help="a hardware profile (TOML, or a shipped name such as dgx-a100-80gb) "
                                       "for a machine you do not have: a roofline on its data sheet")
-    p.add_argument("--link", help="link rate between nodes, e.g. 100mbit, 10gbit (default: the calibration's "
-                                  "local rate, or the hardware profile's)")
-    p.add_argument("--latency", default=None, help="one-way latency between nodes, e.g. 1ms, 50us (default 0)")
+    p.add_argument("--link", help="link rate between nodes in bits per second, as `testbed --rate`: 100mbit, "
+                                  "10gbit or 10Gbit/s (default: the calibration's local rate, or the hardware "
+                                  "profile's)")
+    p.add_argument("--latency", default=None, help="one-way latency between nodes, with --link: e.g. 1ms, 50us "
+                                                   "(default 0)")
     p.add_argument("--network", help="commbench.json measured between nodes: its alpha-beta fits replace "
                                      "--link/--latency")
     p.add_argument("--global-batch", type=int, default=None,
@@ -45,24 +51,95 @@ def add_predict_args(p: argparse.ArgumentParser) -> None:
     add_config_flags(p, lists=tuple(AXES) + PREDICT_AXES_EXTRA, skip=tuple(STUDY_OWNED))
 
 
-def parse_rate(text: str) -> float:
-    """`100mbit` -> bytes per second."""
-    m = re.fullmatch(r"\s*([0-9.]+)\s*([a-zA-Z]+)\s*", text or "")
-    if not m or m.group(2).lower() not in RATE_UNITS:
-        raise UserError(f"--link {text!r}: give a rate such as 100mbit, 1gbit or 25gbit")
-    value = float(m.group(1)) * RATE_UNITS[m.group(2).lower()] / 8
-    if value <= 0:
-        raise UserError(f"--link {text!r} must be positive")
+def parse_rate(text: str, flag: str = "--link") -> float:
+    """A link rate in bits per second as tc writes it (`100mbit`, `10gbit`), `/s` allowed (`10Gbit/s`) -> bytes
+    per second: the one rate parser (split, testbed and doctor read theirs with it). tc's `bps` units are
+    bytes per second, and most people mean bits by them: refused, saying so."""
+    m = re.fullmatch(r"\s*([0-9.]+(?:e[-+]?[0-9]+)?)\s*([a-z]+)(?:/s)?\s*", (text or "").lower())
+    try:
+        value = float(m.group(1)) * RATE_UNITS[m.group(2)] / 8 if m else math.nan
+    except (KeyError, ValueError):  # an unknown unit, or `1.2.3`
+        value = math.nan
+    if not 0 < value < math.inf:
+        hint = " ('bps' is bytes per second to tc, bits to most: write bit)" if "bps" in (text or "").lower() else ""
+        raise UserError(f"{flag} {text!r} is not a rate in bits per second{hint}: give a positive one such as "
+                        "100mbit, 1gbit or 10Gbit/s")
     return value
 
 
 def parse_latency(text: str | None) -> float:
+    """`1ms`, `200us`, `0.5s` -> seconds; nothing -> 0."""
     if not text:
         return 0.0
-    m = re.fullmatch(r"\s*([0-9.]+)\s*(s|ms|us)\s*", text)
-    if not m:
-        raise UserError(f"--latency {text!r}: give a time such as 1ms, 200us or 0.5ms")
-    return float(m.group(1)) * TIME_UNITS[m.group(2)]
+    m = re.fullmatch(r"\s*([-+]?[0-9.]+(?:e[-+]?[0-9]+)?)\s*(s|ms|us)\s*", text)
+    try:
+        value = float(m.group(1)) * TIME_UNITS[m.group(2)] if m else math.nan
+    except ValueError:  # `1.2.3ms`
+        value = math.nan
+    if not 0 <= value < math.inf:
+        raise UserError(f"--latency {text!r} is not a time: give 0 or more, such as 1ms, 200us or 0.5ms")
+    return value
+
+
+def check_request(args: argparse.Namespace, spec: StudySpec) -> None:
+    """What predict's own flags say, alone and together: refused before a calibration is read or made."""
+    if args.global_batch is not None:
+        if args.global_batch < 1:
+            raise UserError(f"--global-batch {args.global_batch}: give the batch of all trainers together, "
+                            "at least 1")
+        if "batch_size" in spec.axes or "batch_size" in spec.train:
+            raise UserError(f"--global-batch {args.global_batch} sets each trainer's batch (global / trainers) and "
+                            "--batch-size (or batch_size in the --config file) sets it too: give one of them")
+    if args.shared_cores is not None and args.shared_cores < 1:
+        raise UserError(f"--shared-cores {args.shared_cores}: give the cores the testbed hosts share, at least 1 "
+                        "(or leave it out)")
+    if args.network and (args.link or args.latency):
+        raise UserError("--network gives the link between nodes as commbench measured it, --link/--latency declare "
+                        "one: give one of them")
+    if args.latency and not args.link:
+        raise UserError(f"--latency {args.latency} delays the link between nodes that --link declares: give --link "
+                        "too, or drop --latency")
+    if args.link:
+        parse_rate(args.link)
+    parse_latency(args.latency)
+    if args.hardware:
+        if args.calibration:
+            raise UserError("--hardware and --calibration: a prediction rests on one basis, a data sheet or a "
+                            "calibration of a machine: give one of them")
+        if args.probe == "on":
+            raise UserError("--probe on corrects a calibration by this machine's speed now; --hardware predicts "
+                            "a machine from its data sheet: drop --probe on")
+        if args.shared_cores is not None:
+            raise UserError("--shared-cores describes testbed hosts sharing this machine's cores, which a "
+                            "calibration measures; --hardware is a machine from its data sheet: drop one of them")
+
+
+def hardware_profile(name: str):
+    """--hardware's profile; a training or study config given in its place is named as one."""
+    from scaletrain.perf.hardware import load_hardware, shipped_profiles
+
+    try:
+        return load_hardware(name)
+    except UserError:
+        if not _is_run_config(name):
+            raise
+    raise UserError(f"--hardware {name} is a training config, not a hardware profile: give --hardware a data sheet "
+                    f"({', '.join(shipped_profiles())}, or a TOML of docs/perf.md), and the run's settings as flags "
+                    "or under [train] of a study file (--config)") from None
+
+
+def _is_run_config(path: str) -> bool:
+    """Whether `path` is a TOML of training settings (`model = ...`) or a study file ([axes], [train])."""
+    import tomllib
+
+    from scaletrain.config import field_names
+
+    try:
+        data = tomllib.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return False
+    keys = {k.replace("-", "_") for k in data}
+    return bool(keys) and (keys <= set(field_names()) or bool(keys & {"axes", "train"}) and "format" not in keys)
 
 
 def network_from(args: argparse.Namespace, cal: dict[str, Any] | None, hw) -> dict[str, Any]:
@@ -107,9 +184,9 @@ def load_basis(args: argparse.Namespace):
 
     hw = None
     if args.hardware:
-        from scaletrain.perf.hardware import describe, load_hardware
+        from scaletrain.perf.hardware import describe
 
-        hw = load_hardware(args.hardware)
+        hw = hardware_profile(args.hardware)
     if args.calibration:
         cal = calibration.load(args.calibration)
         where = args.calibration
@@ -131,23 +208,31 @@ def load_basis(args: argparse.Namespace):
     return cal, None, basis
 
 
-def run_predict(args: argparse.Namespace) -> int:
-    from rich.console import Console
-
+def run_predict(args: argparse.Namespace, spec: StudySpec | None = None) -> int:
+    """`spec`: the grid already made from settings (scaletrain.api); else from the flags in `args`."""
+    from scaletrain.console.phase import phase
+    from scaletrain.console.width import output_console
     from scaletrain.predict.report import print_prediction, write_prediction_report
-    from scaletrain.predict.scaling import predict_grid
-    from scaletrain.rundir import write_json_atomic
+    from scaletrain.predict.scaling import check_grid, predict_grid
+    from scaletrain.rundir import check_out, write_json_atomic
 
-    spec = spec_from_args(args)
+    spec = spec if spec is not None else spec_from_args(args)
+    check_request(args, spec)
+    check_out(args.out, "prediction")  # before a calibration is made or read
+    # every point against the data, the hardware and this machine's memory, before a calibration or a trace
+    check_grid(spec, hardware_profile(args.hardware) if args.hardware else None, args.global_batch)
     cal, hw, basis = load_basis(args)
     network = network_from(args, cal, hw)
-    prediction = predict_grid(spec, cal, network, hw, basis, global_batch=args.global_batch,
-                              shared_cores=args.shared_cores, probe=speed_probe(cal, hw, args.probe))
+    probe = speed_probe(cal, hw, args.probe)
+    # each model is traced once per batch size, a real forward pass: minutes for large images
+    with phase("predict: tracing the model and pricing each point", eta=False) as update:
+        prediction = predict_grid(spec, cal, network, hw, basis, global_batch=args.global_batch,
+                                  shared_cores=args.shared_cores, probe=probe, progress=update)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     write_json_atomic(out / "prediction.json", prediction)
     report = write_prediction_report(prediction, out)
-    console = Console(highlight=False)
+    console = output_console(highlight=False)
     print_prediction(prediction, console)
     console.print(f"prediction.json: {out / 'prediction.json'}\nreport: {report}")
     return 0
@@ -175,23 +260,33 @@ def _nodes(text: str) -> list[int]:
 
 def spec_from_args(args: argparse.Namespace):
     from scaletrain.config import config_fields
-    from scaletrain.study.grid import AXES, STUDY_OWNED, StudySpec, load_spec_file, parse_axis
+    from scaletrain.study.grid import AXES, STUDY_OWNED, parse_axis
 
     names = tuple(AXES) + PREDICT_AXES_EXTRA
-    file_spec = load_spec_file(args.config) if args.config else {"axes": {}, "train": {}}
     given = vars(args)
-    axes = {**file_spec["axes"], **{n: (_nodes(given[n]) if n == "nnodes" else parse_axis(n, given[n]))
-                                     for n in names if n in given}}
+    axes = {n: (_nodes(given[n]) if n == "nnodes" else parse_axis(n, given[n])) for n in names if n in given}
+    train = {f.name: given[f.name] for f in config_fields()
+             if f.name in given and f.name not in names and f.name not in STUDY_OWNED}
+    return predict_spec(args.config, axes, train)
+
+
+def predict_spec(config: str | None, axes: dict[str, list[Any]], train: dict[str, Any]) -> StudySpec:
+    """The grid `predict` prices: the study file's axes and settings (`config`, may be None) overridden by
+    `axes` (lists of typed values, checked) and `train` (fixed settings); nnodes is an axis here too."""
+    from scaletrain.study.grid import AXES, StudySpec, load_spec_file
+
+    names = tuple(AXES) + PREDICT_AXES_EXTRA
+    file_spec = load_spec_file(config) if config else {"axes": {}, "train": {}}
+    axes = {**file_spec["axes"], **axes}
     for n in names:
         if n in file_spec["train"] and n not in axes:
             axes[n] = [file_spec["train"].pop(n)]
     axes.setdefault("nproc", [1])
     for n in ("nproc", "nnodes"):
         for v in axes.get(n, []):
-            if v < 1:
-                raise UserError(f"--{n} {v}: every value must be at least 1")
-    train = {**file_spec["train"], **{f.name: given[f.name] for f in config_fields()
-                                        if f.name in given and f.name not in names and f.name not in STUDY_OWNED}}
+            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+                raise UserError(f"--{n} {v!r}: every value must be a whole number of at least 1")
+    train = {**file_spec["train"], **train}
     if any(v > 1 for v in axes.get("nnodes", [])):  # where the nodes would meet does not change a prediction
         train.setdefault("master_port", 29500)
         train.setdefault("master_addr", "node0")

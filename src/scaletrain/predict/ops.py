@@ -24,6 +24,7 @@ import torch
 from torch import nn
 
 from scaletrain.errors import UserError
+from scaletrain.perf.footprint import out_of_memory
 from scaletrain.perf.graph import LayerGraph, Untraceable, layer_graph
 
 
@@ -72,6 +73,9 @@ def trace_ops(model: nn.Module, input_shape: tuple[int, ...], batch_size: int) -
         raise
     except Exception as e:  # the user's forward itself fails: nothing to price
         first = str(e).splitlines()[0] if str(e) else ""
+        if out_of_memory(e):
+            raise UserError(f"tracing the model on a batch of {shape} ran out of memory here ({first}): lower "
+                            "--batch-size or --image-size") from None
         raise UserError(f"the model's forward fails on a batch of {shape} ({type(e).__name__}: {first}): "
                         "fix the model, or its --image-size / --in-channels") from None
     return _fx_workload(model, graph, input_shape, batch_size)

@@ -13,6 +13,9 @@ from scaletrain.predict import model as M
 from scaletrain.predict.ops import Workload
 from scaletrain.predict.predictor import LARGE_BATCH, Predictor, cal_workload
 
+AUTO_CAP_NOTE = ("--bucket-cap-mb auto: each point priced at the bucket cap auto would choose there "
+                 "(comm.best_bucket_cap_mb; DDP's default when none is better)")
+
 @functools.lru_cache(maxsize=64)
 def _cached_workload(model_name: str, num_classes: int, in_channels: int, image_size: int, batch: int, stem: str,
                      width: float) -> Workload:
@@ -53,19 +56,69 @@ def data_facts(dataset: str, image_size: int | None, synthetic_samples: int, syn
     return facts
 
 
+def trainers(cfg) -> int:
+    """Ranks that read different data and share the global batch (the strategy's data replicas), at least 1."""
+    from scaletrain.comm.registry import strategy_class
+
+    return max(1, strategy_class(cfg.strategy).data_replicas(cfg))
+
+
+def check_point(cfg, hw=None) -> None:
+    """Refuse, before a calibration is read or a model traced, a point the model cannot price, the data cannot
+    fill or this machine cannot trace: one UserError line."""
+    from scaletrain.comm.registry import strategy_class
+    from scaletrain.comm.spec import parse_compress
+
+    compress = parse_compress(cfg.compress)
+    if compress and compress[0] == "powersgd":
+        raise UserError(f"--compress {cfg.compress}: predict cannot price PowerSGD (its bytes depend on each "
+                        "gradient's shape, which the model does not keep yet): predict another --compress, or "
+                        "measure PowerSGD with scaletrain train")
+    if hw is not None and hw.kind == "cuda" and cfg.nproc > hw.count:
+        raise UserError(f"--nproc {cfg.nproc}: a {hw.name} node has {hw.count} GPUs, one process each: give "
+                        f"--nproc {hw.count} or fewer per node (and more --nnodes)")
+    if strategy_class(cfg.strategy).data_replicas(cfg) < 1:
+        raise UserError(f"--nproc {cfg.nproc} x --nnodes {cfg.nnodes} leaves no trainer (a rank that reads data) for "
+                        f"--strategy {cfg.strategy}: give more processes, or fewer --stages or --ps-servers")
+    facts = data_facts(cfg.dataset, cfg.image_size, cfg.synthetic_samples, cfg.synthetic_classes)
+    if cfg.batch_size * trainers(cfg) > facts["samples"]:
+        raise UserError(f"--batch-size {cfg.batch_size} x {trainers(cfg)} trainers (--nproc {cfg.nproc} x --nnodes "
+                        f"{cfg.nnodes}) is more than the {facts['samples']} training samples: an epoch would have "
+                        "no step; lower --batch-size, --nproc or --nnodes")
+    _check_trace_memory(cfg.model, facts["classes"], facts["channels"], facts["image_size"], cfg.batch_size,
+                        cfg.stem, cfg.width)
+
+
+@functools.lru_cache(maxsize=64)
+def _check_trace_memory(model_name: str, num_classes: int, in_channels: int, image_size: int, batch: int, stem: str,
+                        width: float) -> None:
+    """The model is traced here at its batch and at LARGE_BATCH, one forward pass each: refuse what cannot fit."""
+    from scaletrain.models.registry import build_model
+    from scaletrain.perf.footprint import check_forward_fits
+
+    traced = max(batch, LARGE_BATCH)
+    at = (f"--batch-size {batch}" if batch >= LARGE_BATCH else
+          f"a batch of {LARGE_BATCH} (the batch per-sample efficiency is judged at; --batch-size {batch})")
+    check_forward_fits(lambda: build_model(model_name, num_classes=num_classes, in_channels=in_channels,
+                                           image_size=image_size, stem=stem, width=width),
+                       traced, in_channels, image_size, f"tracing {model_name} at {at} and --image-size {image_size}",
+                       "lower --batch-size or --image-size (per-sample costs hardly change above a few hundred)")
+
+
 def predict_config(p: Predictor, cfg, *, shared_cores: int | None = None, cores: int | None = None) -> dict[str, Any]:
     """One point: the model's phases, epoch, memory and limit for a TrainConfig (its batch per rank)."""
     from scaletrain.comm.spec import parse_compress
 
+    check_point(cfg, p.hardware)
+    auto_cap = cfg.bucket_cap_mb == "auto"
     facts = data_facts(cfg.dataset, cfg.image_size, cfg.synthetic_samples, cfg.synthetic_classes)
     cores = cores or (p.hardware.cpu_cores if p.hardware and p.hardware.cpu_cores else p.cal["device"]["cores"])
     s = M.Setting(batch_size=cfg.batch_size, precision=cfg.precision, nproc=cfg.nproc, nnodes=cfg.nnodes,
                   workers=cfg.workers, strategy=cfg.strategy, compress=parse_compress(cfg.compress),
-                  ps_servers=cfg.ps_servers, bucket_cap_mb=cfg.bucket_cap_mb, optimizer=cfg.optimizer, cores=cores,
+                  ps_servers=cfg.ps_servers, bucket_cap_mb=None if auto_cap else cfg.bucket_cap_mb,
+                  optimizer=cfg.optimizer, cores=cores,
                   shared_cores=shared_cores, threads=cfg.threads, train_samples=facts["samples"],
                   stages=(cfg.stages or cfg.nproc * cfg.nnodes) if cfg.strategy == "pipeline" else 1)
-    if s.trainers < 1:
-        raise UserError(f"--nproc {cfg.nproc} x --nnodes {cfg.nnodes} leaves no worker beside {s.servers} server(s)")
     w = workload(cfg, facts, cfg.batch_size)
     threads = s.rank_threads
     ops = p.op_costs(w, cfg.precision, threads)
@@ -77,6 +130,11 @@ def predict_config(p: Predictor, cfg, *, shared_cores: int | None = None, cores:
     opt_law = p.optimizer_law(cfg.optimizer, threads)
     step = M.predict_step(ops, s, loop, p.network, opt_law, loss, loader_first_batch_s=startup + s.sample_s *
                           cfg.batch_size, handoff_s=handoff if cfg.workers else 0.0)
+    if auto_cap and step["comm"].get("best_bucket_cap_mb") is not None:
+        # --bucket-cap-mb auto: the cap the model finds best at this point, as auto_bucket.choose picks it
+        s.bucket_cap_mb = step["comm"]["best_bucket_cap_mb"]
+        step = M.predict_step(ops, s, loop, p.network, opt_law, loss, loader_first_batch_s=startup + s.sample_s *
+                              cfg.batch_size, handoff_s=handoff if cfg.workers else 0.0)
     split = _split_model(p, cfg, s, w, facts, threads, opt_law, loop, step)
     steps = facts["samples"] // (cfg.batch_size * s.trainers)
     act = sum(op.out_bytes for op in w.ops if op.saves_activation)
@@ -112,7 +170,8 @@ def predict_config(p: Predictor, cfg, *, shared_cores: int | None = None, cores:
             ("cuda" if p.cal["device"]["type"] == "cuda" else "rss") if not p.hardware else p.hardware.kind,
             "comm": step["comm"], "layers": {k: sources.get(k, 0) for k in ("measured", "regression", "roofline")},
             "limit": lim, "limit_note": note, "batch_efficiency": eff, "threads": threads,
-            "stretch": step["stretch"], "notes": list(w.notes), "image_size": facts["image_size"], "ops": per_op,
+            "stretch": step["stretch"], "notes": list(w.notes) + ([AUTO_CAP_NOTE] if auto_cap else []),
+            "image_size": facts["image_size"], "ops": per_op,
             **({"pipeline": {k: v for k, v in split.items() if k != "units"}} if split and "split" in split else {})}
 
 

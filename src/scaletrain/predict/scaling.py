@@ -5,11 +5,12 @@ and 50% (docs/predict.md)."""
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+import math
+from typing import Any, Callable
 
 import scaletrain
 from scaletrain.errors import UserError
-from scaletrain.predict.points import Predictor, predict_config
+from scaletrain.predict.points import Predictor, check_point, predict_config, trainers
 
 SCALE_KEYS = ("nproc", "nnodes")
 LADDER_NODES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
@@ -17,17 +18,21 @@ LADDER_NODES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 
 def predict_grid(spec, cal: dict[str, Any], network: dict[str, Any], hw, basis: str, *,
                  global_batch: int | None = None, shared_cores: int | None = None,
-                 probe: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Every point of the spec predicted; `probe` (probe.speed_now()) scales the calibrated compute."""
+                 probe: dict[str, Any] | None = None,
+                 progress: Callable[[str, int, int], None] | None = None) -> dict[str, Any]:
+    """Every point of the spec predicted; `probe` (probe.speed_now()) scales the calibrated compute;
+    `progress(point, done, points)` told after each (a model is traced, one forward pass, per batch size)."""
     from scaletrain.study.grid import points
 
     predictor = Predictor(cal, network, hw, probe)
     grid = points(spec)
     out = []
-    for point in grid:
+    for i, point in enumerate(grid, 1):
         cfg = _strong(point.config, global_batch)
         r = predict_config(predictor, cfg, shared_cores=shared_cores)
         out.append(_entry(point.id, point.axes, cfg, r))
+        if progress is not None:
+            progress(point.id, i, len(grid))
     _speedups(out, global_batch is not None)
     series = _series(out, global_batch is not None)
     scaling = _scaling(series, predictor, shared_cores, global_batch, network)
@@ -42,17 +47,34 @@ def predict_grid(spec, cal: dict[str, Any], network: dict[str, Any], hw, basis: 
             "regression": predictor.regression_errors(), "speed_probe": probe, "points": out, "scaling": scaling, "notes": notes}
 
 
-def _strong(cfg, global_batch: int | None):
-    if not global_batch:
-        return cfg
-    from scaletrain.comm.registry import strategy_class
+def check_grid(spec, hw, global_batch: int | None) -> None:
+    """Every point of the spec checked before a calibration is read or a model traced: the global batch
+    against every point's trainers, then what points.check_point refuses."""
+    from scaletrain.study.grid import points
 
-    trainers = strategy_class(cfg.strategy).data_replicas(cfg)
-    batch = global_batch // max(1, trainers)
-    if batch < 1:
-        raise UserError(f"--global-batch {global_batch} is smaller than the {trainers} trainers of a point: "
-                        "raise it or drop the largest --nproc")
-    return dataclasses.replace(cfg, batch_size=batch)
+    configs = [p.config for p in points(spec)]
+    if global_batch is not None:
+        counts = sorted({trainers(c) for c in configs})
+        bad = next((t for t in counts if global_batch % t), None)
+        if bad is not None:
+            step = math.lcm(*counts)
+            near = [v for v in (global_batch // step * step, global_batch // step * step + step) if v > 0]
+            raise UserError(f"--global-batch {global_batch} does not split evenly over {bad} trainers: give a "
+                            f"multiple of {step}, which every point's trainers ({', '.join(map(str, counts))}) "
+                            f"divide, such as {' or '.join(map(str, near))}")
+    for cfg in configs:
+        check_point(_strong(cfg, global_batch), hw)
+
+
+def _strong(cfg, global_batch: int | None):
+    """`cfg` with each trainer's share of the global batch (strong scaling); unchanged without one."""
+    if global_batch is None:
+        return cfg
+    n = trainers(cfg)
+    if global_batch % n:
+        raise UserError(f"--global-batch {global_batch} does not split evenly over {n} trainers: give a multiple "
+                        f"of {n}")
+    return dataclasses.replace(cfg, batch_size=global_batch // n)
 
 
 def _entry(pid: str, axes: dict[str, Any], cfg, r: dict[str, Any]) -> dict[str, Any]:

@@ -22,10 +22,7 @@ def train_flags(settings: Mapping[str, Any]) -> list[str]:
 
 def train_argv(settings: Mapping[str, Any], config: str | None = None) -> list[str]:
     """This Python (the same environment on a shared file system) running `scaletrain train` with the settings
-    (after `--config FILE`, which they override); without a progress bar unless asked for one (a job's output
-    is a file)."""
+    (after `--config FILE`, which they override). A job's output is a file: its progress comes as plain lines
+    there (console/progress.py), not as a bar."""
     flags = ["--config", config] if config else []
-    flags += train_flags(settings)
-    if "progress" not in settings:
-        flags.append("--no-progress")
-    return [sys.executable, "-m", "scaletrain", "train", *flags]
+    return [sys.executable, "-m", "scaletrain", "train", *flags, *train_flags(settings)]

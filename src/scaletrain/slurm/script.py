@@ -30,6 +30,9 @@ class BatchJob:
     """Where the job runs (the submitting directory: relative paths of the train flags mean the same)."""
     after: Sequence[Sequence[str]] = field(default_factory=tuple)
     """Commands run after every start's training step, before a requeue (a study's bookkeeping)."""
+    threads_from_cores: int | None = None
+    """A study's grid's largest processes per node, when no --threads is set: each node's agent passes
+    --threads (its cores / this, at least 1), so every point runs the same threads per rank."""
     title: str = ""
 
 
@@ -47,6 +50,10 @@ def render(job: BatchJob) -> str:
                f"--signal=B:USR1@{WARNING_S}", "--requeue"]
     srun = ["srun", "--ntasks-per-node=1", "--kill-on-bad-exit=1"]
     srun += [f"--cpus-per-task={o.cpus_per_task}"] * (o.cpus_per_task is not None)  # srun does not inherit it
+    agent = 'exec "$@" --node-rank "$SLURM_NODEID"'
+    if job.threads_from_cores:  # the task's cores as the trainer counts them (affinity; nproc without OMP_*)
+        agent = (f"T=$(( $(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc) / {job.threads_from_cores} )); "
+                 f'{agent} --threads $(( T > 1 ? T : 1 ))')
     lines = [
         "#!/bin/bash",
         f"# {job.title or 'scaletrain train'} (written by scaletrain slurm; submit with sbatch THIS-FILE)",
@@ -78,9 +85,11 @@ def render(job: BatchJob) -> str:
         "",
         "# one launch agent per node (one task per node), each starting its node's --nproc workers; without",
         "# SLURM_PROCID/SLURM_NTASKS, which would make `scaletrain train` join as a single worker instead",
+        *([f"# (every point of the study gets the same threads per rank: the node's cores / "
+           f"{job.threads_from_cores}, the grid's largest --nproc)"] if job.threads_from_cores else []),
         _continued([" ".join(srun),
                     "env -u SLURM_PROCID -u SLURM_NTASKS",
-                    "bash -c 'exec \"$@\" --node-rank \"$SLURM_NODEID\"' node-agent",
+                    f"bash -c {shlex.quote(agent)} node-agent",
                     *_wrapped(job.train),
                     '--out "$RUN" --nnodes "$SLURM_NNODES" --master-addr "$MASTER_ADDR" '
                     '--master-port "$MASTER_PORT" $RESUME &']),

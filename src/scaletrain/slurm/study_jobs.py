@@ -19,10 +19,11 @@ from scaletrain.slurm.command import train_argv
 from scaletrain.slurm.options import SlurmOptions
 from scaletrain.slurm.script import BatchJob, render
 from scaletrain.slurm.train_job import SCRIPT_SETS_PORT, check_cluster, check_here, refuse_node_flags
-from scaletrain.study.grid import PER_RUN, Point, load_spec_file, points, resolve_spec, validate_points
+from scaletrain.study.grid import PER_RUN, Point, Threads, fair_threads, load_spec_file, points, resolve_spec, \
+    validate_points
 from scaletrain.study.results import study_entries
-from scaletrain.study.runner import StudyDir, check_study_dir, error_line, read_summary, run_state, write_results, \
-    write_spec
+from scaletrain.study.runner import StudyDir, check_study_dir, error_line, read_summary, recorded_spec, run_state, \
+    write_results, write_spec
 
 
 @dataclass(frozen=True)
@@ -46,6 +47,8 @@ class StudySubmission:
     completed: int
     """Runs already completed (not submitted again)."""
     jobs: list[PointJob]
+    threads: Threads
+    """Threads per rank of every point: --threads, the study's record, or each node's cores / the grid's largest."""
 
 
 def submit_study(args: argparse.Namespace, opts: SlurmOptions, workdir: Path) -> StudySubmission:
@@ -59,8 +62,10 @@ def submit_study(args: argparse.Namespace, opts: SlurmOptions, workdir: Path) ->
     spec = spec_from_args(args)
     refuse_node_flags(spec.train, " (a study setting)")
     check_cluster(opts, args.dry_run)
-    grid = points(spec)
     study = StudyDir(Path(args.out).resolve())
+    # the rule `scaletrain study` follows, with the cores of the nodes, known only there (script.py)
+    spec, threads = fair_threads(spec, None, recorded_spec(study))
+    grid = points(spec)
     check_study_dir(study, spec)
     todo = [(p, k, run_state(study.run(p.id, k))) for p in grid for k in range(spec.repeats)]
     todo = [(p, k, state) for p, k, state in todo if state != "completed"]
@@ -71,11 +76,11 @@ def submit_study(args: argparse.Namespace, opts: SlurmOptions, workdir: Path) ->
         jobs.refuse_if_queued(study.root, "study")
     planned = []
     for p, k, state in todo:
-        text = render(_batch_job(study, p, k, opts, workdir))
+        text = render(_batch_job(study, p, k, opts, workdir, threads))
         planned.append(PointJob(p, k, state, text, script_path(study, p.id, k)))
     completed = len(grid) * spec.repeats - len(todo)
     if args.dry_run:
-        return StudySubmission(study, grid, spec.repeats, completed, planned)
+        return StudySubmission(study, grid, spec.repeats, completed, planned, threads)
     write_spec(study, spec)
     jobs.slurm_dir(study.root).mkdir(parents=True, exist_ok=True)
     submitted = []
@@ -92,21 +97,22 @@ def submit_study(args: argparse.Namespace, opts: SlurmOptions, workdir: Path) ->
                                                       run=str(run), submitted_at=jobs.now())))
     finally:  # what was submitted is recorded even when a later sbatch fails
         jobs.record_jobs(study.root, [pj.job for pj in submitted if pj.job is not None])
-    return StudySubmission(study, grid, spec.repeats, completed, submitted)
+    return StudySubmission(study, grid, spec.repeats, completed, submitted, threads)
 
 
 def script_path(study: StudyDir, point_id: str, k: int) -> Path:
     return jobs.slurm_dir(study.root) / f"{point_id}-r{k}.sbatch"
 
 
-def _batch_job(study: StudyDir, p: Point, k: int, opts: SlurmOptions, workdir: Path) -> BatchJob:
+def _batch_job(study: StudyDir, p: Point, k: int, opts: SlurmOptions, workdir: Path, threads: Threads) -> BatchJob:
     """The point's own settings spelt out (as the study's runner launches it), its log where the runner's is."""
     settings = {key: v for key, v in p.config.to_dict().items() if key not in PER_RUN}
-    argv = train_argv({**settings, "progress": False})
+    argv = train_argv(settings)
     name = opts.job_name or f"scaletrain-{study.root.name}-{p.id}-r{k}"
     gather_cmd = [sys.executable, "-m", "scaletrain", "slurm", "gather", str(study.root)]
     return BatchJob(options=opts, job_name=name, run=study.run(p.id, k), train=argv,
                     output=str(study.log(p.id, k)), workdir=workdir.resolve(), after=[gather_cmd],
+                    threads_from_cores=threads.processes if threads.source == "node" else None,
                     title=f"scaletrain study {study.root}: point {p.id}, repeat {k}")
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 from collections.abc import Iterable
@@ -34,8 +35,19 @@ def _ask(argv: list[str], what: str) -> str:
         raise UserError(f"cannot run `{name}` while {what}: {e.strerror}") from None
     if proc.returncode != 0:
         said = " ".join((proc.stderr or proc.stdout).split()) or f"exit code {proc.returncode}"
+        if UNREACHABLE.search(said):
+            last = [line.strip() for line in (proc.stderr or proc.stdout).splitlines() if line.strip()][-1]
+            raise UserError(f"no SLURM controller is reachable from here (`{name}` while {what}: {last}): run this "
+                            "on a login node of the cluster, where `squeue` answers (or load its slurm module / "
+                            "set SLURM_CONF), or add --dry-run to only print the batch script")
         raise UserError(f"`{name}` failed while {what}: {said}")
     return proc.stdout
+
+
+UNREACHABLE = re.compile(r"unable to contact slurm controller|could not establish a configuration source|"
+                         r"dns srv lookup failed|resolve_ctls_from_dns_srv|unable to establish control machine|"
+                         r"socket timed out on send/recv", re.IGNORECASE)
+"""What SLURM's commands say when no controller answers (configless DNS lookups that fail, a controller down)."""
 
 
 def partitions() -> list[str]:
@@ -44,11 +56,12 @@ def partitions() -> list[str]:
     return list(dict.fromkeys(line.strip().rstrip("*") for line in out.splitlines() if line.strip()))
 
 
-def check_partition(name: str | None) -> None:
-    """An unknown --partition is refused here, not after sbatch has queued a job that can never start."""
+def check_partition(name: str | None, known: list[str] | None = None) -> None:
+    """An unknown --partition is refused here, not after sbatch has queued a job that can never start
+    (`known`: the partitions, when already asked)."""
     if name is None:
         return
-    known = partitions()
+    known = partitions() if known is None else known
     if name not in known:
         raise UserError(f"--partition {name} is not a partition of this cluster (sinfo lists: "
                         f"{', '.join(known) or 'none'}): pick one of them, or leave --partition out for the default")

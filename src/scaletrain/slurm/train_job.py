@@ -66,7 +66,8 @@ def check_cluster(opts: SlurmOptions, dry_run: bool) -> None:
     controller answering), and otherwise says that the partition went unchecked."""
     if not dry_run:
         submit.require("sbatch")
-        submit.check_partition(opts.partition)
+        # asked even without --partition: a controller that does not answer is one line before anything is written
+        submit.check_partition(opts.partition, submit.partitions())
         return
     if opts.partition is None:
         return

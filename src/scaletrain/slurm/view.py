@@ -11,6 +11,7 @@ from rich.table import Table
 from scaletrain.slurm.options import SlurmOptions
 from scaletrain.slurm.study_jobs import StudySubmission
 from scaletrain.slurm.train_job import Submission
+from scaletrain.study.view import threads_line
 
 
 def _where(opts: SlurmOptions) -> str:
@@ -59,6 +60,7 @@ def print_study(console: Console, sub: StudySubmission, opts: SlurmOptions, dry_
         table.add_row(pj.point.id, str(pj.repeat), pj.job.job_id if pj.job else state,
                       _path(sub.study.log(pj.point.id, pj.repeat)))
     console.print(table)
+    console.print(threads_line(sub.threads))
     if sub.completed:
         console.print(f"{sub.completed} of {total} runs already completed: not submitted again")
     if dry_run:

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from scaletrain.errors import UserError
+from scaletrain.predict.cli import parse_rate
 
 BYTE_UNITS = {"": 1, "b": 1, "k": 2**10, "kb": 10**3, "kib": 2**10, "m": 2**20, "mb": 10**6, "mib": 2**20,
               "g": 2**30, "gb": 10**9, "gib": 2**30, "t": 2**40, "tb": 10**12, "tib": 2**40}
@@ -54,19 +55,11 @@ def parse_bytes(text: str, flag: str = "--memory-per-stage") -> int:
     return int(float(m.group(1)) * BYTE_UNITS[m.group(2).lower()])
 
 
-def parse_link(text: str, flag: str = "--link") -> float:
-    """`10Gbit/s`, `10gbit` -> bytes per second (predict's parse_rate, `/s` allowed)."""
-    from scaletrain.predict.cli import parse_rate
-
-    try:
-        return parse_rate(re.sub(r"(/s|ps)\s*$", "", text.strip(), flags=re.IGNORECASE))
-    except UserError:
-        raise UserError(f"{flag} {text!r}: give a rate such as 1Gbit/s, 10gbit or 100mbit") from None
-
-
 def _check(args: argparse.Namespace) -> None:
     if args.stages < 1:
         raise UserError(f"--stages {args.stages}: a pipeline needs at least 1 stage")
+    if args.batch_size < 1:
+        raise UserError(f"--batch-size {args.batch_size}: give the global batch of one step, at least 1")
     if min(args.image_size, args.in_channels, args.num_classes) < 1:
         raise UserError("--image-size, --in-channels and --num-classes must be at least 1")
 
@@ -84,7 +77,7 @@ def _calibration(args: argparse.Namespace) -> tuple[dict[str, Any] | None, str |
 def _link(args: argparse.Namespace, cal: dict[str, Any] | None) -> tuple[float, float, str]:
     """(bytes/s, latency s, where it comes from)."""
     if args.link:
-        return parse_link(args.link), 0.0, f"--link {args.link}"
+        return parse_rate(args.link), 0.0, f"--link {args.link}"
     fit = ((cal or {}).get("network") or {}).get("fits", {}).get("allreduce")
     if fit and fit.get("beta_s_per_byte", 0) > 0:
         return 1 / fit["beta_s_per_byte"], float(fit.get("alpha_s", 0.0)), "the calibration's measured network"
@@ -115,22 +108,25 @@ def _offload_rate(offload: str | None) -> tuple[float | None, str | None]:
 
         rate, how = host_copy_rate()
     else:
-        rate, how = parse_link(offload, "--offload"), f"--offload {offload}"
+        rate, how = parse_rate(offload, "--offload"), f"--offload {offload}"
     return rate, f"offload copies priced at {rate / 1e9:.3g} GB/s: {how}"
 
 
 def run_split(args: argparse.Namespace) -> int:
-    from rich.console import Console
-
+    from scaletrain.console.phase import phase
+    from scaletrain.console.width import output_console
     from scaletrain.models import build_model
-    from scaletrain.rundir import write_json_atomic
+    from scaletrain.perf.footprint import check_forward_fits
+    from scaletrain.rundir import check_out, write_json_atomic
     from scaletrain.split import plan
-    from scaletrain.split.costs import block_sizes
+    from scaletrain.split.costs import ROUNDS, block_sizes
     from scaletrain.split.partition import baselines, check_memory, optimal
     from scaletrain.split.stages import blocked
     from scaletrain.split.view import print_split
 
     _check(args)
+    out = Path(args.out or _default_out(args.model))
+    check_out(out, "split")
     micro = plan.micro_batch(args.batch_size, args.microbatches)
     limit = parse_bytes(args.memory_per_stage) if args.memory_per_stage else None
     cal, where = _calibration(args)
@@ -139,8 +135,16 @@ def run_split(args: argparse.Namespace) -> int:
     offload_rate, offload_note = _offload_rate(args.offload)
     notes = [f"link {rate * 8 / 1e9:.3g} Gbit/s" + (f", {latency * 1e6:.0f} us latency" if latency else "")
              + f": {link_source}", costs_note] + ([offload_note] if offload_note else [])
-    model = build_model(args.model, num_classes=args.num_classes, in_channels=args.in_channels,
-                        image_size=args.image_size)
+
+    def factory():
+        return build_model(args.model, num_classes=args.num_classes, in_channels=args.in_channels,
+                           image_size=args.image_size)
+
+    check_forward_fits(factory, micro, args.in_channels, args.image_size,
+                       f"running {args.model} at a micro-batch of {micro} (--batch-size {args.batch_size} / "
+                       f"--microbatches {args.microbatches}) and --image-size {args.image_size}",
+                       "lower --batch-size, raise --microbatches, or lower --image-size")
+    model = factory()
     shape = (args.in_channels, args.image_size, args.image_size)
     b = blocked(model, shape, 1)
     pipe = plan.pipeline_args(microbatches=args.microbatches, schedule=args.schedule, optimizer=args.optimizer,
@@ -148,15 +152,15 @@ def run_split(args: argparse.Namespace) -> int:
                               offload_bytes_per_s=offload_rate)
     # stage count and memory need bytes alone: refuse them before seconds of timing
     check_memory(block_sizes(b, micro, args.precision), args.stages, **pipe)
-    console = Console(highlight=False)
-    with console.status(f"{'measuring' if source == 'measured' else 'predicting'} {len(b.blocks)} blocks' costs"):
+    console = output_console(highlight=False)
+    verb, how = ("measuring", f"{ROUNDS} rounds") if source == "measured" else ("predicting", "from the calibration")
+    with phase(f"{verb} {len(b.blocks)} blocks' costs ({how}, micro-batch {micro})", console=console) as update:
         costs, source = plan.costs_for(b, model, shape, micro, source=source, calibration=cal,
-                                       precision=args.precision)
+                                       precision=args.precision, progress=update)
     chosen = optimal(costs, args.stages, **pipe)
     report = plan.split_report(args.model, b, shape, args.batch_size, chosen, baselines(costs, args.stages, **pipe),
                                link_bytes_per_s=rate, memory_limit=limit, costs_source=source, costs=costs,
                                notes=notes)
-    out = Path(args.out or _default_out(args.model))
     try:
         out.mkdir(parents=True, exist_ok=True)
         write_json_atomic(out / "split.json", report)

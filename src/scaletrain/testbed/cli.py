@@ -25,20 +25,24 @@ def add_testbed_args(p: argparse.ArgumentParser) -> None:
     run.add_argument("argv", nargs=argparse.REMAINDER, metavar="-- COMMAND", help="the command, e.g. -- scaletrain train ...")
 
 
+RATE, DELAY = "1gbit", "0ms"
+
+
 def _shape_args(p: argparse.ArgumentParser, required: bool) -> None:
+    # `run` on a testbed that is up takes its shape: a --rate or --delay given there must be the same
     p.add_argument("--hosts", type=int, required=required, help="number of hosts (2..32)")
-    p.add_argument("--rate", default="1gbit", help="link rate as tc writes it (default: 1gbit)")
-    p.add_argument("--delay", default="0ms", help="one-way delay per link, e.g. 0.2ms (needs the kernel's netem; "
-                                                  "default: 0ms, rate limit only)")
+    p.add_argument("--rate", default=RATE if required else None,
+                   help=f"link rate in bits per second, as tc writes it (100mbit, 10gbit; default: {RATE})")
+    p.add_argument("--delay", default=DELAY if required else None,
+                   help=f"one-way delay per link, e.g. 0.2ms (needs the kernel's netem; default: {DELAY}, rate limit only)")
 
 
 def run_testbed(args: argparse.Namespace) -> int:
-    from rich.console import Console
-
+    from scaletrain.console.width import output_console
     from scaletrain.testbed import net
     from scaletrain.testbed.plan import make_testbed
 
-    console = Console(highlight=False)
+    console = output_console(highlight=False)
     net.require_root()
     if args.testbed_command == "up":
         tb = make_testbed(args.hosts, args.rate, args.delay)
@@ -78,16 +82,22 @@ def _run(console, net, args, make_testbed) -> int:
         raise UserError("testbed run needs a command after --, e.g. scaletrain testbed run -- scaletrain train "
                         "--nproc 1 --out runs/x")
     from scaletrain.testbed.cores import share_cores
-    from scaletrain.testbed.run import run_on_hosts
+    from scaletrain.testbed.run import resolve_command, run_on_hosts
 
+    command = resolve_command(command)
     tb, made = net.current(), False
     if tb is None:
         if args.hosts is None:
             raise UserError("no testbed is up: run `scaletrain testbed up --hosts 2` first, or give --hosts to "
                             "make one for this command only")
-        tb, made = make_testbed(args.hosts, args.rate, args.delay), True
-    elif args.hosts is not None and args.hosts != tb.hosts:
-        raise UserError(f"a testbed of {tb.hosts} hosts is up, not {args.hosts}: `scaletrain testbed down` first")
+        tb, made = make_testbed(args.hosts, args.rate or RATE, args.delay or DELAY), True
+    else:
+        asked = make_testbed(args.hosts or tb.hosts, args.rate or RATE, args.delay or DELAY)
+        for what, want, have in (("hosts", asked.hosts, tb.hosts), ("rate", asked.rate, tb.rate),
+                                 ("delay", asked.delay, tb.delay)):
+            if getattr(args, what) is not None and want != have:
+                raise UserError(f"a testbed with --{what} {have} is up, not {want}: `scaletrain testbed down` first, "
+                                f"or leave --{what} out to run on it")
     # the hosts share this machine's cores: each is told (and pinned to) its share
     share = share_cores(sorted(os.sched_getaffinity(0)), tb.hosts, args.cores_per_host)
     if made:

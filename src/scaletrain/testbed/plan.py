@@ -11,6 +11,7 @@ tearing down is deleting them.
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import asdict, dataclass
 
@@ -46,28 +47,34 @@ class Testbed:
                 "addresses": {self.host(i): self.address(i) for i in range(self.hosts)}}
 
 
-_RATE = re.compile(r"^\d+(\.\d+)?(bit|kbit|mbit|gbit|tbit|bps|kbps|mbps|gbps)$")
 _DELAY = re.compile(r"^\d+(\.\d+)?(us|ms|s)$")
 
 
 def make_testbed(hosts: int, rate: str, delay: str) -> Testbed:
     if not 2 <= hosts <= 32:
         raise UserError(f"--hosts must be 2..32 (got {hosts})")
-    if not _RATE.match(rate):
-        raise UserError(f"--rate {rate!r} is not a tc rate: write e.g. 1gbit, 100mbit")
+    rate_bytes(rate)
+    rate = re.sub(r"\s+", "", rate).lower()  # as tc reads it
     if not _DELAY.match(delay):
         raise UserError(f"--delay {delay!r} is not a tc time: write e.g. 0.2ms, 50us")
     return Testbed(hosts, rate, delay)
 
 
-_UNITS = {"bit": 1 / 8, "kbit": 1e3 / 8, "mbit": 1e6 / 8, "gbit": 1e9 / 8, "tbit": 1e12 / 8,
-          "bps": 1, "kbps": 1e3, "mbps": 1e6, "gbps": 1e9}  # tc's units: "bps" are bytes per second
+def rate_bytes(rate: str, flag: str = "--rate") -> float:
+    """A link rate in bits per second (`1gbit`, `100mbit`: tc's units of bits) in bytes per second, read by
+    predict's parser. tc's `bps` units are bytes per second (`1gbps` is 8 Gbit/s) and refused: most people
+    mean bits by them."""
+    from scaletrain.predict.cli import parse_rate
 
-
-def rate_bytes(rate: str) -> float:
-    """A tc rate (`1gbit`, `100mbit`, `10mbps`) in bytes per second."""
-    unit = re.search(r"[a-z]+$", rate).group(0)
-    return float(rate[: -len(unit)]) * _UNITS[unit]
+    try:
+        value = parse_rate(rate)
+    except (UserError, ValueError):
+        value = 0.0
+    if not 0 < value < math.inf:
+        hint = " ('bps' is bytes per second to tc, bits to most: write bit)" if "bps" in str(rate).lower() else ""
+        raise UserError(f"{flag} {rate!r} is not a rate in bits per second{hint}: write e.g. 1gbit, 100mbit, 25gbit "
+                        "(units bit, kbit, mbit, gbit, tbit)")
+    return value
 
 
 def has_delay(delay: str) -> bool:

@@ -4,15 +4,31 @@ from __future__ import annotations
 
 import os
 import random
+import shutil
 import signal
 import subprocess
+import sys
 import time
 
 from scaletrain.dist.env import child_env
+from scaletrain.errors import UserError
 from scaletrain.testbed.cores import CoreShare
 from scaletrain.testbed.plan import IFACE, Testbed
 
 MULTI_NODE = ("train", "commbench", "doctor")  # scaletrain commands that take --nnodes/--node-rank
+
+
+def resolve_command(command: list[str]) -> list[str]:
+    """The command as every host runs it. A bare `scaletrain` is the one this command was started from (this
+    Python's `-m scaletrain`: `.venv/bin/scaletrain` is then found without being on PATH, and no other
+    scaletrain on PATH is taken for it); any other program must be on PATH or a path to an executable,
+    refused here rather than failing to start on every host."""
+    if command[0] == "scaletrain":
+        return [sys.executable, "-m", "scaletrain", *command[1:]]
+    if shutil.which(command[0]) is None:
+        raise UserError(f"testbed run: `{command[0]}` is neither a program on PATH nor an executable file: give "
+                        "its full path (or install it)")
+    return list(command)
 
 
 def host_command(tb: Testbed, i: int, command: list[str], port: int) -> list[str]:
