@@ -49,7 +49,7 @@ def test_threads_per_rank_from_the_config_wins_over_the_records():
 
 
 def test_starved_compute_phases_are_cpu_oversubscribed():
-    result = analyze_run({0: _steps(forward=(0.1, 0.03), backward=(0.2, 0.08))}, CPU)
+    result = analyze_run({0: _steps(forward=(0.1, 0.03), backward=(0.2, 0.08))}, {**CPU, "testbed": True})
     assert _kinds(result)[0] == "cpu-oversubscribed"
     finding = _finding(result)
     assert finding["evidence"] == ["cpu_time"]

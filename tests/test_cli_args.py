@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import ast
 import inspect
+import re
 import textwrap
 from dataclasses import fields
 from pathlib import Path
@@ -13,7 +14,7 @@ import pytest
 
 import scaletrain
 from scaletrain.cli import build_parser, main, train_config
-from scaletrain.config.flags import add_train_args, field_help
+from scaletrain.config.flags import add_train_args, field_help, listed
 from scaletrain.config import SECTIONS, TrainConfig, field_names, save_toml
 from scaletrain.errors import UserError
 
@@ -91,7 +92,19 @@ def test_help_texts_are_the_field_docstrings():
         if str(f.type) == "bool":
             assert a.help == helps[f.name]
         else:
-            assert a.help == f"{helps[f.name]} (default: {f.default})"
+            assert a.help == f"{helps[f.name]}{listed(f.name)} (default: {f.default})"  # values from a registry
+
+
+def test_strategy_help_lists_every_registered_strategy():
+    from scaletrain.comm.registry import STRATEGIES
+    from scaletrain.study.cli import add_study_args
+
+    study = argparse.ArgumentParser()
+    add_study_args(study)
+    for parser in (train_parser(), study):
+        text = actions_by_dest(parser)["strategy"].help
+        missing = [n for n in STRATEGIES if not re.search(rf"(?<![\w-]){re.escape(n)}(?![\w-])", text)]
+        assert missing == [], text
 
 
 def test_formatted_help_shows_docstrings_with_percent_signs():

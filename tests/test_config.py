@@ -76,7 +76,7 @@ def test_warmup_limit_is_relative_to_epochs():
     dict(epochs=2, warmup_epochs=2.0), dict(warmup_epochs=0.0), dict(master_port=1), dict(master_port=65535),
     dict(image_size=1), dict(stop_after=1), dict(threads=1), dict(optimizer="adamw", precision="bf16",
                                                                     schedule="step", bad_images="skip",
-                                                                    device="cpu"),
+                                                                    dataset="imagefolder:data", device="cpu"),
 ])
 def test_boundary_values_are_accepted(kw):
     cfg = TrainConfig(**kw)

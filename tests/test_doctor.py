@@ -314,6 +314,8 @@ def test_inside_an_allocation_the_node_flags_come_from_slurm(monkeypatch):
     env = {"SLURM_NNODES": "3", "SLURM_NODEID": "2", "SLURM_JOB_NODELIST": "gpu[007-009]", "SLURM_JOB_ID": "4242"}
     for key, value in env.items():
         monkeypatch.setenv(key, value)
+    from scaletrain.dist.launch import preflight
+    monkeypatch.setattr(preflight, "check_address", lambda flag, addr: None)  # gpu007 resolves inside the cluster
     node, _ = check_args(parser.parse_args([]))
     assert (node.nnodes, node.rank, node.master_addr, node.master_port) == (3, 2, "gpu007", 24242)
     node, _ = check_args(parser.parse_args(["--nnodes", "1"]))  # flags given: SLURM's are not asked

@@ -68,6 +68,9 @@ def test_resnet20_at_the_block_level_without_a_calibration(tmp_path, capsys):
     text = capsys.readouterr().out
     assert any("no predicted times" in line and "scaletrain calibrate" in line for line in text.splitlines())
     assert f"wrote {out / 'graph.svg'}" in text and "layer3.2+pool" in text
+    # a log (captured output) is told what the forward pass is, minutes for large images, as it starts and ends
+    assert "tracing resnet20 on a batch of 4x3x32x32 ..." in text.splitlines()
+    assert any(line.startswith("tracing resnet20 on a batch of 4x3x32x32: done in ") for line in text.splitlines())
 
 
 def test_times_come_with_a_calibration(tmp_path, cal_file, capsys):

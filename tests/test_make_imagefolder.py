@@ -114,15 +114,18 @@ def test_the_command_writes_the_folder_and_says_how_to_train_on_it(tmp_path, cap
     out = tmp_path / "imgs"
     assert main(["make-imagefolder", "--out", str(out), "--image-size", "8", "--quality", "50"]) == 0
     printed = capsys.readouterr().out
+    assert printed.startswith(f"writing JPEGs to {out} ...\nwriting JPEGs to {out}: 1/1797, ")  # in a log: lines
     assert f"wrote 1437 training and 360 validation images of 10 classes to {out}" in printed
     assert f"scaletrain train --dataset imagefolder:{out} --image-size 8" in printed
     assert len(list((out / "train").rglob("*.jpg"))) == 1437 and len(list((out / "val").rglob("*.jpg"))) == 360
     assert Image.open(next((out / "val").rglob("*.jpg"))).size == (8, 8)
 
 
-@pytest.mark.parametrize("flag, value", [("--image-size", "4"), ("--copies", "0"), ("--quality", "101")])
-def test_the_command_refuses_impossible_settings_in_one_line(tmp_path, capsys, flag, value):
+@pytest.mark.parametrize("flag, value, message", [("--image-size", "4", "--image-size 4 is too small: use 8 or more"),
+                                                  ("--copies", "0", "--copies 0 must be at least 1"),
+                                                  ("--quality", "101", "--quality 101 must be between 1 and 100")])
+def test_the_command_refuses_impossible_settings_in_one_line(tmp_path, capsys, flag, value, message):
     assert main(["make-imagefolder", "--out", str(tmp_path / "x"), flag, value]) == 2
     err = capsys.readouterr().err
-    assert err == "error: --copies must be >= 1, --image-size >= 8 and --quality in 1..100\n"
+    assert err == f"error: {message}\n"
     assert not (tmp_path / "x").exists()

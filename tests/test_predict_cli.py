@@ -48,9 +48,13 @@ def test_predict_writes_every_point_with_the_profilers_phases(cal_file, tmp_path
     assert sum(o["source"] == "measured" for o in ops) == one["layers"]["measured"]
 
 
-def test_strong_scaling_splits_the_global_batch(cal_file, tmp_path):
+def test_strong_scaling_splits_the_global_batch(cal_file, tmp_path, capsys):
     out = tmp_path / "strong"
     assert _predict(cal_file, out, "--model", "lenet5", "--nproc", "1,2", "--global-batch", "64") == 0
+    lines = capsys.readouterr().out.splitlines()  # a log's lines as the points are traced and priced
+    what = "predict: tracing the model and pricing each point"
+    assert lines[0] == f"{what} ..." and lines[1].startswith(f"{what}: 1/2 (nproc1")
+    assert any(line.startswith(f"{what}: done in ") for line in lines)
     points = json.loads((out / "prediction.json").read_text())["points"]
     assert [q["config"]["batch_size"] for q in points] == [64, 32]
 
@@ -67,16 +71,24 @@ def test_a_link_between_nodes_slows_communication_and_names_the_limit(cal_file, 
     assert s["scaling"]["first_limit"] == "communication" and s["scaling"]["efficiency_below_50_at"] is not None
 
 
-def test_a_hardware_profile_predicts_from_its_data_sheet(cal_file, tmp_path):
+@pytest.fixture
+def cached_cal(tmp_path, monkeypatch):
+    """This machine's calibration in the cache (what --hardware predictions read for the rest of the step)."""
+    monkeypatch.setenv("SCALETRAIN_CACHE", str(tmp_path / "cache"))
+    return calibration.save(fake_calibration(), calibration.cache_path())
+
+
+def test_a_hardware_profile_predicts_from_its_data_sheet(cached_cal, tmp_path):
     out = tmp_path / "hw"
-    assert _predict(cal_file, out, "--model", "resnet20", "--nproc", "8", "--nnodes", "1,2", "--batch-size", "64",
-                    "--hardware", "dgx-a100-80gb") == 0
+    assert main(["predict", "--out", str(out), "--dataset", "synthetic", "--synthetic-samples", "2048",
+                 "--image-size", "32", "--model", "resnet20", "--nproc", "8", "--nnodes", "1,2", "--batch-size", "64",
+                 "--hardware", "dgx-a100-80gb"]) == 0
     p = json.loads((out / "prediction.json").read_text())
     assert p["basis"] == "datasheet" and "data sheet" in p["basis_note"]
     assert all(q["layers"]["roofline"] > 0 for q in p["points"])
 
 
-def test_bad_input_is_one_line_and_exit_2(cal_file, tmp_path, capsys):
+def test_bad_input_is_one_line_and_exit_2(cal_file, cached_cal, tmp_path, capsys):
     old = fake_calibration()
     old["format"] = 0
     stale = calibration.save(old, tmp_path / "old.json")
@@ -84,7 +96,7 @@ def test_bad_input_is_one_line_and_exit_2(cal_file, tmp_path, capsys):
     bad_hw.write_text('format = 1\nname = "x"\nsource = "y"\n[device]\nkind = "cuda"\ncount = 1\n')
     cases = [(["--calibration", str(stale), "--model", "lenet5"], "format 0"),
              (["--calibration", str(cal_file), "--model", "lenet5", "--nproc", "0"], "--nproc 0"),
-             (["--calibration", str(cal_file), "--model", "lenet5", "--hardware", str(bad_hw)], "is missing"),
+             (["--model", "lenet5", "--hardware", str(bad_hw)], "is missing"),
              (["--calibration", str(cal_file), "--model", "tests.no_such:factory"], "cannot import"),
              (["--calibration", str(cal_file), "--model", "lenet5", "--precision", "bf16"], "no bf16"),
              (["--calibration", str(cal_file), "--model", "lenet5", "--link", "fast"], "--link")]
@@ -130,6 +142,24 @@ def test_validate_lines_a_prediction_up_with_runs(cal_file, tmp_path):
     assert main(["validate", str(out), str(run), "--out", str(tmp_path / "v")]) == 0
     v = json.loads((tmp_path / "v" / "validation.json").read_text())
     assert v["summary"]["count"] == 1 and v["points"][0]["errors"]["step_time"] == pytest.approx(-0.2)
+
+
+def test_calibrating_is_said_in_a_log(tmp_path, monkeypatch, capsys):
+    """Output that is not a terminal (captured here; a SLURM log, nohup) gets lines, not a bar nobody sees:
+    calibrate's parts as they are measured (no ETA: they differ in cost)."""
+    from scaletrain.predict import calibrate
+
+    def measured(*, quick, device, cores, work_dir, progress):
+        for i, what in enumerate(["layers fp32 1t linear", "optimizer sgd 1t", "loop refnet 1 rank(s), batch 32"]):
+            progress(what, i + 1, 3)
+        return fake_calibration()
+
+    monkeypatch.setattr(calibrate, "calibrate", measured)
+    assert main(["calibrate", "--quick", "--device", "cpu", "--out", str(tmp_path / "cal.json")]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "calibrate (quick, cpu) ..."
+    assert lines[1].startswith("calibrate (quick, cpu): 1/3 (layers fp32 1t linear), ") and "ETA" not in lines[1]
+    assert any(line.startswith("calibrate (quick, cpu): done in ") for line in lines)
 
 
 @pytest.mark.slow

@@ -138,7 +138,7 @@ def test_dry_run_prints_the_script_and_writes_nothing(fake_slurm, capsys, tmp_pa
     srun = next(line for line in script.replace(" \\\n    ", " ").splitlines() if line.startswith("srun "))
     words = shlex.split(srun)
     flags = words[words.index("train") + 1:words.index("--out")]
-    assert pairs(flags) == pairs([*TRAIN, "--nproc", "2", "--no-progress"])  # the same train flags, and no bar
+    assert pairs(flags) == pairs([*TRAIN, "--nproc", "2"])  # the same train flags (progress: lines in the log)
     assert ('--out "$RUN" --nnodes "$SLURM_NNODES" --master-addr "$MASTER_ADDR" --master-port "$MASTER_PORT" '
             '$RESUME &') in script
     assert """bash -c 'exec "$@" --node-rank "$SLURM_NODEID"'""" in script
@@ -181,6 +181,7 @@ def test_a_study_is_one_job_per_point_and_gather_writes_study_json(fake_slurm, c
     assert main([*argv, "--dry-run"]) == 0
     out = capsys.readouterr().out
     assert "nproc1" in out and "nproc2" in out and "#SBATCH --time=30" in out and "nothing written" in out
+    assert "threads per rank: each node's cores / 2 processes, the grid's largest" in out
     assert not study.exists() and submitted(fake_slurm) == []
     assert main(argv) == 0
     capsys.readouterr()
@@ -188,7 +189,9 @@ def test_a_study_is_one_job_per_point_and_gather_writes_study_json(fake_slurm, c
     assert sorted(scripts) == ["nproc1-r0.sbatch", "nproc2-r0.sbatch"]
     text = scripts["nproc2-r0.sbatch"]
     assert f"#SBATCH --output={study}/points/nproc2/r0.log" in text and f"RUN={study}/points/nproc2/r0" in text
-    assert "--nproc 2" in text and "slurm gather" in text and "--progress" not in text.replace("--no-progress", "")
+    assert "--nproc 2" in text and "slurm gather" in text and "--no-progress" not in text  # lines in its log
+    # the same threads for every point, as `scaletrain study` gives them: the node's cores / the largest nproc
+    assert all("nproc) / 2 ))" in t and "--threads $(( T > 1 ? T : 1 ))" in t for t in scripts.values())
     assert [e["status"] for e in json.loads((study / "study.json").read_text())] == ["pending", "pending"]
     # a job's end: its run's summary, then the gather its script runs
     run = study / "points" / "nproc1" / "r0"
@@ -292,6 +295,20 @@ def test_a_start_that_finds_a_checkpoint_resumes_and_drops_a_stale_request(bash_
     assert "--master-port 32342 --resume --node-rank 0" in log  # another port on each start
     assert "stale preempt" not in log and not (run.parent / "requeued").exists()
     assert "start 3" in out
+
+
+def test_a_study_job_gives_every_point_the_node_cores_over_the_largest_nproc(bash_job, tmp_path):
+    run, start = bash_job
+    bin_dir = tmp_path / "bin"
+    (bin_dir / "nproc").write_text("#!/bin/bash\necho 8\n")  # this node's cores
+    (bin_dir / "nproc").chmod(0o755)
+    (tmp_path / "job.sbatch").write_text(render(BatchJob(
+        options=SlurmOptions(nodes=1), job_name="t", run=run, train=[str(bin_dir / "fake-train"), "--nproc", "1"],
+        output=str(tmp_path / "out"), workdir=tmp_path, threads_from_cores=3)))
+    proc = start()
+    out, _ = proc.communicate(timeout=30)
+    assert proc.returncode == 0, out
+    assert "--node-rank 0 --threads 2" in (run / "train.log").read_text()  # 8 cores // 3
 
 
 def test_a_failed_step_is_not_requeued(bash_job, tmp_path):

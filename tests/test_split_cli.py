@@ -13,7 +13,8 @@ from scaletrain.errors import UserError
 from scaletrain.models import build_model
 from scaletrain.predict import calibration
 from scaletrain.split import costs as costs_module
-from scaletrain.split.cli import parse_bytes, parse_link
+from scaletrain.predict.cli import parse_rate
+from scaletrain.split.cli import parse_bytes
 from scaletrain.split.partition import BlockCost, evaluate
 from scaletrain.split.plan import choose, load_split, micro_batch
 from scaletrain.split.stages import blocked
@@ -60,6 +61,12 @@ def test_measured_without_calibration(tmp_path, no_cache, capsys):
     assert split("resnet20", tmp_path / "r") == 0
     shown = capsys.readouterr().out
     assert "no calibration of this machine" in shown and "the default" in shown  # the costs and the link said
+    # output that is not a terminal (a SLURM log, nohup; captured here) is told what the seconds (minutes at
+    # large images) of measuring are: a line as it starts, as blocks are timed, as it ends
+    what = "measuring 11 blocks' costs (3 rounds, micro-batch 4)"
+    lines = [line for line in shown.splitlines() if line.startswith(what)]
+    assert lines[0] == f"{what} ..." and lines[1].startswith(f"{what}: 1/33 (") and "ETA" in lines[1]
+    assert lines[-1].startswith(f"{what}: done in ")
     r = read(tmp_path / "r")
     assert r["costs_source"] == "measured" and r["link_bytes_per_s"] == 10e9 / 8
     assert (r["model"], r["stages"], r["microbatches"], r["micro_batch"], r["schedule"]) == ("resnet20", 2, 2, 4,
@@ -199,7 +206,7 @@ def test_host_copy_rate_is_measured_and_said():
 def test_sizes_and_rates():
     assert parse_bytes("512MiB") == 512 * 2**20 and parse_bytes("2GiB") == 2 * 2**30 and parse_bytes("1000") == 1000
     assert parse_bytes("1.5G") == 3 * 2**29 and parse_bytes("2GB") == 2 * 10**9
-    assert parse_link("10Gbit/s") == parse_link("10gbit") == 10e9 / 8
+    assert parse_rate("10Gbit/s") == parse_rate("10gbit") == 10e9 / 8
     for bad in ("", "-1MiB", "12 parsecs"):
         with pytest.raises(UserError):
             parse_bytes(bad)

@@ -113,16 +113,45 @@ def test_dry_run_lists_the_points_and_launches_nothing(tmp_path, capsys):
     assert not out.exists()
 
 
+def test_every_point_runs_the_same_threads_per_rank_and_the_plan_says_so(tmp_path, capsys, monkeypatch):
+    import scaletrain.dist.device
+    import scaletrain.dist.launch.preflight
+    import scaletrain.study.cli
+
+    monkeypatch.setattr(scaletrain.dist.device, "machine_cores", lambda env=None: 2)
+    monkeypatch.setattr(scaletrain.dist.launch.preflight, "validate", lambda cfg: None)
+    launched = []
+    monkeypatch.setattr(scaletrain.study.cli, "_run_all", lambda console, study, spec, grid, runs:
+                        launched.extend(train_command(p.config, study.run(p.id, 0)) for p in grid))
+    out = tmp_path / "study"
+    assert main(["study", "--nproc", "1,2", *TINY, "--out", str(out), "--dry-run"]) == 0
+    line = "threads per rank: 1 (2 cores / 2 processes, the grid's largest; --threads to change)"
+    assert line in capsys.readouterr().out
+    main(["study", "--nproc", "1,2", *TINY, "--out", str(out)])
+    assert line in capsys.readouterr().out  # with the table too
+    assert [cmd[cmd.index("--threads") + 1] for cmd in launched] == ["1", "1"]
+    assert "threads = 1" in (out / "study.toml").read_text()  # a resume keeps them, on any machine
+
+
 # ------------------------------------------------------------------ runner pieces
 
 def test_train_command_spells_out_the_point_and_its_run_dir(tmp_path):
     cfg = build_config({}, {"model": "mlp", "nproc": 2, "lr": 0.05, "augment": False})
     cmd = train_command(cfg, tmp_path / "r0")
     assert cmd[:4] == [sys.executable, "-m", "scaletrain", "train"]
-    assert cmd[-3:] == ["--out", str(tmp_path / "r0"), "--no-progress"]
+    assert cmd[-2:] == ["--out", str(tmp_path / "r0")] and "--no-progress" not in cmd  # its log shows progress
     ns = build_parser().parse_args(cmd[3:])  # what train will parse: exactly the validated config
     assert {k: v for k, v in vars(ns).items() if k in cfg.to_dict() and k not in ("out", "progress")} == \
         {k: v for k, v in cfg.to_dict().items() if v is not None and k not in ("out", "progress", "resume")}
+
+
+def test_a_study_in_a_log_follows_its_run_from_the_run_directory(capsys):
+    from scaletrain.study.cli import _follow
+
+    waiting = _follow(Console(highlight=False), "point 2/3  nproc=2", ROOT / "tests" / "data" / "run-a",
+                      "points/nproc2/r0.log")
+    waiting()  # the first poll: a line at once (then at console/pace.py's pace)
+    assert capsys.readouterr().out == "point 2/3  nproc=2: epoch 2/2  step 12/12  100.0%  393 samples/s\n"
 
 
 def test_error_line_prefers_the_summary_then_the_log():
@@ -235,6 +264,10 @@ def test_a_one_point_study_trains_records_and_reports(tmp_path):
     run = json.loads((out / "points" / "nproc1" / "r0" / "summary.json").read_text())
     assert run["status"] == "completed" and run["model"] == "mlp" and run["world_size"] == 1
     assert "nproc = [1]" in (out / "study.toml").read_text() and (out / "points" / "nproc1" / "r0.log").is_file()
+    # output that is not a terminal (a log): the study says each run started, the run's log has its steps
+    assert "point 1/1  nproc=1 workers=0 " in proc.stdout and ": running, no step yet  (log: points/nproc1/r0.log)\n" \
+        in proc.stdout
+    assert "epoch 1/1  step 1/" in (out / "points" / "nproc1" / "r0.log").read_text()
     if HAS_REPORT:
         assert (out / "report.html").is_file() and f"report: {out / 'report.html'}" in proc.stdout
     assert f"study.json: {out / 'study.json'}" in proc.stdout

@@ -31,7 +31,7 @@ def test_axis_values_take_the_field_type():
     ("workers", "0,x", ["--workers 0,x", "'x' is not an integer"]),
     ("nproc", "1,,2", ["--nproc", "empty value"]),
     ("workers", "0,-1", ["--workers", "0 or more"]),
-    ("precision", "fp32,fp64", ["--precision", "fp64"]),
+    ("precision", "fp32,fp8", ["--precision", "fp8"]),
     ("batch_size", "64,64", ["batch_size lists 64 twice"]),
 ])
 def test_bad_axis_values_are_one_clear_line(name, text, needles):
@@ -120,6 +120,38 @@ def test_each_point_is_validated_before_anything_runs():
         points(spec)
     with pytest.raises(UserError, match="'lr' must be a float"):
         points(resolve_spec(None, {}, {"lr": "fast"}, None))
+
+
+def test_every_point_gets_the_same_threads_per_rank():
+    # by default a CPU rank takes cores / its point's processes: the 1-process baseline would run 2 threads
+    # and the 2-process point 1 each, and the speedup would count the threads as well as the processes
+    from scaletrain.study.grid import Threads, fair_threads
+
+    spec = resolve_spec(None, {"nproc": [1, 2]}, {"model": "mlp"}, None)
+    fair, threads = fair_threads(spec, cores=2)
+    assert [p.config.threads for p in points(fair)] == [1, 1]
+    assert threads == Threads(threads=1, source="cores", cores=2, processes=2)
+    assert [p.config.threads for p in points(fair_threads(spec, cores=7)[0])] == [3, 3]  # 7 cores / 2, whole
+    assert [p.config.threads for p in points(fair_threads(spec, cores=1)[0])] == [1, 1]  # never below 1
+    assert "threads" not in spec.train  # the spec given is left as it was
+
+
+def test_threads_the_user_or_the_study_set_are_kept():
+    from scaletrain.study.grid import fair_threads
+
+    given = resolve_spec(None, {"nproc": [1, 2]}, {"threads": 2}, None)
+    fair, threads = fair_threads(given, cores=16)
+    assert [p.config.threads for p in points(fair)] == [2, 2] and threads.source == "given"
+    # resumed: the threads study.toml records, whatever this machine's cores (older studies: none, as then)
+    spec = resolve_spec(None, {"nproc": [1, 2]}, {}, None)
+    recorded = resolve_spec(None, {"nproc": [1, 2]}, {"threads": 4}, None)
+    fair, threads = fair_threads(spec, cores=2, recorded=recorded)
+    assert fair.train["threads"] == 4 and threads.source == "recorded"
+    fair, threads = fair_threads(spec, cores=2, recorded=spec)
+    assert "threads" not in fair.train and threads.threads is None and threads.source == "recorded"
+    # on SLURM the cores are the node's: left to each job (slurm/study_jobs.py), by the same rule
+    fair, threads = fair_threads(spec, cores=None)
+    assert "threads" not in fair.train and threads.threads is None and threads.processes == 2
 
 
 def test_point_ids_are_file_name_safe_and_distinct():

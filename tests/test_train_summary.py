@@ -39,5 +39,19 @@ def test_a_failed_run_with_a_checkpoint_is_resumable_and_one_without_epochs_says
 def test_placement_says_how_a_cpu_run_sat_on_its_machine():
     where = summary.placement(torch.device("cpu"), RankInfo(1, 1, 4, 2))
     assert where == {"device": "cpu", "local_world_size": 2, "threads_per_rank": torch.get_num_threads(),
-                     "cpu_cores": machine_cores(), **settle()}
+                     "cpu_cores": machine_cores(), "testbed": False, **settle()}
     assert where["malloc"] == "glibc, thresholds fixed"  # and the allocator it ran under (dist/allocator.py)
+
+
+def test_exchange_names_the_gradients_and_which_communication_levers_apply():
+    from types import SimpleNamespace
+
+    from scaletrain.comm.registry import STRATEGIES, strategy_class
+
+    model = torch.nn.Linear(10, 2)  # 22 fp32 parameters
+    model.bias.requires_grad_(False)  # a frozen parameter has no gradient to send
+    facts = {name: summary.exchange(SimpleNamespace(gradient_buckets=strategy_class(name).gradient_buckets,
+                                                    cfg=SimpleNamespace(strategy=name)), model) for name in STRATEGIES}
+    assert {f["gradient_bytes"] for f in facts.values()} == {20 * 4}
+    assert {n for n, f in facts.items() if f["gradient_buckets"]} == {"allreduce", "ring"}  # DDP's buckets
+    assert {n for n, f in facts.items() if f["compressible"]} == {"allreduce", "ps-sync", "ps-async"}

@@ -14,6 +14,7 @@ from scaletrain.config import TrainConfig, resolve_train_config
 from scaletrain.config.flags import OneLineParser, add_train_args
 from scaletrain.errors import UserError
 from scaletrain.dist.allocator import settle as settle_allocator
+from scaletrain.dist.launch.spawned import refuse_in_spawned_import
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -83,6 +84,7 @@ def train_config(args: argparse.Namespace) -> TrainConfig:
 
 
 def main(argv: list[str] | None = None) -> int:
+    refuse_in_spawned_import("scaletrain.cli.main()")  # a script's unguarded call, run again by a worker
     args = parse_args(argv)
     settle_allocator()  # before anything is timed or allocated for training (dist/allocator.py)
     try:
@@ -145,17 +147,16 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _make_imagefolder(args: argparse.Namespace) -> int:
-    from rich.progress import Progress
-
+    from scaletrain.console.phase import phase
     from scaletrain.data import write_imagefolder
+    from scaletrain.data.make_imagefolder import check_request
 
-    if args.copies < 1 or args.image_size < 8 or not 1 <= args.quality <= 100:
-        raise UserError("--copies must be >= 1, --image-size >= 8 and --quality in 1..100")
-    with Progress(transient=True) as bar:
-        task = bar.add_task("writing JPEGs", total=None)
+    check_request(source=args.source, out=args.out, image_size=args.image_size, copies=args.copies, seed=args.seed,
+                  quality=args.quality)  # before the progress bar: a refusal is its line alone
+    with phase(f"writing JPEGs to {args.out}") as update:
         result = write_imagefolder(source=args.source, out=args.out, image_size=args.image_size,
                                    copies=args.copies, seed=args.seed, quality=args.quality,
-                                   progress=lambda done, total: bar.update(task, completed=done, total=total))
+                                   progress=lambda done, total: update("", done, total))
     print(f"wrote {result['train']} training and {result['val']} validation images of {result['classes']} "
           f"classes to {result['path']}\ntrain on it with:  scaletrain train --dataset imagefolder:{result['path']} "
           f"--image-size {args.image_size}")

@@ -18,6 +18,8 @@ from scaletrain.dist.rank import RankInfo
 class AllReduce(Strategy):
     """Every rank holds the whole model; gradients are averaged bucket by bucket during backward."""
 
+    gradient_buckets = True
+
     def __init__(self, cfg: TrainConfig, rank: RankInfo, device: torch.device, backend: str) -> None:
         super().__init__(cfg, rank, device, backend)
         self.ddp: DDP | None = None

@@ -35,6 +35,15 @@ def parse_compress(spec: str | None) -> tuple[str, float | int | None] | None:
     return name, value
 
 
+def compressible(strategy: str) -> bool:
+    """Whether --compress can go with the strategy (check's rules), as the diagnosis's lever needs it."""
+    try:
+        check(strategy, "bf16")
+    except UserError:
+        return False
+    return True
+
+
 def check(strategy: str, compress: str | None) -> None:
     """Validate the pair at config time: one clear line for what cannot work."""
     if strategy not in STRATEGIES:

@@ -57,6 +57,7 @@ class Strategy:
     lockstep = True  # every rank takes step n together: the loop may agree on something at any step
     agent_per_rank = False  # start one elastic agent per rank on one node (see dist/launch/isolated.py)
     optimizer_state_keys = "positions"  # how checkpoints key optimizer state: by parameter "positions" or "names"
+    gradient_buckets = False  # DDP's buckets carry the gradients: --bucket-cap-mb applies (the diagnosis asks)
 
     def __init__(self, cfg: TrainConfig, rank: RankInfo, device: torch.device, backend: str) -> None:
         self.cfg = cfg

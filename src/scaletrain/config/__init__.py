@@ -1,12 +1,13 @@
 """The training configuration: typed sections (sections.py) composed into the flat `TrainConfig`
-(train.py), its sub-specs (specs.py), files and overrides (io.py), and the flags made from it (flags.py)."""
+(train.py), its sub-specs (specs.py), the settings that apply only with another (applies.py), files and overrides
+(io.py), and the flags made from it (flags.py)."""
 
-from scaletrain.config.io import (ALIASES, INVOCATION_ONLY, build_config, config_from_dict, field_names, load_toml,
-                                  read_toml, resolve_train_config, save_toml)
+from scaletrain.config.io import (ALIASES, INVOCATION_ONLY, build_config, check_setting, config_from_dict, field_names,
+                                  load_toml, read_toml, resolve_train_config, save_toml)
 from scaletrain.config.sections import OPTIMIZERS, PRECISIONS, SCHEDULES, SECTIONS
 from scaletrain.config.specs import Injection, parse_inject, torch_profile_window
 from scaletrain.config.train import TrainConfig, config_fields
 
 __all__ = ["ALIASES", "INVOCATION_ONLY", "OPTIMIZERS", "PRECISIONS", "SCHEDULES", "SECTIONS", "Injection",
-           "TrainConfig", "build_config", "config_fields", "config_from_dict", "field_names", "load_toml",
+           "TrainConfig", "build_config", "check_setting", "config_fields", "config_from_dict", "field_names", "load_toml",
            "parse_inject", "read_toml", "save_toml", "torch_profile_window"]

@@ -9,9 +9,12 @@ import inspect
 import textwrap
 from dataclasses import fields
 
+from scaletrain.comm.spec import STRATEGIES
 from scaletrain.config.sections import SECTIONS
 
 _TYPES = {"int": int, "float": float, "str": str}
+LISTED = {"strategy": STRATEGIES}
+"""Settings whose values a registry holds: their --help lists the values from it (comm/registry.py)."""
 
 
 def _number_or_word(text: str) -> float | str:
@@ -46,6 +49,11 @@ def field_help() -> dict[str, str]:
     return helps
 
 
+def listed(name: str) -> str:
+    """` One of: a, b, c.` for a setting in LISTED, else nothing."""
+    return f" One of: {', '.join(LISTED[name])}." if name in LISTED else ""
+
+
 def add_train_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", help="TOML file of settings (keys as below, - or _); flags override it")
     add_config_flags(p)
@@ -63,19 +71,20 @@ def add_config_flags(p: argparse.ArgumentParser, lists: tuple[str, ...] = (), sk
 
 def _add_flag(p, f, helps: dict[str, str], is_list: bool) -> None:
     flag = "--" + f.name.replace("_", "-")
+    text = helps.get(f.name, "") + listed(f.name)
     kind = str(f.type).split("|")[0].strip()
     # SUPPRESS: only flags actually given override the config file
     if is_list:
         p.add_argument(flag, default=argparse.SUPPRESS, metavar="V[,V...]",
-                       help=f"axis: comma list of values. {helps.get(f.name, '')} (default: {f.default})")
+                       help=f"axis: comma list of values. {text} (default: {f.default})")
     elif kind == "bool":
         p.add_argument(flag, action=argparse.BooleanOptionalAction, default=argparse.SUPPRESS,
-                       help=helps.get(f.name))
+                       help=text)
     else:
         kind_type = _nproc if f.name == "nproc" else _number_or_word if "str" in str(f.type) else _TYPES[kind]
         p.add_argument(flag, type=kind_type, default=argparse.SUPPRESS,
                        metavar=f.name.upper(),
-                       help=f"{helps.get(f.name, '')} (default: {f.default})")
+                       help=f"{text} (default: {f.default})")
 
 
 class OneLineParser(argparse.ArgumentParser):

@@ -7,6 +7,7 @@ import dataclasses
 from dataclasses import Field, dataclass, fields
 from typing import Any
 
+from scaletrain.config import applies
 from scaletrain.config.sections import (SECTIONS, DataConfig, FaultsConfig, LaunchConfig, ModelConfig, OptimConfig,
                                         ProfileConfig, StrategyConfig)
 from scaletrain.config.specs import Injection
@@ -77,6 +78,7 @@ class _Sections:
 
     def _check_across(self) -> None:
         """What one section cannot check alone."""
+        applies.check({f.name: getattr(self, f.name) for f in config_fields()})  # a setting set to no effect
         if self.strategy.startswith("ps-"):
             if self.precision == "fp16":
                 raise UserError(f"--precision fp16 is not supported with --strategy {self.strategy} (the "
@@ -104,7 +106,10 @@ class _Sections:
                                 "name one of them")
         if self.strategy == "pipeline":
             stages = self.stages or world
-            if stages < 2 or world % stages:
+            if world < 2:
+                raise UserError(f"--strategy pipeline needs at least 2 processes, one per stage (got --nproc x --nnodes "
+                                f"= {world}): give --nproc 2 or more, or --nproc KxR (K stages x R replicas)")
+            if world % stages:
                 raise UserError(f"--strategy pipeline with --stages {stages} needs a multiple of {stages} processes "
                                 f"(got --nproc x --nnodes = {world}): one process per stage and replica")
         from scaletrain.comm.registry import strategy_class

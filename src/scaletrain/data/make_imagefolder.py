@@ -15,7 +15,18 @@ from scaletrain.data.digits import DIGITS_CLASSES, DIGITS_MAX, load_digits_split
 from scaletrain.errors import UserError
 
 SOURCES = ("digits",)
+JPEG_MAX_SIDE = 65535  # the format's 16-bit dimensions
 _MAX_ROTATION_DEG = 8.0  # digits stay legible (a 6 does not become a 9) under small rotations
+
+
+def _check_image_fits(image_size: int) -> None:
+    """One image in memory: the digit resized, its shifted copy and the encoder's rows (8-bit grayscale each)."""
+    from scaletrain.perf.footprint import available_bytes, human
+
+    need, available = 3 * image_size ** 2, available_bytes("cpu")
+    if available is not None and need > available:
+        raise UserError(f"--image-size {image_size} needs {human(need)} of memory per image, and "
+                        f"{human(available)} is available: use a smaller --image-size")
 
 
 def _check_out(out: Path) -> None:
@@ -53,19 +64,32 @@ def _jitter(img: Image.Image, rng: np.random.Generator, max_shift: float) -> Ima
     return img.rotate(angle, resample=Image.Resampling.BILINEAR, translate=(dx, dy), fillcolor=0)
 
 
-def write_imagefolder(*, source: str, out: str | Path, image_size: int = 64, copies: int = 1, seed: int = 0,
-                      quality: int = 90, progress: Callable[[int, int], None] | None = None) -> dict:
-    """Write source's train/val split as out/{train,val}/<class>/<idx>_<copy>.jpg; return the counts."""
+def check_request(*, source: str, out: str | Path, image_size: int, copies: int, seed: int, quality: int) -> Path:
+    """Every check of a make-imagefolder request, before anything is written (or a progress bar shown): the
+    folder to create."""
     if source not in SOURCES:
         raise UserError(f"unknown source '{source}' for make-imagefolder: use one of {', '.join(SOURCES)}")
     if int(image_size) < 8:
         raise UserError(f"--image-size {image_size} is too small: use 8 or more")
+    if int(image_size) > JPEG_MAX_SIDE:
+        raise UserError(f"--image-size {image_size} is more than a JPEG can hold ({JPEG_MAX_SIDE} pixels a side): "
+                        "use a smaller one")
+    _check_image_fits(int(image_size))
     if int(copies) < 1:
         raise UserError(f"--copies {copies} must be at least 1")
     if not 1 <= int(quality) <= 100:
         raise UserError(f"--quality {quality} must be between 1 and 100")
+    if not 0 <= int(seed) < 2 ** 32:
+        raise UserError(f"--seed must be in 0..{2 ** 32 - 1} (got {seed})")
     out = Path(out).expanduser()
     _check_out(out)
+    return out
+
+
+def write_imagefolder(*, source: str, out: str | Path, image_size: int = 64, copies: int = 1, seed: int = 0,
+                      quality: int = 90, progress: Callable[[int, int], None] | None = None) -> dict:
+    """Write source's train/val split as out/{train,val}/<class>/<idx>_<copy>.jpg; return the counts."""
+    out = check_request(source=source, out=out, image_size=image_size, copies=copies, seed=seed, quality=quality)
 
     train, val = load_digits_split()
     total = len(train.labels) * copies + len(val.labels)

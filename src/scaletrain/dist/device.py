@@ -39,11 +39,18 @@ def check_device_request(requested: str, nproc: int, precision: str) -> str:
 CORES_ENV = "SCALETRAIN_CORES"
 
 
+def testbed_cores(env: dict[str, str] | None = None) -> int | None:
+    """The cores a testbed host gives its processes ($SCALETRAIN_CORES), or None off the testbed."""
+    env = os.environ if env is None else env
+    text = env.get(CORES_ENV, "").strip()
+    return int(text) if text.isdigit() and int(text) > 0 else None
+
+
 def machine_cores(env: dict[str, str] | None = None) -> int:
     """Cores this node's ranks share: $SCALETRAIN_CORES when a testbed host sets it, else the affinity mask."""
-    env = os.environ if env is None else env
-    if env.get(CORES_ENV, "").strip().isdigit() and int(env[CORES_ENV]) > 0:
-        return int(env[CORES_ENV])
+    cores = testbed_cores(env)
+    if cores is not None:
+        return cores
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 

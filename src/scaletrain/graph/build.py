@@ -14,6 +14,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from scaletrain.errors import UserError
 from scaletrain.perf.blocks import Block
+from scaletrain.perf.footprint import out_of_memory
 from scaletrain.perf.flops import probe_input
 from scaletrain.perf.graph import LayerGraph, Node, Untraceable, layer_graph
 
@@ -49,6 +50,9 @@ def trace(model: nn.Module, input_shape: tuple[int, ...], batch_size: int, label
         raise
     except Exception as e:  # the forward itself fails on a batch of this shape
         first = str(e).splitlines()[0] if str(e) else ""
+        if out_of_memory(e):
+            raise UserError(f"tracing {label} on a batch of {shape} ran out of memory here ({first}): lower "
+                            "--batch-size or --image-size") from None
         raise UserError(f"the forward of {label} fails on a batch of {shape} ({type(e).__name__}: {first}): "
                         "fix the model, or its --image-size / --in-channels") from None
 

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from rich.console import Console
-
+from scaletrain.console.width import output_console
 from scaletrain.errors import UserError
 from scaletrain.report import build, compare, tables
 from scaletrain.report.load import Run, kind_of, load, overview
@@ -19,7 +18,7 @@ def add_report_args(p: argparse.ArgumentParser) -> None:
 
 
 def run_report(args: argparse.Namespace) -> int:
-    console = Console()
+    console = output_console()
     target = load(args.dir)
     check_report_dir(target.root, build.REPORT, build.PLOTS)  # before any table is printed
     if isinstance(target, Run):
@@ -64,7 +63,7 @@ def run_compare(args: argparse.Namespace) -> int:
         settings = (compare.study_settings(a.points, a.spec), compare.study_settings(b.points, b.spec))
         cmp = compare.compare_studies(a.points, b.points, axes, settings)
         grid = tables.compare_studies(cmp)
-    console = Console()
+    console = output_console()
     console.print(tables.rich_table(tables.compare_config(cmp)))  # what was asked differently, then what differs
     console.print(tables.rich_table(grid))
     console.print(cmp["verdict"], soft_wrap=True, highlight=False)

@@ -7,6 +7,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from scaletrain.console.width import output_console
 from scaletrain.report import fmt
 
 CAPTION = ("auto: the optimal split; uniform: equal block counts; params: balanced parameter counts "
@@ -56,7 +57,7 @@ def comparison_table(report: dict[str, Any]) -> Table:
 
 
 def print_split(report: dict[str, Any], console: Console | None = None) -> None:
-    console = console or Console(highlight=False)
+    console = console or output_console(highlight=False)
     console.print(stage_table(report))
     console.print(comparison_table(report))
     for note in report.get("notes", []):

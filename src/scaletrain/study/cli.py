@@ -6,15 +6,16 @@ import argparse
 import shutil
 import sys
 import time
-from typing import Any
+from pathlib import Path
+from typing import Any, Callable
 
 from scaletrain.config import config_fields
 from scaletrain.errors import UserError
-from scaletrain.study.grid import (AXES, STUDY_OWNED, StudySpec, load_spec_file, parse_axis, points, resolve_spec,
-                                   validate_points)
+from scaletrain.study.grid import (AXES, STUDY_OWNED, StudySpec, Threads, fair_threads, load_spec_file, parse_axis,
+                                   points, resolve_spec, validate_points)
 from scaletrain.study.results import failed_points, study_entries
 from scaletrain.dist.env import child_env
-from scaletrain.study.runner import (StudyDir, check_study_dir, initial_record, run_point, run_state,
+from scaletrain.study.runner import (StudyDir, check_study_dir, initial_record, recorded_spec, run_point, run_state,
                                      terminate_as_interrupt, write_results, write_spec)
 
 EXAMPLE = ("example: scaletrain study --nproc 1,2 --workers 0,2 --model resnet20 --dataset digits "
@@ -40,6 +41,9 @@ def add_study_args(p: argparse.ArgumentParser) -> None:
 
 def spec_from_args(args: argparse.Namespace) -> StudySpec:
     """The study file (if any) < flags: comma lists for the axes, single values for the other train settings."""
+    if getattr(args, "calibration", None) and not getattr(args, "predict", False):
+        raise UserError("--calibration applies only with --predict (the calibration the prediction uses): add "
+                        "--predict, or drop --calibration")
     file_spec = load_spec_file(args.config) if args.config else None
     given = vars(args)
     axes = {name: parse_axis(name, given[name]) for name in AXES if name in given}
@@ -48,37 +52,42 @@ def spec_from_args(args: argparse.Namespace) -> StudySpec:
     return resolve_spec(file_spec, axes, train, args.repeats)
 
 
-def run_study(args: argparse.Namespace) -> int:
-    from rich.console import Console
-
+def run_study(args: argparse.Namespace, spec: StudySpec | None = None) -> int:
+    """`spec`: the grid already made from settings (scaletrain.api); else from the flags in `args`."""
+    from scaletrain.console.width import output_console
+    from scaletrain.dist.device import machine_cores
     from scaletrain.dist.launch.preflight import validate
+    from scaletrain.study.view import threads_line
 
-    spec = spec_from_args(args)
-    grid = points(spec)  # every point's config is checked here, before anything is launched
+    spec = spec if spec is not None else spec_from_args(args)
     study = StudyDir(args.out)
+    # one --threads for every point unless given (or recorded): the speedups then compare processes alone
+    spec, threads = fair_threads(spec, machine_cores(), recorded_spec(study))
+    grid = points(spec)  # every point's config is checked here, before anything is launched
     resuming = check_study_dir(study, spec)
     # and every point still to run against its model, data and launch shape: a bad point found after
     # hours of good ones is a wasted night (nothing is written by this)
     validate_points([p for p in grid if any(run_state(study.run(p.id, k)) != "completed"
                                             for k in range(spec.repeats))], validate)
-    console = Console(highlight=False)
-    if not console.is_terminal:  # a log file or pipe: keep the table's columns whole instead of 80 wide
-        console = Console(highlight=False, width=160)
+    console = output_console(highlight=False)
     if args.dry_run:
-        return _dry_run(console, study, spec, grid)
+        return _dry_run(console, study, spec, grid, threads)
+    # --predict reads its calibration (and may refuse it) before the study writes anything
+    prediction = _predict(spec, args) if getattr(args, "predict", False) else None
     write_spec(study, spec)
-    if getattr(args, "predict", False):
-        _predict(console, study, spec, args)
+    if prediction is not None:
+        _write_prediction(console, study, prediction)
     runs = {p.id: [initial_record(study, p.id, k) for k in range(spec.repeats)] for p in grid}
     write_results(study, study_entries(grid, runs))
     total = len(grid) * spec.repeats
     done = sum(r["status"] == "completed" for rs in runs.values() for r in rs)
     console.print(f"study {study.root}: {_size(len(grid), spec.repeats)}"
                   + (f", {done} already done (resuming)" if resuming else ""))
+    console.print(threads_line(threads))
     try:
         with terminate_as_interrupt():
             _run_all(console, study, spec, grid, runs)
-            code = _finish(console, study, spec, grid, runs)
+            code = _finish(console, study, spec, grid, runs, threads)
             if getattr(args, "predict", False):
                 _validate(console, study)
             return code
@@ -119,22 +128,43 @@ def _run_all(console, study: StudyDir, spec: StudySpec, grid: list, runs: dict[s
                                   "and starting it again")
                     shutil.rmtree(run)
                 repeat = f"  repeat {k + 1}/{spec.repeats}" if spec.repeats > 1 else ""
-                current = progress.add_task(f"point {i}/{len(grid)}  {axes_text(point.axes)}{repeat}", total=None,
-                                            count="")
+                what = f"point {i}/{len(grid)}  {axes_text(point.axes)}{repeat}"
+                current = progress.add_task(what, total=None, count="")
                 start = time.monotonic()
-                record = run_point(study, point, k, env)
+                log = study.relative(study.log(point.id, k))
+                waiting = None if console.is_terminal else _follow(console, what, run, log)  # a log: lines
+                record = run_point(study, point, k, env, waiting)
                 progress.remove_task(current)
                 runs[point.id][k] = record
                 write_results(study, study_entries(grid, runs))
                 passed += 1
                 progress.update(overall, completed=passed, count=f"{passed}/{total} runs")
-                console.print(run_line(point.id, k, spec.repeats, record, time.monotonic() - start,
-                                       study.relative(study.log(point.id, k))))
+                console.print(run_line(point.id, k, spec.repeats, record, time.monotonic() - start, log))
 
 
-def _finish(console, study: StudyDir, spec: StudySpec, grid: list, runs: dict[str, list[dict[str, Any]]]) -> int:
+def _follow(console, what: str, run: Path, log: str) -> Callable[[], None]:
+    """A study in a log (no bar to see): the run's progress, read from its run directory as `scaletrain watch`
+    reads it, as a line when it starts and then at console/pace.py's pace while it goes."""
+    from scaletrain.console.pace import Pace
+    from scaletrain.rundir import RunDir
+    from scaletrain.study.view import running_line
+    from scaletrain.watch.reader import RunReader
+
+    reader, pace, polls = RunReader(RunDir(run)), Pace(), 0
+
+    def waiting() -> None:
+        nonlocal polls
+        polls += 1
+        if pace.due(polls):
+            console.print(running_line(what, reader.snapshot(), log), markup=False, soft_wrap=True)
+
+    return waiting
+
+
+def _finish(console, study: StudyDir, spec: StudySpec, grid: list, runs: dict[str, list[dict[str, Any]]],
+            threads: Threads) -> int:
     from scaletrain.report import write_study_report
-    from scaletrain.study.view import flag_lines, results_table
+    from scaletrain.study.view import flag_lines, results_table, threads_line
 
     entries = study_entries(grid, runs)
     write_results(study, entries)
@@ -142,6 +172,7 @@ def _finish(console, study: StudyDir, spec: StudySpec, grid: list, runs: dict[st
     shown = [a for a, values in spec.axes.items() if a == "nproc" or len(values) > 1]
     fixed = ", ".join(f"{a}={values[0]}" for a, values in spec.axes.items() if a not in shown)
     console.print(results_table(entries, shown, f"study {study.root}", fixed or None))
+    console.print(threads_line(threads))
     for line in flag_lines(entries):
         console.print(line)
     console.print(f"study.json: {study.results}")
@@ -158,16 +189,23 @@ def _finish(console, study: StudyDir, spec: StudySpec, grid: list, runs: dict[st
     return 0
 
 
-def _predict(console, study: StudyDir, spec: StudySpec, args: argparse.Namespace) -> None:
+def _predict(spec: StudySpec, args: argparse.Namespace) -> dict[str, Any]:
     """--predict: the study's points predicted before anything runs (the same axes and settings)."""
+    from scaletrain.console.phase import phase
     from scaletrain.predict.cli import load_basis, network_from, speed_probe
-    from scaletrain.predict.report import write_prediction_report
     from scaletrain.predict.scaling import predict_grid
-    from scaletrain.rundir import write_json_atomic
 
     args.hardware, args.network, args.link, args.latency = None, None, None, None
     cal, hw, basis = load_basis(args)
-    prediction = predict_grid(spec, cal, network_from(args, cal, hw), hw, basis, probe=speed_probe(cal, hw, "off"))
+    with phase("predict: tracing the model and pricing each point", eta=False) as update:
+        return predict_grid(spec, cal, network_from(args, cal, hw), hw, basis, probe=speed_probe(cal, hw, "off"),
+                            progress=update)
+
+
+def _write_prediction(console, study: StudyDir, prediction: dict[str, Any]) -> None:
+    from scaletrain.predict.report import write_prediction_report
+    from scaletrain.rundir import write_json_atomic
+
     out = study.root / "prediction"
     out.mkdir(parents=True, exist_ok=True)
     write_json_atomic(out / "prediction.json", prediction)
@@ -196,13 +234,14 @@ def _size(n_points: int, repeats: int) -> str:
     return f"{plural(n_points, 'point')} x {plural(repeats, 'repeat')} = {plural(n_points * repeats, 'run')}"
 
 
-def _dry_run(console, study: StudyDir, spec: StudySpec, grid: list) -> int:
-    from scaletrain.study.view import plan_table
+def _dry_run(console, study: StudyDir, spec: StudySpec, grid: list, threads: Threads) -> int:
+    from scaletrain.study.view import plan_table, threads_line
 
     states = {p.id: [run_state(study.run(p.id, k)) for k in range(spec.repeats)] for p in grid}
     done = sum(s == "completed" for ss in states.values() for s in ss)
     total = len(grid) * spec.repeats
     console.print(plan_table(grid, states, spec.repeats, f"study {study.root} (dry run)"))
+    console.print(threads_line(threads))
     console.print(f"{_size(len(grid), spec.repeats)}: {done} done, {total - done} to run; nothing launched")
     return 0
 

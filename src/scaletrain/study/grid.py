@@ -8,13 +8,14 @@ import itertools
 import json
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import tomli_w
 
-from scaletrain.config import ALIASES, TrainConfig, build_config, config_fields, field_names, read_toml
+from scaletrain.config import (ALIASES, TrainConfig, applies, build_config, check_setting, config_fields, field_names,
+                               read_toml)
 from scaletrain.errors import UserError
 
 AXES = ("nproc", "workers", "batch_size", "precision", "dataset", "model", "strategy", "compress", "ps_servers",
@@ -104,7 +105,7 @@ def check_axis_values(name: str, values: list[Any], where: str) -> None:
                         f"write e.g. {_example(name)} (study axes: {', '.join(AXES)})")
     for value in values:
         try:
-            build_config({}, {name: value})
+            check_setting(name, value)
         except UserError as e:
             raise UserError(f"{where}: {e}") from None
     seen = [v for i, v in enumerate(values) if v in values[:i]]
@@ -189,6 +190,41 @@ def resolve_spec(file_spec: dict[str, Any] | None, axes: dict[str, list[Any]], t
                      repeats=repeats)
 
 
+@dataclass(frozen=True)
+class Threads:
+    """The intra-op threads per rank every point of a study runs, and where the number comes from.
+
+    source: `given` (--threads or [train]), `recorded` (a resumed study's study.toml), `cores` (cores / the
+    grid's largest processes per node) or `node` (None here: each SLURM job works it out on its node)."""
+
+    threads: int | None
+    source: str
+    cores: int | None
+    processes: int
+    """The grid's largest processes per node (its largest nproc)."""
+
+
+def fair_threads(spec: StudySpec, cores: int | None, recorded: StudySpec | None = None) -> tuple[StudySpec, Threads]:
+    """The spec with one --threads for every point, unless the user set it: left alone, the trainer gives a CPU
+    rank cores / its own point's processes, so a 1-process baseline gets more threads per rank than the
+    points it is compared with, and their speedup is not the processes' alone (docs/study.md).
+
+    `recorded`: the spec of the study being resumed, whose threads (or none, for a study begun before) stay;
+    `cores` None: the cores are known only where the runs start (SLURM), which applies the same rule there."""
+    largest = max(int(n) for n in spec.axes.get("nproc", [TrainConfig().nproc]))
+    if spec.train.get("threads") is not None:
+        return spec, Threads(spec.train["threads"], "given", cores, largest)
+    if recorded is not None and recorded.train.get("threads") is not None:
+        threads = recorded.train["threads"]
+        return replace(spec, train={**spec.train, "threads": threads}), Threads(threads, "recorded", cores, largest)
+    if cores is None:
+        return spec, Threads(None, "node", None, largest)
+    if recorded is not None:  # a study begun before studies fixed the threads: its points go on as they began
+        return spec, Threads(None, "recorded", cores, largest)
+    threads = max(1, cores // largest)
+    return replace(spec, train={**spec.train, "threads": threads}), Threads(threads, "cores", cores, largest)
+
+
 def _safe(text: str) -> str:
     """A file-name-safe form of a value; a hash keeps two values apart once characters were replaced."""
     safe = re.sub(r"[^A-Za-z0-9.]+", "_", text).strip("_")
@@ -209,19 +245,29 @@ def point_id(values: dict[str, Any], varying: list[str]) -> str:
 
 
 def points(spec: StudySpec) -> list[Point]:
-    """Every combination in grid order (nproc varies fastest, so a scaling series is contiguous), validated."""
+    """Every combination in grid order (nproc varies fastest, so a scaling series is contiguous), validated.
+
+    A setting that applies only with another (config/applies.py: `--stages` with `--strategy pipeline`) is
+    left out of the points that lack it, and refused when no point has it."""
     names = list(spec.axes)
     varying = [n for n in names if len(spec.axes[n]) > 1]
     result = []
+    unused: set[str] | None = None  # set, and left out of every point so far
     for combo in itertools.product(*(spec.axes[n] for n in reversed(names))):
         values = dict(zip(reversed(names), combo, strict=True))
         values = {n: values[n] for n in names}
         pid = point_id(values, varying)
+        dropped = set(applies.unmet({**spec.train, **values}))
+        unused = dropped if unused is None else unused & dropped
         try:
-            cfg = build_config(spec.train, values)
+            cfg = build_config({k: v for k, v in spec.train.items() if k not in dropped},
+                               {k: v for k, v in values.items() if k not in dropped})
         except UserError as e:
             raise UserError(f"{point_name(pid, values)}: {e}") from None
         result.append(Point(id=pid, axes=values, config=cfg))
+    if unused:
+        name = next(n for n in applies.NEEDS if n in unused)
+        raise UserError(applies.message(name, {**spec.train, **result[0].axes}, study=True))
     return result
 
 
@@ -273,5 +319,5 @@ def spec_toml(spec: StudySpec) -> str:
             f"repeats = {spec.repeats}\n\n[axes]\n{axes}\n" + tomli_w.dumps({"train": spec.train}))
 
 
-__all__ = ["AXES", "STUDY_OWNED", "PER_RUN", "StudySpec", "Point", "parse_axis", "load_spec_file", "resolve_spec",
+__all__ = ["AXES", "STUDY_OWNED", "PER_RUN", "StudySpec", "Point", "Threads", "fair_threads", "parse_axis", "load_spec_file", "resolve_spec",
            "points", "point_id", "point_name", "validate_points", "spec_difference", "spec_toml", "check_axis_values"]

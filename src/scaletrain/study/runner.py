@@ -9,18 +9,20 @@ import shlex
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator, Mapping
+import time
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 from scaletrain.config import TrainConfig
 from scaletrain.config.flags import as_flags
 from scaletrain.errors import UserError
-from scaletrain.rundir import replace_atomic, write_json_atomic
+from scaletrain.rundir import check_out, replace_atomic, write_json_atomic
 from scaletrain.study.grid import PER_RUN, Point, StudySpec, load_spec_file, resolve_spec, spec_difference, spec_toml
 
 """Variables that make `scaletrain train` join an outer launch instead of starting its own."""
 STOP_GRACE_S = 60.0
+POLL_S = 1.0  # how often a launch's `waiting` is called
 
 
 class StudyDir:
@@ -45,12 +47,10 @@ class StudyDir:
 def check_study_dir(study: StudyDir, spec: StudySpec) -> bool:
     """Refuse an --out that is a file, holds something else, or a study of another spec; True when resuming."""
     root = study.root
-    if root.exists() and not root.is_dir():
-        raise UserError(f"--out {root} is a file, not a directory: choose another --out")
-    if not root.exists() or not any(root.iterdir()):
+    if not check_out(root, "study"):
         return False
     if not study.spec.is_file():
-        raise UserError(f"--out {root} is not empty and holds no study (no study.toml): choose another --out")
+        raise UserError(f"--out {root} holds a study without its study.toml: choose another --out")
     try:
         old = resolve_spec(load_spec_file(study.spec), {}, {}, None)
         difference = spec_difference(old, spec)
@@ -61,6 +61,14 @@ def check_study_dir(study: StudyDir, spec: StudySpec) -> bool:
         raise UserError(f"--out {root} holds a study with a different spec ({difference}): rerun its own command "
                         f"(or --config {study.spec}) to resume it, or choose another --out")
     return True
+
+
+def recorded_spec(study: StudyDir) -> StudySpec | None:
+    """The spec study.toml in --out records, or None: a new study (or one check_study_dir refuses)."""
+    try:
+        return resolve_spec(load_spec_file(study.spec), {}, {}, None) if study.spec.is_file() else None
+    except UserError:
+        return None
 
 
 def write_spec(study: StudyDir, spec: StudySpec) -> None:
@@ -101,9 +109,9 @@ def initial_record(study: StudyDir, point_id: str, k: int) -> dict[str, Any]:
 
 
 def train_command(cfg: TrainConfig, run: Path) -> list[str]:
-    """`python -m scaletrain train` with every setting spelt out, so the run is exactly the config validated."""
-    cmd = [sys.executable, "-m", "scaletrain", "train", *as_flags(cfg.to_dict(), skip=PER_RUN)]
-    return [*cmd, "--out", str(run), "--no-progress"]
+    """`python -m scaletrain train` with every setting spelt out, so the run is exactly the config validated
+    (its progress: plain lines in its log, console/progress.py)."""
+    return [sys.executable, "-m", "scaletrain", "train", *as_flags(cfg.to_dict(), skip=PER_RUN), "--out", str(run)]
 
 
 def error_line(log_text: str, summary: dict[str, Any] | None, returncode: int) -> str:
@@ -120,8 +128,9 @@ def error_line(log_text: str, summary: dict[str, Any] | None, returncode: int) -
     return f"train exited with code {returncode}{tail}"
 
 
-def launch(cmd: list[str], log: Path, env: Mapping[str, str]) -> int:
-    """Run one training launch, its output into `log`; on Ctrl-C stop it cleanly, then re-raise."""
+def launch(cmd: list[str], log: Path, env: Mapping[str, str], waiting: Callable[[], None] | None = None) -> int:
+    """Run one training launch, its output into `log`; on Ctrl-C stop it cleanly, then re-raise. `waiting`:
+    called every POLL_S while it runs (the study's progress lines in a log)."""
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "w") as f:
         f.write("$ " + shlex.join(cmd) + "\n")
@@ -130,6 +139,9 @@ def launch(cmd: list[str], log: Path, env: Mapping[str, str]) -> int:
         proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 env=dict(env), start_new_session=True)
         try:
+            while waiting is not None and proc.poll() is None:
+                waiting()
+                time.sleep(POLL_S)
             return proc.wait()
         except KeyboardInterrupt:
             stop(proc)
@@ -165,11 +177,12 @@ def terminate_as_interrupt() -> Iterator[None]:
             signal.signal(s, handler)
 
 
-def run_point(study: StudyDir, point: Point, k: int, env: Mapping[str, str]) -> dict[str, Any]:
+def run_point(study: StudyDir, point: Point, k: int, env: Mapping[str, str],
+              waiting: Callable[[], None] | None = None) -> dict[str, Any]:
     """Launch one repeat of a point and return its record; a half-finished earlier attempt must be gone first."""
     run = study.run(point.id, k)
     log = study.log(point.id, k)
-    code = launch(train_command(point.config, run), log, env)
+    code = launch(train_command(point.config, run), log, env, waiting)
     summary = read_summary(run)
     if code == 0 and summary is not None and summary.get("status") == "completed":
         return {"dir": study.relative(run), "status": "completed", "summary": summary, "error": None}
@@ -177,6 +190,6 @@ def run_point(study: StudyDir, point: Point, k: int, env: Mapping[str, str]) -> 
             "error": error_line(log.read_text(errors="replace"), summary, code)}
 
 
-__all__ = ["StudyDir", "check_study_dir", "write_spec", "write_results", "read_summary", "run_state",
+__all__ = ["StudyDir", "check_study_dir", "recorded_spec", "write_spec", "write_results", "read_summary", "run_state",
            "initial_record", "train_command", "error_line", "launch", "stop",
            "terminate_as_interrupt", "run_point"]

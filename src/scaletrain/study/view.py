@@ -8,6 +8,8 @@ from rich import box
 from rich.markup import escape
 from rich.table import Table
 
+from scaletrain.report import fmt
+from scaletrain.study.grid import Threads
 from scaletrain.study.results import above_ideal, on_gpu, run_epoch_time, scaling_flags, threads_per_rank
 
 
@@ -38,9 +40,20 @@ def run_line(point_id: str, k: int, repeats: int, record: dict[str, Any], elapse
         return f"[red]✗[/] {label} failed after {elapsed_s:.0f} s: {record['error']}  (log: {log})"
     s = record["summary"]
     t = run_epoch_time(s)
-    rate = f", {s['samples_per_s']:,.0f} samples/s" if s.get("samples_per_s") else ""
+    rate = f", {fmt.rate(s['samples_per_s'], 'samples')}" if s.get("samples_per_s") is not None else ""
     top1 = f", top-1 {100 * s['top1']:.1f}%" if s.get("top1") is not None else ""
     return f"[green]✓[/] {label}: epoch {hms(t)} ({_secs(t)} s){rate}{top1}  [dim]({elapsed_s:.0f} s)[/]"
+
+
+def running_line(what: str, snap, log: str) -> str:
+    """`point 2/6  nproc=2: epoch 1/3  step 120/1200  10.0%  ETA 5 min 3 s  1,234 samples/s` while a run goes
+    (a study in a log; `snap`: watch/state.py's Snapshot of its run directory)."""
+    from scaletrain.watch.terminal import progress_line
+
+    if snap.progress is None:
+        return f"{what}: running, no step yet  (log: {log})"
+    rate = f"  {fmt.rate(snap.samples_per_s_recent, 'samples')}" if snap.samples_per_s_recent is not None else ""
+    return f"{what}: {progress_line(snap)}{rate}"
 
 
 def _ratio(x: float | None, suffix: str = "x") -> str:
@@ -56,6 +69,21 @@ def threads_text(entry: dict[str, Any]) -> str:
     """Threads per rank as shown: a number, "gpu" (no CPU threads to speak of) or "?" (not recorded)."""
     t = threads_per_rank(entry)
     return str(t) if t is not None else "gpu" if on_gpu(entry) else "?"
+
+
+def threads_line(t: Threads) -> str:
+    """`threads per rank: 1 (2 cores / 2 processes, the grid's largest; --threads to change)`: one for all points."""
+    if t.source == "given":
+        return f"threads per rank: {t.threads} (--threads), for every point"
+    if t.source == "recorded":
+        return (f"threads per rank: {t.threads} for every point, as this study's study.toml records" if t.threads
+                else "threads per rank: each point's own (cores / its processes): this study's study.toml sets "
+                     "none, as studies did before they fixed one")
+    if t.source == "node":
+        return (f"threads per rank: each node's cores / {t.processes} process{'es' * (t.processes != 1)}, the "
+                "grid's largest, worked out in each job on its node (--threads to change)")
+    return (f"threads per rank: {t.threads} ({t.cores} core{'s' * (t.cores != 1)} / {t.processes} "
+            f"process{'es' * (t.processes != 1)}, the grid's largest; --threads to change)")
 
 
 def results_table(entries: list[dict[str, Any]], axes: list[str], title: str, caption: str | None = None) -> Table:
@@ -76,7 +104,7 @@ def results_table(entries: list[dict[str, Any]], axes: list[str], title: str, ca
         t.add_column(col, justify="left" if col in ("status", "diagnosis") else "right", overflow="fold")
     for e in entries:
         status = {"completed": "[green]completed[/]", "failed": "[red]failed[/]"}.get(e["status"], e["status"])
-        rate = f"{e['samples_per_s']:,.0f}" if e.get("samples_per_s") else "-"
+        rate = fmt.number(e.get("samples_per_s"))
         efficiency = "-" if e.get("efficiency") is None else f"{100 * e['efficiency']:.0f}%"
         if above_ideal(e.get("efficiency")):
             efficiency = f"[red]{efficiency} ![/]"
@@ -108,4 +136,4 @@ def plan_table(points: list[Any], done: dict[str, list[str]], repeats: int, titl
     return t
 
 
-__all__ = ["hms", "axes_text", "run_label", "run_line", "threads_text", "results_table", "flag_lines", "plan_table"]
+__all__ = ["hms", "axes_text", "run_label", "run_line", "threads_text", "threads_line", "results_table", "flag_lines", "plan_table"]

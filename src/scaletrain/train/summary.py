@@ -15,7 +15,8 @@ import torch
 import scaletrain
 from scaletrain.analysis.throughput import steady_samples_per_s
 from scaletrain.config import TrainConfig
-from scaletrain.dist.device import machine_cores
+from scaletrain.comm.spec import compressible
+from scaletrain.dist.device import machine_cores, testbed_cores
 from scaletrain.dist.rank import RankInfo
 from scaletrain.dist.allocator import settle
 from scaletrain.rundir import RunDir, read_jsonl, write_json_atomic
@@ -28,7 +29,14 @@ def placement(device: torch.device, rank: RankInfo) -> dict[str, Any]:
     cpu = device.type == "cpu"
     return {"device": device.type, "local_world_size": rank.local_world_size,
             "threads_per_rank": torch.get_num_threads() if cpu else None,
-            "cpu_cores": machine_cores() if cpu else None, **settle()}
+            "cpu_cores": machine_cores() if cpu else None, "testbed": testbed_cores() is not None, **settle()}
+
+
+def exchange(strategy, model: torch.nn.Module) -> dict[str, Any]:
+    """What the diagnosis's communication levers rest on (docs/metrics.md): the bytes of one rank's gradients,
+    whether DDP's buckets carry them (--bucket-cap-mb applies) and whether --compress goes with the strategy."""
+    return {"gradient_bytes": sum(p.numel() * p.element_size() for p in model.parameters() if p.requires_grad),
+            "gradient_buckets": strategy.gradient_buckets, "compressible": compressible(strategy.cfg.strategy)}
 
 
 def run_summary(trainer, status: str, wall_time: float, digests: list[str], where: dict[str, Any]) -> dict[str, Any]:

@@ -10,15 +10,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from scaletrain.analysis import analyze_run
+from scaletrain.analysis import RUN_FACTS, analyze_run
 from scaletrain.analysis.throughput import warmup_steps
 
 POSITIONS = warmup_steps(1 << 30) + 1  # steps in an epoch that may be warm-up, then all the others together
 RECENT = 50  # steps of the primary rank behind the "recent" samples/s, step time and the ETA
 STALE_MIN_S = 120.0  # never call a run stalled sooner than this
 ENDED_AFTER_S = 1.0  # a step written this long after summary.json: the run was resumed and is running again
-# what the summary tells the analysis about where the run sat (docs/metrics.md, CPU use)
-PLACEMENT = ("device", "local_world_size", "threads_per_rank", "cpu_cores")
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,7 +99,7 @@ class Snapshot:
 
 def analysis_config(obs: Observed) -> dict[str, Any]:
     """config.toml, with where the run sat once the summary says it (the CPU checks need it)."""
-    placement = {k: obs.summary[k] for k in PLACEMENT if obs.summary and obs.summary.get(k) is not None}
+    placement = {k: obs.summary[k] for k in RUN_FACTS if obs.summary and obs.summary.get(k) is not None}
     return {**obs.config, **placement}
 
 

@@ -11,6 +11,7 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
+from scaletrain.report import fmt
 from scaletrain.watch.state import Snapshot, ago
 
 STYLES = {"running": "bold green", "completed": "bold blue", "waiting": "bold cyan", "stalled": "bold red",
@@ -64,9 +65,9 @@ def progress_line(s: Snapshot) -> str:
 
 
 def throughput_line(s: Snapshot) -> str:
-    recent = (f"{s.samples_per_s_recent:,.0f} recent (last {s.recent_steps} steps, {_ms(s.step_time_recent_s)} "
+    recent = (f"{fmt.number(s.samples_per_s_recent)} recent (last {s.recent_steps} steps, {_ms(s.step_time_recent_s)} "
               "per step)") if s.samples_per_s_recent is not None else "recent: not measured"
-    mean = (f"{s.samples_per_s_mean:,.0f} mean ({s.mean_source})" if s.samples_per_s_mean is not None
+    mean = (f"{fmt.number(s.samples_per_s_mean)} mean ({s.mean_source})" if s.samples_per_s_mean is not None
             else "mean: no steady-state step yet")
     return f"{recent}   {mean}"
 

@@ -23,6 +23,8 @@ def validate(cfg: TrainConfig) -> None:
     the data, the model, the batch against the data. Writes nothing; `study` runs it for every point."""
     cfg.check_launch()
     device_type = check_device_request(cfg.device, cfg.nproc, cfg.precision)
+    if cfg.sync_bn and device_type != "cuda":
+        raise UserError("--sync-bn needs CUDA (PyTorch's SyncBatchNorm has no CPU kernel): drop --sync-bn")
     if cfg.offload != "none" and device_type != "cuda":
         raise UserError(f"--offload {cfg.offload} needs a CUDA device: on the CPU the model already lives in host "
                         "memory, there is nowhere to offload to: drop --offload")
@@ -68,6 +70,9 @@ def validate(cfg: TrainConfig) -> None:
 
 def preflight(cfg: TrainConfig) -> RunDir:
     """Every check that can be made before a worker starts; writes nothing."""
+    check_address("--master-addr", cfg.master_addr)
+    if cfg.local_addr:
+        check_address("--local-addr", cfg.local_addr)
     validate(cfg)
     # the run directory is node 0's to check and create (other nodes of a shared file system join it)
     run = check_out_dir(cfg.out, cfg.resume) if cfg.node_rank == 0 else RunDir(Path(cfg.out))
@@ -93,6 +98,16 @@ def _note_world_change(ckpt: dict, cfg: TrainConfig) -> None:
           f"uses {now} (global batch {now * cfg.batch_size}): the LR schedule is re-planned for the new "
           "steps per epoch and the data order does not replay; --nproc "
           f"{before // cfg.nnodes if before % cfg.nnodes == 0 else before} continues it exactly", file=sys.stderr)
+
+
+def check_address(flag: str, addr: str) -> None:
+    """An address the nodes can use: an IP address, or a host name that resolves here (one line, not the
+    rendezvous's error after --timeout)."""
+    try:
+        socket.getaddrinfo(addr, None)
+    except (socket.gaierror, UnicodeError):
+        raise UserError(f"{flag} {addr} is neither an IP address nor a host name that resolves here: give the "
+                        "node's IP address (see `hostname -I` on it)") from None
 
 
 def free_port(addr: str) -> int:
