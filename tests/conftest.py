@@ -38,8 +38,8 @@ def weights(run_dir: Path) -> dict[str, torch.Tensor]:
 
 # Equivalence (2 ranks = 1 rank, a pipeline = the whole model, the ring = the engine's all-reduce) is proven in
 # float64 (`--precision fp64`), where it is exact: the two runs differ only in the order of their sums, ~1e-16
-# per operation, which 44 SGD steps grow to ~1e-13 (measured on LeNet-5, AVX2 and ATEN_CPU_CAPABILITY=default
-# alike; docs/perf.md). In float32 the same differences grow to ~1e-2 by amounts that depend on the CPU's
+# per operation, which 44 SGD steps grow to 5e-14 relative (LeNet-5, 2 ranks against 1, measured on AVX2;
+# docs/strategies.md). In float32 the same differences grew to 2e-2 here, by amounts that depend on the CPU's
 # kernels, so no float32 tolerance holds on every CPU. A real aggregation error is far above this tolerance: a
 # gradient off by one part in a million (test_train_ddp's control) moves the weights by ~1e-7.
 FP64 = ("--precision", "fp64")
@@ -52,6 +52,20 @@ def assert_same_weights(a: Path, b: Path, **tol: float) -> None:
     assert wa.keys() == wb.keys()
     for name in wa:
         torch.testing.assert_close(wb[name], wa[name], **(tol or EXACT), msg=name)
+
+
+def one_error_line(capsys, *needles: str, quiet: bool = False) -> str:
+    """What an in-process command printed on bad input: one `error:` line holding `needles`, no traceback (and,
+    with `quiet`, nothing on stdout)."""
+    captured = capsys.readouterr()
+    lines = [line for line in captured.err.splitlines() if line.strip()]
+    assert len(lines) == 1, captured.err
+    assert lines[0].startswith("error: ") and "Traceback" not in captured.err
+    for needle in needles:
+        assert needle in lines[0], lines[0]
+    if quiet:
+        assert not captured.out.strip(), captured.out
+    return lines[0]
 
 
 def assert_ok(proc: subprocess.CompletedProcess) -> None:

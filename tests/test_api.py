@@ -138,6 +138,7 @@ def test_a_run_that_fails_raises_the_launchers_line_with_its_directory(tmp_path)
     assert summary(out)["status"] == "failed" and summary(out)["error"] == str(e.value)
 
 
+@pytest.mark.slow  # a real prediction (15 s here); predict's own smoke tests are fast
 def test_predict_takes_lists_as_axes_and_returns_the_prediction(tmp_path):
     from scaletrain.predict import calibration
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 import multirank
-from conftest import summary
+from conftest import one_error_line, summary
 from scaletrain.cli import main
 from scaletrain.data import write_imagefolder
 
@@ -67,16 +67,6 @@ CASES = {
     "output dir is a file": (["--out", "{base}/a_file"], ["is a file", "--out"]),
     "resume without checkpoint": (["--resume", "--out", "{base}/never_ran"], ["no checkpoint", "--resume"]),
 }
-
-
-def one_error_line(capsys, *needles: str) -> str:
-    captured = capsys.readouterr()
-    lines = [line for line in captured.err.splitlines() if line.strip()]
-    assert len(lines) == 1, captured.err
-    assert lines[0].startswith("error: ") and "Traceback" not in captured.err
-    for needle in needles:
-        assert needle in lines[0], lines[0]
-    return lines[0]
 
 
 @pytest.mark.parametrize("argv, needle", [

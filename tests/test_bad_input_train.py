@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import one_error_line
 from scaletrain.cli import main
 from scaletrain.comm import registry
 from scaletrain.config import build_config
@@ -17,21 +18,10 @@ from scaletrain.config.sections import StrategyConfig
 from scaletrain.errors import UserError
 
 
-def one_error_line(capsys, *needles: str) -> str:
-    captured = capsys.readouterr()
-    lines = [line for line in captured.err.splitlines() if line.strip()]
-    assert len(lines) == 1, captured.err
-    assert lines[0].startswith("error: ") and "Traceback" not in captured.err
-    for needle in needles:
-        assert needle in lines[0], lines[0]
-    assert not captured.out.strip(), captured.out
-    return lines[0]
-
-
 def refused(capsys, tmp_path, argv: list[str], *needles: str) -> str:
     out = tmp_path / "out"
     assert main([*argv, "--out", str(out)]) == 2
-    line = one_error_line(capsys, *needles)
+    line = one_error_line(capsys, *needles, quiet=True)
     assert not out.exists()
     return line
 
@@ -143,7 +133,7 @@ def test_a_study_refuses_a_setting_no_point_uses(flags, needles, tmp_path, capsy
 ])
 def test_doctor_refuses_bad_flags_in_one_line_before_meeting(flags, needles, capsys):
     assert main(["doctor", *flags]) == 2
-    one_error_line(capsys, *needles)
+    one_error_line(capsys, *needles, quiet=True)
 
 
 def test_doctor_refuses_a_master_host_name_that_does_not_resolve(capsys, monkeypatch):
@@ -152,7 +142,7 @@ def test_doctor_refuses_a_master_host_name_that_does_not_resolve(capsys, monkeyp
 
     monkeypatch.setattr(socket, "getaddrinfo", no_such_host)
     assert main(["doctor", "--master-addr", "node0.nowhere", "--master-port", "29511"]) == 2
-    one_error_line(capsys, "--master-addr node0.nowhere is neither an IP address nor a host name that resolves")
+    one_error_line(capsys, "--master-addr node0.nowhere is neither an IP address nor a host name that resolves", quiet=True)
 
 
 # ------------------------------------------------------------------ slurm
