@@ -54,7 +54,6 @@ REFUSED = {
                                    ["no trainer", "--strategy pipeline"]),
     "powersgd": (["--nproc", "2", "--compress", "powersgd:2"], ["--compress powersgd:2"]),
     "a batch larger than the data": (["--batch-size", "100000000"], ["--batch-size 100000000"]),
-    "an image this machine cannot trace": (["--image-size", "100000"], ["--image-size 100000", "of memory here"]),
     "a hardware profile beside a calibration": (["--hardware", "dgx-a100-80gb"], ["--hardware", "--calibration"]),
 }
 

@@ -73,15 +73,21 @@ def test_optional_tables_take_their_defaults(tmp_path):
     text = GOOD.replace("[efficiency]\ncompute = 0.5\nmemory = 0.5\nnetwork = 0.5\n", "[efficiency]\nmemory = 0.9\n")
     (tmp_path / "toy.toml").write_text(text.replace("[host]\ncpu_cores = 32\n", ""))
     hw = load_hardware(str(tmp_path / "toy.toml"))
-    assert hw.efficiency == Efficiency(compute=0.5, memory=0.9, network=0.8) and hw.cpu_cores is None
+    assert hw.efficiency == Efficiency(memory=0.9) and hw.cpu_cores is None
+    assert hw.efficiency.compute == Efficiency().compute and hw.loader_samples_per_s_per_core is None
 
 
 def test_roofline_compute_bound():
     hw = toy()  # fp32: 10 TFLOP/s x 0.5 = 5e12 FLOP/s; memory 1 TB/s x 0.5 = 5e11 B/s
     # 1e12 FLOPs take 0.2 s; 1e9 bytes take 2 ms: compute bound
     assert roofline_time(1e12, 1e9, hw, "fp32") == pytest.approx(0.2 + LAUNCH_OVERHEAD_S["cuda"])
-    # the same FLOPs in bf16 (100 TFLOP/s): 0.02 s, still above the 2 ms of memory
-    assert roofline_time(1e12, 1e9, hw, "bf16", kernels=0) == pytest.approx(0.02)
+    # the same FLOPs in bf16 (100 TFLOP/s) on the tensor cores at their own efficiency: still above the 2 ms of memory
+    assert roofline_time(1e12, 1e9, hw, "bf16", kernels=0) == pytest.approx(1e12 / (100e12 * hw.efficiency.tensor))
+    half = toy(efficiency=Efficiency(compute=0.5, tensor=0.25, memory=0.5, network=0.5))
+    assert roofline_time(1e12, 1e9, half, "bf16", kernels=0) == pytest.approx(0.04)
+    # on a CPU profile every precision runs at the fp32 units' efficiency
+    assert roofline_time(1e12, 1e9, toy(kind="cpu", efficiency=half.efficiency), "bf16", kernels=0) == \
+        pytest.approx(0.02)
 
 
 def test_roofline_memory_bound():
@@ -116,8 +122,10 @@ def test_link_alpha_beta():
 
 def test_describe_says_it_is_a_data_sheet_not_a_measurement():
     line = describe(toy())
-    assert line == ("data sheet: Toy node (made up for the tests), roofline at 50% of peak compute, "
-                    "50% of memory bandwidth, links at 50%: not a measurement")
+    assert line == ("data sheet: Toy node (made up for the tests), roofline at 50% of the fp32 peak, 29% of "
+                    "TF32's, 100% of fp16/bf16's, 50% of memory bandwidth, links at 50%: not a measurement of this "
+                    "machine")
+    assert "(fitted to published ResNet-50 throughputs)" in describe(load_hardware("dgx-a100-80gb"))
 
 
 def error(tmp_path, text: str) -> str:

@@ -10,18 +10,22 @@ file instead of a calibration measured on the machine (profiles/*.toml ship for 
                                    memory_bandwidth_bytes_per_s
     [device.peak_flops]            per device, dense (no sparsity): fp32, tf32, bf16, fp16 (those it has)
     [efficiency]                   optional fractions of peak reached in practice, in (0, 1]:
-                                   compute (0.5), memory (0.7), network (0.8)
+                                   compute (fp32), tf32, tensor (fp16/bf16), memory, network
+                                   (defaults: Efficiency, fitted to published ResNet-50 throughputs)
     [links]                        intra_node_bytes_per_s (per device, per direction),
                                    inter_node_bytes_per_s (per node, its NICs together),
                                    intra_node_latency_s, inter_node_latency_s
-    [host]                         optional: cpu_cores (physical, per node)
+    [host]                         optional: cpu_cores (physical, per node),
+                                   loader_samples_per_s_per_core (one core's rate through read, decode,
+                                   augment and collate at the run's image size: `calibrate --only loader`)
 
 Kernels doing F FLOPs and moving B bytes of device memory take (`roofline_time`)
 
-    t = max(F / (peak_flops[precision] x compute), B / (memory_bandwidth x memory)) + kernels x launch
+    t = max(F / (peak_flops[precision] x its efficiency), B / (memory_bandwidth x memory)) + kernels x launch
 
 and a link moving S bytes t = alpha + S beta, beta = 1 / (bytes_per_s x network) (`link`, the alpha and
-beta of perf/alphabeta.py). The efficiencies are guesses, not measurements; `describe` says so.
+beta of perf/alphabeta.py). The efficiencies are fitted to published throughputs of one model on two GPU
+generations, not measured on the machine; `describe` says so.
 """
 
 from __future__ import annotations
@@ -46,10 +50,18 @@ LAUNCH_OVERHEAD_S = {"cuda": 5e-6, "cpu": 2e-6}
 
 @dataclass(frozen=True, kw_only=True)
 class Efficiency:
-    """Fractions of the data sheet's peaks reached in practice, each in (0, 1]."""
+    """Fractions of the data sheet's peaks reached in practice, each in (0, 1].
 
-    compute: float = 0.5  # of peak FLOP/s: large matmuls and convolutions reach 0.6-0.8, small ones less
-    memory: float = 0.7  # of memory bandwidth: a streaming element-wise kernel
+    The defaults are fitted (benchmarks/fit_datasheet.py, 2026-11-25) to NVIDIA's published ResNet-50 v1.5
+    training throughputs on one A100 (TF32, AMP) and one V100 (FP32, AMP) (perf/published/): the FLOP rates
+    an eager PyTorch step reaches per unit, with its memory-bound ops at `memory` of the bandwidth. `compute`
+    near 1 reflects cuDNN's Winograd 3x3 convolutions, which do fewer multiplies than the FLOPs counted; TF32
+    in NCHW reaches under a third of its peak. `network` is not fitted (no published figure isolates it)."""
+
+    compute: float = 0.98  # of the fp32 peak FLOP/s (CUDA cores, or a CPU's vector units): convolutions, matmuls
+    tf32: float = 0.29  # of the TF32 tensor-core peak (fp32 convolutions on a CUDA device that has TF32)
+    tensor: float = 1.0  # of the fp16/bf16 tensor-core peak (autocast on a CUDA device)
+    memory: float = 0.67  # of memory bandwidth: normalisation, activations, pooling, additions, the optimizer
     network: float = 0.8  # of link bandwidth: NCCL's bus bandwidth on large messages
 
 
@@ -70,6 +82,7 @@ class Hardware:
     inter_node_bytes_per_s: float  # per node: the sum of its NICs
     inter_node_latency_s: float
     cpu_cores: int | None = None  # physical, per node; None: the profile does not say
+    loader_samples_per_s_per_core: float | None = None  # the input pipeline's rate on one core; None: unpriced
 
     def supports(self, precision: str) -> bool:
         return precision in self.peak_flops
@@ -87,12 +100,14 @@ _FIELDS: dict[str, dict[str, tuple[str, str, Any]]] = {
                "memory_bandwidth_bytes_per_s": ("num", "bytes per second", _REQUIRED)},
     "device.peak_flops": {p: ("num", "FLOP/s per device, dense", None) for p in PRECISIONS},
     "efficiency": {k: ("frac", "the fraction of peak reached", getattr(Efficiency(), k))
-                   for k in ("compute", "memory", "network")},
+                   for k in ("compute", "tf32", "tensor", "memory", "network")},
     "links": {"intra_node_bytes_per_s": ("num", "bytes per second per device, per direction", _REQUIRED),
               "intra_node_latency_s": ("time", "seconds", _REQUIRED),
               "inter_node_bytes_per_s": ("num", "bytes per second per node", _REQUIRED),
               "inter_node_latency_s": ("time", "seconds", _REQUIRED)},
-    "host": {"cpu_cores": ("int", "physical cores per node", None)},
+    "host": {"cpu_cores": ("int", "physical cores per node", None),
+             "loader_samples_per_s_per_core": ("num", "samples per second one core reads, decodes and augments",
+                                               None)},
 }
 _OPTIONAL_TABLES = ("efficiency", "host")
 
@@ -147,7 +162,8 @@ def parse_hardware(data: dict[str, Any], where: str = "hardware profile") -> Har
                     intra_node_bytes_per_s=float(links["intra_node_bytes_per_s"]),
                     intra_node_latency_s=float(links["intra_node_latency_s"]),
                     inter_node_bytes_per_s=float(links["inter_node_bytes_per_s"]),
-                    inter_node_latency_s=float(links["inter_node_latency_s"]), cpu_cores=host["cpu_cores"])
+                    inter_node_latency_s=float(links["inter_node_latency_s"]), cpu_cores=host["cpu_cores"],
+                    loader_samples_per_s_per_core=host["loader_samples_per_s_per_core"])
 
 
 def roofline_time(flops: float, bytes_moved: float, hw: Hardware, precision: str, kernels: int = 1) -> float:
@@ -159,9 +175,17 @@ def roofline_time(flops: float, bytes_moved: float, hw: Hardware, precision: str
         raise UserError(f"{hw.name} has no {precision} peak in its profile: use one of {', '.join(hw.peak_flops)}")
     if flops < 0 or bytes_moved < 0 or kernels < 0:
         raise ValueError("flops, bytes_moved and kernels must be >= 0")
-    compute_s = flops / (hw.peak_flops[precision] * hw.efficiency.compute)
+    compute_s = flops / (hw.peak_flops[precision] * compute_efficiency(hw, precision))
     memory_s = bytes_moved / (hw.memory_bandwidth_bytes_per_s * hw.efficiency.memory)
     return max(compute_s, memory_s) + kernels * LAUNCH_OVERHEAD_S[hw.kind]
+
+
+def compute_efficiency(hw: Hardware, precision: str) -> float:
+    """The fraction of `precision`'s peak reached: on a CUDA device TF32's or the 16-bit tensor cores', else
+    (fp32, or any precision on a CPU) the fp32 units'."""
+    if hw.kind != "cuda" or precision == "fp32":
+        return hw.efficiency.compute
+    return hw.efficiency.tf32 if precision == "tf32" else hw.efficiency.tensor
 
 
 def link(hw: Hardware, inter_node: bool) -> tuple[float, float]:
@@ -174,8 +198,10 @@ def link(hw: Hardware, inter_node: bool) -> tuple[float, float]:
 def describe(hw: Hardware) -> str:
     """One line saying what a prediction from this profile rests on."""
     e = hw.efficiency
-    return (f"data sheet: {hw.name} ({hw.source}), roofline at {e.compute:.0%} of peak compute, {e.memory:.0%} of "
-            f"memory bandwidth, links at {e.network:.0%}: not a measurement")
+    fitted = " (fitted to published ResNet-50 throughputs)" if e == Efficiency() else ""
+    return (f"data sheet: {hw.name} ({hw.source}), roofline at {e.compute:.0%} of the fp32 peak, {e.tf32:.0%} of "
+            f"TF32's, {e.tensor:.0%} of fp16/bf16's, {e.memory:.0%} of memory bandwidth{fitted}, links at "
+            f"{e.network:.0%}: not a measurement of this machine")
 
 
 def _read(path: Path) -> str:

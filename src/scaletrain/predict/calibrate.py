@@ -193,18 +193,7 @@ def _loader(work: Path, quick: bool, tick: Callable[[str], None]) -> dict[str, A
     rows = []
 
     def per_sample(dataset, batch: int = 32) -> float:
-        loader = DataLoader(dataset, batch_size=batch, shuffle=True, collate_fn=collate, drop_last=True,
-                            generator=torch.Generator().manual_seed(0))
-        it = iter(loader)
-        next(it)
-        t0, n = time.perf_counter(), 0
-        for _ in range(6 if quick else 15):
-            try:
-                next(it)
-            except StopIteration:
-                break
-            n += 1
-        return (time.perf_counter() - t0) / max(1, n) / batch
+        return seconds_per_sample(dataset, batch, 6 if quick else 15)
 
     for size in ((16, 32) if quick else (16, 32, 64)):
         for kind in ("digits", "synthetic"):
@@ -247,6 +236,27 @@ def _loader(work: Path, quick: bool, tick: Callable[[str], None]) -> dict[str, A
         del it, loader
     tick("loader workers")
     return {"rows": rows, "workers": workers, "fit": fit_loader(rows)}
+
+
+def seconds_per_sample(dataset, batch: int, batches: int) -> float:
+    """Seconds per sample of the main process reading `batches` batches (after a first) through a DataLoader
+    without workers: read, decode, augment and collate on this process's threads."""
+    from torch.utils.data import DataLoader
+
+    from scaletrain.data import collate
+
+    loader = DataLoader(dataset, batch_size=batch, shuffle=True, collate_fn=collate, drop_last=True,
+                        generator=torch.Generator().manual_seed(0))
+    it = iter(loader)
+    next(it)
+    t0, n = time.perf_counter(), 0
+    for _ in range(batches):
+        try:
+            next(it)
+        except StopIteration:
+            break
+        n += 1
+    return (time.perf_counter() - t0) / max(1, n) / batch
 
 
 def fit_loader(rows: list[dict[str, Any]]) -> dict[str, list[float]]:

@@ -33,6 +33,8 @@ def add_predict_args(p: argparse.ArgumentParser) -> None:
                                          "first time)")
     p.add_argument("--hardware", help="a hardware profile (TOML, or a shipped name such as dgx-a100-80gb) "
                                       "for a machine you do not have: a roofline on its data sheet")
+    p.add_argument("--loader", help="with --hardware: a loader-rate file (`scaletrain calibrate --only loader` run "
+                                    "on a node of the cluster): one core's input-pipeline rate for the run's data")
     p.add_argument("--link", help="link rate between nodes in bits per second, as `testbed --rate`: 100mbit, "
                                   "10gbit or 10Gbit/s (default: the calibration's local rate, or the hardware "
                                   "profile's)")
@@ -102,6 +104,9 @@ def check_request(args: argparse.Namespace, spec: StudySpec) -> None:
     if args.link:
         parse_rate(args.link)
     parse_latency(args.latency)
+    if getattr(args, "loader", None) and not args.hardware:
+        raise UserError(f"--loader {args.loader} gives a data-sheet prediction its input pipeline's rate; a "
+                        "calibration measures its own: add --hardware, or drop --loader")
     if args.hardware:
         if args.calibration:
             raise UserError("--hardware and --calibration: a prediction rests on one basis, a data sheet or a "
@@ -179,14 +184,23 @@ def network_from(args: argparse.Namespace, cal: dict[str, Any] | None, hw) -> di
 
 
 def load_basis(args: argparse.Namespace):
-    """(calibration dict, hardware or None, one line on what the prediction rests on)."""
+    """(calibration dict or None, hardware or None, one line on what the prediction rests on): a data sheet
+    (--hardware) reads and makes no calibration of this machine; otherwise --calibration, or this machine's,
+    made with --quick the first time."""
     from scaletrain.predict import calibration
 
-    hw = None
     if args.hardware:
         from scaletrain.perf.hardware import describe
 
         hw = hardware_profile(args.hardware)
+        if getattr(args, "loader", None):
+            from scaletrain.predict import loader_rate
+
+            rate = loader_rate.load(args.loader)
+            hw = loader_rate.applied(hw, rate)
+            return None, hw, (f"{describe(hw)}; input pipeline: {rate['samples_per_s_per_core']:.1f} samples/s per "
+                              f"core, measured on {rate['host']} ({rate['dataset']}, {rate['image_size']} px)")
+        return None, hw, describe(hw)
     if args.calibration:
         cal = calibration.load(args.calibration)
         where = args.calibration
@@ -200,8 +214,6 @@ def load_basis(args: argparse.Namespace):
             make_calibration(path, quick=True)
         cal = calibration.load(path)
         where = str(path)
-    if hw is not None:
-        return cal, hw, describe(hw)
     d = cal["device"]
     basis = (f"calibration {where}: {d['name']}, {d['cores']} cores, made {cal['created']}"
              + (" (--quick)" if cal.get("quick") else ""))

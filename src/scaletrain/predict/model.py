@@ -54,6 +54,7 @@ class Setting:
     sample_bytes: int = 0  # one sample's tensor bytes
     worker_interference: float | None = None  # compute seconds a busy loader worker costs per second of its work
     stages: int = 1  # pipeline stages (the ranks of one replica); the others read different data
+    cpu_compute: bool = True  # forward and backward run on the CPU's cores (False: on an accelerator)
 
     @property
     def world(self) -> int:
@@ -117,7 +118,9 @@ def compute_stretch(s: Setting, loader_cpu_s: float, compute_s: float) -> float:
     Loader workers on cores the ranks' threads already fill: with a calibrated `worker_interference` k,
     compute grows by k x the workers' CPU seconds per step (a worker preempting one thread of a parallel
     region stalls the whole team at its next barrier, so k is above 1); without it, by the CPU time
-    needed over the cores there are."""
+    needed over the cores there are. On an accelerator, compute shares no cores: 1."""
+    if not s.cpu_compute:
+        return 1.0
     threads = s.nproc * s.rank_threads
     cores = s.cores
     if s.shared_cores:  # testbed hosts on one machine: every host's threads compete for its cores
@@ -212,7 +215,9 @@ def predict_step(ops: list[OpCost], s: Setting, loop: Loop, network: dict[str, A
         data_wait = produce
     else:
         # k workers each make a whole batch: one arrives every batch x per-sample / k seconds at best
-        data_wait = max(handoff_s, loader_cpu * stretch / s.workers - busy + handoff_s)
+        # (on an accelerator node the workers of a rank share the cores the node has per rank)
+        parallel = s.workers if s.cpu_compute else max(1, min(s.workers, s.cores // max(1, s.nproc)))
+        data_wait = max(handoff_s, loader_cpu * stretch / parallel - busy + handoff_s)
     phases = {"data_wait": data_wait, "h2d": loop.h2d_s, "forward": fwd, "backward": bwd, "comm_exposed": exposed,
               "optimizer": opt, "other": loop.other_s}
     step = sum(phases.values())

@@ -19,14 +19,23 @@ AUTO_CAP_NOTE = ("--bucket-cap-mb auto: each point priced at the bucket cap auto
 @functools.lru_cache(maxsize=64)
 def _cached_workload(model_name: str, num_classes: int, in_channels: int, image_size: int, batch: int, stem: str,
                      width: float) -> Workload:
+    """The model's ops at `batch`, traced on meta tensors (shapes and FLOPs, no memory: any image size and
+    batch); a model that cannot be built or run on the meta device is traced on the CPU, its memory checked
+    first."""
     import torch
 
     from scaletrain.models.registry import build_model
 
-    with torch.device("cpu"):
-        m = build_model(model_name, num_classes=num_classes, in_channels=in_channels, image_size=image_size,
-                        stem=stem, width=width)
-    return cal_workload(m, (in_channels, image_size, image_size), batch)
+    def build(device: str):
+        with torch.device(device):
+            return build_model(model_name, num_classes=num_classes, in_channels=in_channels,
+                               image_size=image_size, stem=stem, width=width)
+
+    try:
+        return cal_workload(build("meta"), (in_channels, image_size, image_size), batch)
+    except Exception:  # a model that makes its own CPU tensors, or data-dependent code: a real forward pass
+        _check_trace_memory(model_name, num_classes, in_channels, image_size, batch, stem, width)
+        return cal_workload(build("cpu"), (in_channels, image_size, image_size), batch)
 
 
 def workload(cfg, data_facts: dict[str, Any], batch: int) -> Workload:
@@ -85,24 +94,20 @@ def check_point(cfg, hw=None) -> None:
         raise UserError(f"--batch-size {cfg.batch_size} x {trainers(cfg)} trainers (--nproc {cfg.nproc} x --nnodes "
                         f"{cfg.nnodes}) is more than the {facts['samples']} training samples: an epoch would have "
                         "no step; lower --batch-size, --nproc or --nnodes")
-    _check_trace_memory(cfg.model, facts["classes"], facts["channels"], facts["image_size"], cfg.batch_size,
-                        cfg.stem, cfg.width)
 
 
 @functools.lru_cache(maxsize=64)
 def _check_trace_memory(model_name: str, num_classes: int, in_channels: int, image_size: int, batch: int, stem: str,
                         width: float) -> None:
-    """The model is traced here at its batch and at LARGE_BATCH, one forward pass each: refuse what cannot fit."""
+    """A model that only a real forward pass can trace: refuse a batch whose forward cannot fit here."""
     from scaletrain.models.registry import build_model
     from scaletrain.perf.footprint import check_forward_fits
 
-    traced = max(batch, LARGE_BATCH)
-    at = (f"--batch-size {batch}" if batch >= LARGE_BATCH else
-          f"a batch of {LARGE_BATCH} (the batch per-sample efficiency is judged at; --batch-size {batch})")
     check_forward_fits(lambda: build_model(model_name, num_classes=num_classes, in_channels=in_channels,
                                            image_size=image_size, stem=stem, width=width),
-                       traced, in_channels, image_size, f"tracing {model_name} at {at} and --image-size {image_size}",
-                       "lower --batch-size or --image-size (per-sample costs hardly change above a few hundred)")
+                       batch, in_channels, image_size,
+                       f"tracing {model_name} (it cannot run on meta tensors) at a batch of {batch} and "
+                       f"--image-size {image_size}", "lower --batch-size or --image-size")
 
 
 def predict_config(p: Predictor, cfg, *, shared_cores: int | None = None, cores: int | None = None) -> dict[str, Any]:
@@ -112,20 +117,21 @@ def predict_config(p: Predictor, cfg, *, shared_cores: int | None = None, cores:
     check_point(cfg, p.hardware)
     auto_cap = cfg.bucket_cap_mb == "auto"
     facts = data_facts(cfg.dataset, cfg.image_size, cfg.synthetic_samples, cfg.synthetic_classes)
-    cores = cores or (p.hardware.cpu_cores if p.hardware and p.hardware.cpu_cores else p.cal["device"]["cores"])
+    cores = cores or p.cores
     s = M.Setting(batch_size=cfg.batch_size, precision=cfg.precision, nproc=cfg.nproc, nnodes=cfg.nnodes,
                   workers=cfg.workers, strategy=cfg.strategy, compress=parse_compress(cfg.compress),
                   ps_servers=cfg.ps_servers, bucket_cap_mb=None if auto_cap else cfg.bucket_cap_mb,
                   optimizer=cfg.optimizer, cores=cores,
                   shared_cores=shared_cores, threads=cfg.threads, train_samples=facts["samples"],
+                  cpu_compute=p.hardware is None or p.hardware.kind == "cpu",
                   stages=(cfg.stages or cfg.nproc * cfg.nnodes) if cfg.strategy == "pipeline" else 1)
     w = workload(cfg, facts, cfg.batch_size)
     threads = s.rank_threads
     ops = p.op_costs(w, cfg.precision, threads)
     loss = p.loss_s(cfg.batch_size, facts["classes"], cfg.precision, threads)
     s.sample_s = p.loader_sample_s(cfg.dataset, facts["image_size"], facts["source_pixels"], cfg.batch_size)
-    s.worker_interference = p.worker_interference() if not p.hardware else None
-    handoff, startup = p.handoff(facts["image_size"], p.loader_sample_s("imagefolder", 64, 64 * 64))
+    s.worker_interference = p.worker_interference()
+    handoff, startup = p.handoff()
     loop = p.loop(cfg.nproc)
     opt_law = p.optimizer_law(cfg.optimizer, threads)
     step = M.predict_step(ops, s, loop, p.network, opt_law, loss, loader_first_batch_s=startup + s.sample_s *
@@ -141,7 +147,7 @@ def predict_config(p: Predictor, cfg, *, shared_cores: int | None = None, cores:
     if cfg.precision != "fp32":
         act = int(act * 0.75)  # autocast keeps conv and linear outputs in 16 bits, the rest in fp32
     sample_bytes = 4 * facts["channels"] * facts["image_size"] ** 2
-    baseline = (p.cal.get("memory") or {}).get("baseline_rss_bytes") or 0
+    baseline = p.baseline_bytes()
     mem = M.memory(s, w.params, act, sample_bytes * cfg.batch_size, 0)
     if s.strategy == "fsdp":  # parameters, gradients and optimizer state in 1/N shards, plus one unit gathered
         world = s.world
@@ -152,11 +158,13 @@ def predict_config(p: Predictor, cfg, *, shared_cores: int | None = None, cores:
         peak = max(split["split"]["stages"], key=lambda st: st["memory_bytes"])
         mem.update({"parameters": 0, "gradients": 0, "optimizer": 0, "activations": 0, "buckets": 0,
                     "stage": peak["memory_bytes"]})
-    if baseline and not p.hardware:
+    if baseline:
         ref = _refnet_memory(p)
         mem["baseline"] = max(0, baseline - ref)
     eff = batch_efficiency(p, cfg, facts, ops, threads)
     lim, note = M.limit(step["phases_s"], eff)
+    check = plausibility(w, step["phases_s"], p.peak_flops(cfg.precision), steps, p.hardware,
+                         sum(mem.values()), p.device_memory())
     per_op = [{"name": op.name, "kind": op.kind, "source": c.source, "forward_s": c.forward_s,
                "backward_s": c.backward_s} for op, c in zip(w.ops, ops) if op.kind != "view"]
     sources = {}
@@ -166,11 +174,11 @@ def predict_config(p: Predictor, cfg, *, shared_cores: int | None = None, cores:
     return {"setting": s, "phases_s": step["phases_s"], "step_time_s": step["step_time_s"],
             "steps_per_epoch": steps, "epoch_time_s": steps * step["step_time_s"] + step["epoch_start_s"],
             "samples_per_s": cfg.batch_size * s.trainers / step["step_time_s"],
-            "peak_memory_bytes": sum(mem.values()), "memory_bytes": mem, "memory_kind":
-            ("cuda" if p.cal["device"]["type"] == "cuda" else "rss") if not p.hardware else p.hardware.kind,
+            "peak_memory_bytes": sum(mem.values()), "memory_bytes": mem, "memory_kind": p.memory_kind(),
             "comm": step["comm"], "layers": {k: sources.get(k, 0) for k in ("measured", "regression", "roofline")},
             "limit": lim, "limit_note": note, "batch_efficiency": eff, "threads": threads,
-            "stretch": step["stretch"], "notes": list(w.notes) + ([AUTO_CAP_NOTE] if auto_cap else []),
+            "stretch": step["stretch"], "plausibility": check,
+            "notes": list(w.notes) + ([AUTO_CAP_NOTE] if auto_cap else []),
             "image_size": facts["image_size"], "ops": per_op,
             **({"pipeline": {k: v for k, v in split.items() if k != "units"}} if split and "split" in split else {})}
 
@@ -236,3 +244,32 @@ def batch_efficiency(p: Predictor, cfg, facts, ops: list[M.OpCost], threads: int
     small = sum(o.forward_s + o.backward_s for o in ops) / cfg.batch_size
     large = sum(o.forward_s + o.backward_s for o in big_ops) / LARGE_BATCH
     return min(1.0, large / small) if small > 0 else 1.0
+
+
+PLAUSIBLE = (0.01, 1.0)  # the fractions of the peak FLOP rate a step's forward + backward may imply
+
+
+def plausibility(w: Workload, phases: dict[str, float], peak: float | None, steps_per_epoch: int,
+                 hardware, memory_bytes: int = 0, device_bytes: int | None = None) -> dict[str, Any]:
+    """The FLOP rate the predicted forward + backward imply against the device's peak (a data sheet's, or
+    the fastest op the calibration measured), and a flag with its likely cause when the point is outside
+    PLAUSIBLE, an epoch holds no full step or a rank's memory is more than its device has."""
+    flops = sum(op.flops * (2 + int(op.needs_input_grad)) for op in w.ops)  # forward, weight and input grads
+    seconds = phases["forward"] + phases["backward"]
+    rate = flops / seconds if seconds > 0 else 0.0
+    fraction = rate / peak if peak else None
+    of = "the device's data-sheet peak" if hardware is not None else "the fastest op this calibration measured"
+    flag = None
+    if device_bytes and memory_bytes > device_bytes:
+        flag = (f"a rank needs {memory_bytes / 2**30:,.1f} GiB, more than the device's {device_bytes / 2**30:,.1f} "
+                "GiB: it would not run (lower --batch-size or --image-size, or split the model)")
+    elif steps_per_epoch < 1:
+        flag = "an epoch holds no full step: the dataset has fewer samples than one global batch"
+    elif fraction is not None and fraction > PLAUSIBLE[1]:
+        cause = ("the profile's peak or efficiencies are wrong" if hardware is not None else
+                 "the calibration's laws are used far outside the shapes it measured")
+        flag = f"forward + backward imply {rate / 1e12:.3g} TFLOP/s, {fraction:.0%} of {of}: impossible; {cause}"
+    elif fraction is not None and flops > 0 and fraction < PLAUSIBLE[0]:
+        flag = (f"forward + backward imply {rate / 1e12:.3g} TFLOP/s, {fraction:.2%} of {of}: the device would sit "
+                "almost idle (per-op overheads dominate: a batch or model this small cannot use it)")
+    return {"flop_rate": rate, "peak_flops": peak, "fraction_of_peak": fraction, "flag": flag}

@@ -17,7 +17,7 @@ from scaletrain.predict import model as M
 from scaletrain.predict.calibration import nearest_threads
 from scaletrain.predict.kinds import GROUP
 from scaletrain.predict.ops import Workload
-from scaletrain.predict.regress import LayerTimes
+from scaletrain.predict.regress import LayerTimes, work
 
 LARGE_BATCH = 256  # the batch a device's per-sample efficiency is judged against
 GROUP_BOUND = 2.0  # a group's loop factor stays within this ratio of the pooled factor (Predictor._group_factors)
@@ -25,15 +25,37 @@ _LAWS: dict[tuple, LayerTimes] = {}
 
 
 class Predictor:
-    """Everything one calibration (or hardware profile) predicts with, cached per precision and threads."""
+    """Everything one calibration predicts with, cached per precision and threads."""
 
-    def __init__(self, calibration: dict[str, Any], network: dict[str, Any], hardware=None,
+    hardware = None  # the calibration basis: predict/datasheet.py is the other
+
+    def __init__(self, calibration: dict[str, Any], network: dict[str, Any],
                  probe: dict[str, Any] | None = None) -> None:
-        self.cal, self.network, self.hardware = calibration, network, hardware
+        self.cal, self.network = calibration, network
         self.probe = probe  # probe.speed_now()'s result, or None
         self._times: dict[tuple[str, int], LayerTimes] = {}
         self._loops: dict[int, M.Loop] = {}
         self.notes: list[str] = []
+
+    @property
+    def cores(self) -> int:
+        return self.cal["device"]["cores"]
+
+    def peak_flops(self, precision: str) -> float | None:
+        """The fastest conv or matmul rate the calibration measured at this precision (FLOP/s, forward), over
+        its thread counts: what a plausible prediction stays under (None without such rows)."""
+        rates = [2 * work(r["kind"], r["features"]) / r["forward_s"] for r in self.cal["layers"]
+                 if r["precision"] == precision and r["kind"] in ("conv", "linear") and r["forward_s"] > 0]
+        return max(rates, default=None)
+
+    def device_memory(self) -> int | None:
+        return self.cal["device"].get("memory_bytes")
+
+    def baseline_bytes(self) -> int:
+        return (self.cal.get("memory") or {}).get("baseline_rss_bytes") or 0
+
+    def memory_kind(self) -> str:
+        return "cuda" if self.cal["device"]["type"] == "cuda" else "rss"
 
     # ---------------------------------------------------------------- calibrated laws
     def times(self, precision: str, threads: int) -> LayerTimes:
@@ -94,9 +116,10 @@ class Predictor:
                                                               busy[0].get("source_pixels"), busy[0]["batch_size"])
         return max(0.0, extra / loader) if loader > 0 else None
 
-    def handoff(self, image_size: int, sample_s_64: float) -> tuple[float, float]:
-        """(seconds per batch a worker adds handing a batch over, first-batch start-up seconds) per sample
-        of the calibrated 64-pixel folder: start-up scaled to this batch later."""
+    def handoff(self) -> tuple[float, float]:
+        """(seconds per batch a worker adds handing a batch over, first-batch start-up seconds), beyond the
+        calibrated 64-pixel folder's per-sample cost: start-up scaled to this batch later."""
+        sample_s_64 = self.loader_sample_s("imagefolder", 64, 64 * 64)
         rows = self.cal["loader"]["workers"]
         if not rows:
             return 0.0, 0.0
@@ -217,8 +240,6 @@ class Predictor:
         return rows.get(str(t), {}).get("ratio", 1.0)
 
     def op_costs(self, workload: Workload, precision: str, threads: int, now: bool = True) -> list[M.OpCost]:
-        if self.hardware is not None:
-            return self._roofline_costs(workload, precision)
         lt = self.times(precision, threads)
         k = self.speed(threads) if now else 1.0
         costs = []
@@ -231,22 +252,7 @@ class Predictor:
             costs.append(M.OpCost(k * fwd, k * bwd, grads, source, GROUP[op.kind]))
         return costs
 
-    def _roofline_costs(self, workload: Workload, precision: str) -> list[M.OpCost]:
-        from scaletrain.perf.hardware import roofline_time
-
-        hw = self.hardware
-        costs = []
-        for op in workload.ops:
-            grads = [4 * n for n in op.param_numels]
-            moved = 2 * op.out_bytes + sum(grads)
-            fwd = roofline_time(op.flops, moved, hw, precision) if op.kind != "view" else 0.0
-            bwd = roofline_time(2 * op.flops, 2 * moved, hw, precision, kernels=2) if op.kind != "view" else 0.0
-            costs.append(M.OpCost(fwd, bwd, grads, "roofline", GROUP.get(op.kind, "memory")))
-        return costs
-
     def loss_s(self, batch: int, classes: int, precision: str, threads: int, now: bool = True) -> tuple[float, float]:
-        if self.hardware is not None:
-            return 0.0, 0.0
         lt = self.times(precision, threads)
         f, b, _ = lt.times("eltwise", {"elements": batch * classes, "inputs": 1})
         k = self.speed(threads) if now else 1.0

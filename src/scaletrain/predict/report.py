@@ -97,12 +97,23 @@ def scaling_table(prediction: dict[str, Any]) -> Grid:
         g.rows.append([*(fmt.setting(_setting(p, c)) for c in columns), fmt.duration(p.get("step_time_s")),
                        fmt.value("seconds", p.get("epoch_time_s")), fmt.rate(p.get("samples_per_s")),
                        fmt.factor(p.get("speedup")), fmt.factor(ideal_speedup(p)), fmt.share(p.get("efficiency"), 0),
-                       fmt.size(p.get("peak_memory_bytes")), p.get("limit") or fmt.DASH])
+                       fmt.size(p.get("peak_memory_bytes")), _limit_cell(p)])
     same = "; ".join(f"{k} = {fmt.setting(v)}" for k, v in fixed.items())
     g.note = ("speedup: against the point with the fewest processes in the point's series (the points sharing "
               "every setting but nproc, nnodes and batch); ideal = the linear speedup; efficiency = speedup / ideal"
-              + (f". Same for every point: {same}" if same else ""))
+              + (f". Same for every point: {same}" if same else "")
+              + (". implausible: the point's implied FLOP rate or epoch is not credible (notes say why)"
+                 if any(_implausible(p) for p in points) else ""))
     return g
+
+
+def _implausible(point: dict[str, Any]) -> bool:
+    return bool((point.get("plausibility") or {}).get("flag"))
+
+
+def _limit_cell(point: dict[str, Any]) -> str:
+    limit = point.get("limit") or fmt.DASH
+    return f"{limit} (implausible)" if _implausible(point) else limit
 
 
 def limits_table(prediction: dict[str, Any]) -> Grid:
@@ -239,7 +250,7 @@ def write_prediction_report(prediction: dict[str, Any], out_dir: Path) -> Path:
             Section("where the time goes", grids=[phases_table(prediction)], figures=phase_figs),
             Section("communication and memory", grids=[comm_memory_table(prediction)]),
             Section("what the prediction rests on", lead=basis_line(prediction), grids=basis_tables(prediction),
-                    notes=list(prediction.get("notes") or [])),
+                    notes=[*(prediction.get("notes") or []), *skipped_lines(prediction)]),
         ]
         axes = "; ".join(f"{a}: {fmt.setting(v)}" for a, v in (prediction.get("axes") or {}).items())
         title = "prediction (data sheet, not calibrated)" if datasheet else "prediction"
@@ -260,6 +271,13 @@ def print_prediction(prediction: dict[str, Any], console: Console) -> None:
         say(lead[0].upper() + lead[1:] + ".")
     for note in [*(scaling.get("notes") or []), *(prediction.get("notes") or [])]:
         say(f"note: {note}")
+    for line in skipped_lines(prediction):
+        say(line)
+
+
+def skipped_lines(prediction: dict[str, Any]) -> list[str]:
+    """One line per point left out of the grid because its settings do not combine, with the reason."""
+    return [f"skipped {s['id']}: {s['reason']}" for s in prediction.get("skipped") or []]
 
 
 __all__ = ["write_prediction_report", "print_prediction", "scaling_table", "limits_table", "phases_table",

@@ -24,32 +24,61 @@ def predict_grid(spec, cal: dict[str, Any], network: dict[str, Any], hw, basis: 
     `progress(point, done, points)` told after each (a model is traced, one forward pass, per batch size)."""
     from scaletrain.study.grid import points
 
-    predictor = Predictor(cal, network, hw, probe)
+    predictor = make_predictor(cal, network, hw, probe)
     grid = points(spec)
-    out = []
+    out, skipped = [], []
     for i, point in enumerate(grid, 1):
-        cfg = _strong(point.config, global_batch)
-        r = predict_config(predictor, cfg, shared_cores=shared_cores)
+        try:
+            if point.dropped:  # e.g. --compress fp16 on a strategy that takes no --compress: the same as another
+                from scaletrain.config import applies
+
+                raise UserError(applies.message(point.dropped[0], {**spec.train, **point.axes}))
+            cfg = _strong(point.config, global_batch)
+            r = predict_config(predictor, cfg, shared_cores=shared_cores)
+        except UserError as e:  # options that do not combine here: the point is skipped, the grid goes on
+            skipped.append({"id": point.id, "axes": point.axes, "reason": str(e)})
+            continue
         out.append(_entry(point.id, point.axes, cfg, r))
         if progress is not None:
             progress(point.id, i, len(grid))
+    if not out:
+        raise UserError(skipped[0]["reason"])
     _speedups(out, global_batch is not None)
     series = _series(out, global_batch is not None)
     scaling = _scaling(series, predictor, shared_cores, global_batch, network)
     from scaletrain.predict.calibration import unsteady
 
     shaky = [unsteady(cal)] if hw is None and unsteady(cal) else []
-    notes = sorted({n for p in out for n in p.pop("notes")} | set(predictor.notes) | set(shaky))
+    flags = [f"{p['id']}: {p['plausibility']['flag']}" for p in out if p["plausibility"]["flag"]]
+    notes = sorted({n for p in out for n in p.pop("notes")} | set(predictor.notes) | set(shaky)) + flags
     return {"format": 1, "kind": "prediction", "scaletrain_version": scaletrain.__version__,
             "basis": "datasheet" if hw is not None else "calibration", "basis_note": basis,
-            "calibration_device": cal["device"], "network": network,
+            "calibration_device": cal["device"] if cal else None, "hardware": _hardware_facts(hw),
+            "network": network, "skipped": skipped,
             "axes": spec.axes, "global_batch": global_batch, "shared_cores": shared_cores,
             "regression": predictor.regression_errors(), "speed_probe": probe, "points": out, "scaling": scaling, "notes": notes}
 
 
+def make_predictor(cal: dict[str, Any] | None, network: dict[str, Any], hw, probe: dict[str, Any] | None = None):
+    """The basis's predictor: a calibration's (Predictor), or a data sheet's (datasheet.DatasheetPredictor)."""
+    if hw is not None:
+        from scaletrain.predict.datasheet import DatasheetPredictor
+
+        return DatasheetPredictor(hw, network)
+    return Predictor(cal, network, probe)
+
+
+def _hardware_facts(hw) -> dict[str, Any] | None:
+    if hw is None:
+        return None
+    return {"name": hw.name, "source": hw.source, "kind": hw.kind, "count": hw.count,
+            "peak_flops": dict(hw.peak_flops), "efficiency": dataclasses.asdict(hw.efficiency)}
+
+
 def check_grid(spec, hw, global_batch: int | None) -> None:
     """Every point of the spec checked before a calibration is read or a model traced: the global batch
-    against every point's trainers, then what points.check_point refuses."""
+    against every point's trainers, then what points.check_point refuses. A point refused where others
+    are not is left to predict_grid, which skips it with its reason; refused when all are."""
     from scaletrain.study.grid import points
 
     configs = [p.config for p in points(spec)]
@@ -62,8 +91,15 @@ def check_grid(spec, hw, global_batch: int | None) -> None:
             raise UserError(f"--global-batch {global_batch} does not split evenly over {bad} trainers: give a "
                             f"multiple of {step}, which every point's trainers ({', '.join(map(str, counts))}) "
                             f"divide, such as {' or '.join(map(str, near))}")
+    first = None
     for cfg in configs:
-        check_point(_strong(cfg, global_batch), hw)
+        try:
+            check_point(_strong(cfg, global_batch), hw)
+            return
+        except UserError as e:
+            first = first or e
+    if first is not None:
+        raise first
 
 
 def _strong(cfg, global_batch: int | None):
@@ -89,7 +125,7 @@ def _entry(pid: str, axes: dict[str, Any], cfg, r: dict[str, Any]) -> dict[str, 
             "peak_memory_bytes": r["peak_memory_bytes"], "memory_bytes": r["memory_bytes"],
             "memory_kind": r["memory_kind"], "comm": r["comm"], "layers": r["layers"], "ops": r["ops"],
             "limit": r["limit"], "limit_note": r["limit_note"], "batch_efficiency": r["batch_efficiency"],
-            "core_sharing_stretch": r["stretch"], "notes": r["notes"],
+            "core_sharing_stretch": r["stretch"], "plausibility": r["plausibility"], "notes": r["notes"],
             **({"pipeline": r["pipeline"]} if "pipeline" in r else {})}
 
 

@@ -46,6 +46,7 @@ class Point:
     id: str
     axes: dict[str, Any]
     config: TrainConfig
+    dropped: tuple[str, ...] = ()  # axis values set to no effect here (config/applies.py): the point repeats another
 
     def settings(self) -> dict[str, Any]:
         """The point's full train settings, without the per-run ones (out, resume, progress)."""
@@ -264,7 +265,7 @@ def points(spec: StudySpec) -> list[Point]:
                                {k: v for k, v in values.items() if k not in dropped})
         except UserError as e:
             raise UserError(f"{point_name(pid, values)}: {e}") from None
-        result.append(Point(id=pid, axes=values, config=cfg))
+        result.append(Point(id=pid, axes=values, config=cfg, dropped=tuple(n for n in names if n in dropped)))
     if unused:
         name = next(n for n in applies.NEEDS if n in unused)
         raise UserError(applies.message(name, {**spec.train, **result[0].axes}, study=True))
