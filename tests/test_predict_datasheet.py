@@ -163,3 +163,34 @@ def test_the_profile_loader_rate_prices_the_input_pipeline():
     assert bare.loader_sample_s("imagefolder:/x", 224, None) == 0.0 and "not priced" in bare.notes[0]
     with pytest.raises(UserError, match="loader_samples_per_s_per_core"):
         parse_hardware({**tomllib.loads(GOOD), "host": {"loader_samples_per_s_per_core": -1}}, "toy.toml")
+
+
+def test_one_cores_loader_rate_is_measured_in_seconds_and_prices_a_data_sheet(tmp_path, monkeypatch, capsys):
+    from scaletrain.data import write_imagefolder
+
+    monkeypatch.setenv("SCALETRAIN_CACHE", str(tmp_path / "cache"))
+    folder = tmp_path / "jpegs"
+    write_imagefolder(source="digits", out=folder, image_size=32, copies=1, seed=0, quality=90)
+    rate_file = tmp_path / "loader.json"
+    assert main(["calibrate", "--only", "loader", "--dataset", f"imagefolder:{folder}", "--image-size", "32",
+                 "--out", str(rate_file)]) == 0
+    rate = json.loads(rate_file.read_text())
+    assert rate["kind"] == "loader-rate" and rate["image_size"] == 32 and rate["samples_per_s_per_core"] > 10
+    assert not (tmp_path / "cache").exists()  # no calibration of this machine
+    flags = ["--model", "lenet5", "--image-size", "32", "--dataset", f"imagefolder:{folder}", "--batch-size", "64",
+             "--nproc", "8", "--hardware", "dgx-a100-80gb"]
+    out = tmp_path / "p"
+    assert main(["predict", "--out", str(out), *flags, "--workers", "0,1", "--loader", str(rate_file)]) == 0
+    p = json.loads((out / "prediction.json").read_text())
+    none, one = p["points"]
+    assert none["phases_s"]["data_wait"] == pytest.approx(64 / rate["samples_per_s_per_core"])
+    assert none["limit"] == "input" and one["phases_s"]["data_wait"] < none["phases_s"]["data_wait"]
+    assert "measured on" in p["basis_note"]
+    capsys.readouterr()
+    # --loader only with a data sheet; a file that is not a loader rate is named
+    assert main(["predict", "--out", str(tmp_path / "q"), "--model", "lenet5", "--loader", str(rate_file)]) == 2
+    assert "--loader" in capsys.readouterr().err
+    assert main(["predict", "--out", str(tmp_path / "q"), *flags, "--loader", str(folder)]) == 2
+    assert "not a readable JSON file" in capsys.readouterr().err and not (tmp_path / "q").exists()
+    assert main(["calibrate", "--only", "loader", "--out", str(tmp_path / "x.json")]) == 2
+    assert "give --dataset" in capsys.readouterr().err
