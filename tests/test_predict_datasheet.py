@@ -194,3 +194,40 @@ def test_one_cores_loader_rate_is_measured_in_seconds_and_prices_a_data_sheet(tm
     assert "not a readable JSON file" in capsys.readouterr().err and not (tmp_path / "q").exists()
     assert main(["calibrate", "--only", "loader", "--out", str(tmp_path / "x.json")]) == 2
     assert "give --dataset" in capsys.readouterr().err
+
+
+def test_testbed_predictions_take_the_hosts_cores_and_link_from_the_testbed(tmp_path, monkeypatch, capsys):
+    """Two hosts on a 2-core machine get one pinned core each (as `testbed run` shares them), the testbed's
+    rate, and twice its delay one way; a third host shares the cores."""
+    from predict_fixtures import fake_calibration
+    from scaletrain.testbed.plan import Testbed
+
+    cal = calibration.save(fake_calibration(threads=(1, 2)), tmp_path / "cal.json")
+    monkeypatch.setattr("os.sched_getaffinity", lambda pid: {0, 1})
+    monkeypatch.setattr("scaletrain.testbed.net.current", lambda: Testbed(2, "100mbit", "0.5ms"))
+    out = tmp_path / "tb"
+    assert main(["predict", "--calibration", str(cal), "--model", "lenet5", "--batch-size", "32", "--testbed",
+                 "--out", str(out)]) == 0
+    p = json.loads((out / "prediction.json").read_text())
+    (point,) = p["points"]
+    assert point["config"]["nnodes"] == 2 and point["config"]["threads"] == 1 and p["cores_per_node"] == 1
+    assert p["shared_cores"] is None and p["network"]["inter"]["beta_s_per_byte"] == pytest.approx(8 / 100e6)
+    assert p["network"]["inter"]["alpha_s"] == pytest.approx(1e-3)
+    assert "1 core per host (cpus 0 / 1)" in capsys.readouterr().out
+    monkeypatch.setattr("scaletrain.testbed.net.current", lambda: Testbed(3, "100mbit", "0ms"))
+    out3 = tmp_path / "tb3"
+    assert main(["predict", "--calibration", str(cal), "--model", "lenet5", "--batch-size", "32", "--testbed",
+                 "--out", str(out3)]) == 0
+    p3 = json.loads((out3 / "prediction.json").read_text())
+    assert p3["shared_cores"] == 2 and p3["points"][0]["core_sharing_stretch"] == pytest.approx(1.5)
+    capsys.readouterr()
+    assert main(["predict", "--calibration", str(cal), "--model", "lenet5", "--testbed", "--nnodes", "4",
+                 "--out", str(tmp_path / "bad")]) == 2
+    assert "has 3 hosts" in capsys.readouterr().err
+    assert main(["predict", "--calibration", str(cal), "--model", "lenet5", "--testbed", "--link", "1gbit",
+                 "--out", str(tmp_path / "bad")]) == 2
+    assert "drop --link" in capsys.readouterr().err
+    monkeypatch.setattr("scaletrain.testbed.net.current", lambda: None)
+    assert main(["predict", "--calibration", str(cal), "--model", "lenet5", "--testbed",
+                 "--out", str(tmp_path / "bad")]) == 2
+    assert "no testbed is up" in capsys.readouterr().err and not (tmp_path / "bad").exists()

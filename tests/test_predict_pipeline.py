@@ -7,6 +7,7 @@ import pytest
 from torch import nn
 
 from predict_fixtures import NETWORK, fake_calibration
+from scaletrain.comm.fsdp import collective_seconds
 from scaletrain.config import TrainConfig
 from scaletrain.graph.timing import node_times
 from scaletrain.predict import pipeline as PP
@@ -95,9 +96,9 @@ def test_the_predicted_split_is_the_one_the_run_chooses(split):
 
 
 def test_fsdp_gathers_twice_and_scatters_once_per_unit():
-    f, b = PP.fsdp_comm_s([1000, 3000], 2, 1e-4, 1e-9)
+    f, b = collective_seconds([1000, 3000], 2, 1e-4, 1e-9)
     assert b == pytest.approx(2 * f) and f > 0
-    assert PP.fsdp_comm_s([1000], 1, 1e-4, 1e-9) == (0.0, 0.0)
+    assert collective_seconds([1000], 1, 1e-4, 1e-9) == (0.0, 0.0)
 
 
 def test_prediction_json_gives_each_pipeline_point_its_split(tmp_path):

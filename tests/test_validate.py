@@ -125,7 +125,7 @@ def test_median_p90_and_shares_within():
     assert s["max_abs_error"] == pytest.approx(0.10)
     assert s["mean_signed_error"] == pytest.approx(0.021)
     assert s["within_5pct"] == 0.5 and s["within_10pct"] == 1.0
-    assert summary_line(s) == "step time: median |error| 5.5%, p90 9.1% over 10 points"
+    assert summary_line(s) == "step time: median |error| 5.5%, p90 9.1% over 10 points; 7 over, 3 under"
     assert error_summary([])["median_abs_error"] is None
 
 

@@ -19,6 +19,14 @@ class AllReduce(Strategy):
     """Every rank holds the whole model; gradients are averaged bucket by bucket during backward."""
 
     gradient_buckets = True
+    network_fit = "allreduce"  # the calibration's collective fit its buckets are priced at
+
+    @classmethod
+    def cost(cls, pricing):
+        """DDP's buckets overlapping backward (predict/pricing.ddp_buckets)."""
+        from scaletrain.predict.pricing import ddp_buckets
+
+        return ddp_buckets(pricing, cls.network_fit)
 
     def __init__(self, cfg: TrainConfig, rank: RankInfo, device: torch.device, backend: str) -> None:
         super().__init__(cfg, rank, device, backend)

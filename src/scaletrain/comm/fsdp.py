@@ -29,6 +29,25 @@ class Fsdp(Strategy):
     lockstep_eval = True  # every rank must run as many forwards as the others (they all-gather together)
     optimizer_state_keys = "names"  # full state dicts: optimizer state keyed by parameter name (FQN)
 
+    @classmethod
+    def cost(cls, pricing):
+        """Per step each unit's parameters all-gathered twice (before forward, before backward) and its
+        gradients reduce-scattered once, on CPU between the units' compute (none of it hidden): inside
+        forward and backward, where the profiler measures them. Parameters, gradients and optimizer state
+        in 1/world shards, plus one unit gathered."""
+        from scaletrain.predict.pricing import Cost
+
+        s, cfg = pricing.setting, pricing.cfg
+        alpha, beta = pricing.link("allreduce")
+        units = unit_bytes(cfg.model, pricing.facts, cfg.stem, cfg.width)
+        f, b = collective_seconds(units, s.world, alpha, beta)
+        comm = {"bytes_per_step": int(1.5 * sum(units) * 2 * (s.world - 1) / s.world), "buckets": len(units),
+                "comm_total_s": f + b, "comm_hidden_s": 0.0, "overlap_ratio": 0.0 if s.world > 1 else None}
+        memory = {k: pricing.memory.get(k, 0) // s.world for k in ("parameters", "gradients", "optimizer")}
+        return Cost(0.0, comm, phases={"forward": pricing.phases["forward"] + f,
+                                       "backward": pricing.phases["backward"] + b},
+                    memory={**memory, "buckets": max(units)})
+
     def __init__(self, cfg: TrainConfig, rank: RankInfo, device: torch.device, backend: str) -> None:
         super().__init__(cfg, rank, device, backend)
         self.units: list[str] = []
@@ -119,3 +138,29 @@ def shard_units(model: nn.Module, sample_shape: tuple[int, ...]) -> list[str]:
     unique = list(dict.fromkeys(names))
     return [n for n in unique if not any(n != m and n.startswith(m + ".") for m in unique)]
 
+
+
+def collective_seconds(unit_param_bytes: list[int], world: int, alpha: float, beta: float) -> tuple[float, float]:
+    """(forward, backward) seconds of FSDP's collectives per step: per unit an all-gather before forward, one
+    before backward and a reduce-scatter after it, each half an all-reduce of its bytes (alpha-beta)."""
+    from scaletrain.perf import alphabeta
+
+    if world < 2:
+        return 0.0, 0.0
+    half = sum(alphabeta.predict(alpha, beta, world, b) / 2 for b in unit_param_bytes)
+    return half, 2 * half
+
+
+def unit_bytes(model_name: str, facts: dict[str, Any], stem: str, width: float) -> list[int]:
+    """Parameter bytes of each unit FSDP shards (shard_units, and the root's rest), the model built on the meta
+    device (no memory)."""
+    from scaletrain.models.registry import build_model
+
+    size = facts["image_size"]
+    with torch.device("meta"):
+        model = build_model(model_name, num_classes=facts["classes"], in_channels=facts["channels"],
+                            image_size=size, stem=stem, width=width)
+    names = shard_units(model, (facts["channels"], size, size))
+    units = [sum(p.numel() * 4 for p in model.get_submodule(n).parameters()) for n in names]
+    rest = sum(p.numel() * 4 for p in model.parameters()) - sum(units)
+    return units + ([rest] if rest > 0 else [])

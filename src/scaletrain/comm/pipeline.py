@@ -63,6 +63,36 @@ class Pipeline(Strategy):
         world = cfg.nproc * cfg.nnodes
         return world // (cfg.stages or world)
 
+    @classmethod
+    def cost(cls, pricing):
+        """The stages' forward, backward, p2p and bubble as the schedule plays them on the split the run would
+        choose (predict/pipeline.py), the mean stage's optimizer, each stage's gradients all-reduced over the
+        replicas after backward (exposed), and the largest stage's memory. Per-block laws: a calibration only."""
+        from scaletrain.predict import pipeline as PP
+        from scaletrain.predict.pricing import Cost
+
+        s, cfg, p = pricing.setting, pricing.cfg, pricing.predictor
+        if p.hardware is not None:
+            raise UserError("pipeline predictions need a calibration of the machine (per-block laws), not a "
+                            "hardware profile: drop --hardware")
+        alpha, beta = pricing.link("allreduce")
+        # a stage's activations and gradients are point-to-point messages: priced by commbench's `ps` fit (on 2
+        # ranks one send and one receive per worker), not the all-reduce's
+        pp = PP.pipeline_phases(p.cal, cfg, pricing.facts, s.rank_threads, pricing.network, pricing.link("ps"))
+        k = len(pp["stage_param_bytes"])
+        mean_params = sum(pp["stage_param_bytes"]) / k
+        tensors = max(1, len(pricing.grads) // k)
+        exposed = PP.replicas_allreduce_s(pp["stage_param_bytes"], s.trainers, alpha, beta)
+        transfers = sum(st["transfer_s"] for st in pp["split"]["stages"]) * cfg.microbatches
+        comm = {"bytes_per_step": 0, "buckets": 0, "comm_total_s": transfers + exposed, "comm_hidden_s": 0.0,
+                "overlap_ratio": None}
+        peak = max(pp["split"]["stages"], key=lambda st: st["memory_bytes"])
+        memory = {"parameters": 0, "gradients": 0, "optimizer": 0, "activations": 0, "buckets": 0,
+                  "stage": peak["memory_bytes"]}
+        phases = {"forward": pp["forward"], "backward": pp["backward"], "bubble": pp["bubble"], "p2p": pp["p2p"],
+                  "optimizer": pricing.optimizer_s(tensors, int(mean_params // 4)) + pricing.loop.optimizer_s}
+        return Cost(exposed, comm, phases=phases, memory=memory, extra={"pipeline": pp})
+
     @staticmethod
     def check_model(cfg: TrainConfig, factory: Callable[[], nn.Module], sample_shape: tuple[int, ...]) -> None:
         """The model must be cut into at least --stages blocks; a split file must be this model's."""

@@ -119,6 +119,8 @@ class RingAllReduce(AllReduce):
     """`--strategy ring`: DDP with this ring as its communication hook, on groups of its own (so that the
     ring's point-to-point traffic never mixes with DDP's collectives)."""
 
+    network_fit = "ring"  # its buckets are priced at the calibration's fit of this ring
+
     def hooks(self, model):
         return CommSetup(ring_hook, RingState(group=dist.new_group(), wrap_group=dist.new_group()))
 

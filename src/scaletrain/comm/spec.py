@@ -46,8 +46,8 @@ def compressible(strategy: str) -> bool:
 
 def check(strategy: str, compress: str | None) -> None:
     """Validate the pair at config time: one clear line for what cannot work."""
-    if strategy not in STRATEGIES:
-        raise UserError(f"--strategy must be one of {', '.join(STRATEGIES)} (got {strategy!r})")
+    if strategy not in registry.STRATEGIES:  # read at call time: a strategy registered since import counts
+        raise UserError(f"--strategy must be one of {', '.join(registry.STRATEGIES)} (got {strategy!r})")
     parse_compress(compress)
     if compress in (None, "", "none"):
         return

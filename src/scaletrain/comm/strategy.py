@@ -58,6 +58,7 @@ class Strategy:
     agent_per_rank = False  # start one elastic agent per rank on one node (see dist/launch/isolated.py)
     optimizer_state_keys = "positions"  # how checkpoints key optimizer state: by parameter "positions" or "names"
     gradient_buckets = False  # DDP's buckets carry the gradients: --bucket-cap-mb applies (the diagnosis asks)
+    local_update = True  # the rank's own optimizer applies the update (a parameter server's workers: no)
 
     def __init__(self, cfg: TrainConfig, rank: RankInfo, device: torch.device, backend: str) -> None:
         self.cfg = cfg
@@ -87,6 +88,14 @@ class Strategy:
     def data_replicas(cls, cfg: TrainConfig) -> int:
         """How many ranks read different data (share the global batch): the trainers."""
         return cfg.nproc * cfg.nnodes - cls.server_ranks(cfg)
+
+    @classmethod
+    def cost(cls, pricing):
+        """What this strategy adds to a predicted step (a predict.pricing.Cost from a predict.pricing.Pricing):
+        its exposed communication, phases and memory it changes. One process alone exchanges nothing."""
+        from scaletrain.predict.pricing import Cost
+
+        return Cost()
 
     @staticmethod
     def check_model(cfg: TrainConfig, factory: Callable[[], torch.nn.Module], sample_shape: tuple[int, ...]) -> None:

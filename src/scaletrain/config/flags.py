@@ -9,11 +9,11 @@ import inspect
 import textwrap
 from dataclasses import fields
 
-from scaletrain.comm.spec import STRATEGIES
+from scaletrain.comm import registry
 from scaletrain.config.sections import SECTIONS
 
 _TYPES = {"int": int, "float": float, "str": str}
-LISTED = {"strategy": STRATEGIES}
+LISTED = {"strategy": registry.STRATEGIES}  # the registry itself: its keys, as they are when a flag is built
 """Settings whose values a registry holds: their --help lists the values from it (comm/registry.py)."""
 
 

@@ -5,19 +5,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
-import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from scaletrain.errors import UserError
+from scaletrain.units import parse_latency, parse_rate  # noqa: F401 (predict's own flags; re-exported)
 
 if TYPE_CHECKING:
     from scaletrain.study.grid import StudySpec
 
 PREDICT_AXES_EXTRA = ("nnodes",)
-RATE_UNITS = {"bit": 1, "kbit": 1e3, "mbit": 1e6, "gbit": 1e9, "tbit": 1e12}  # bits per second, tc's bit units
-TIME_UNITS = {"s": 1.0, "ms": 1e-3, "us": 1e-6}
 
 
 def add_predict_args(p: argparse.ArgumentParser) -> None:
@@ -50,37 +47,13 @@ def add_predict_args(p: argparse.ArgumentParser) -> None:
                         "default off: docs/predict.md says why)")
     p.add_argument("--shared-cores", type=int, default=None,
                    help="the nodes are testbed hosts sharing this many cores of one machine")
+    p.add_argument("--testbed", action="store_true",
+                   help="predict the testbed that is up (`scaletrain testbed up`): its hosts as the nodes, its "
+                        "link rate and delay, and each host's cores as `testbed run` shares them")
+    p.add_argument("--cores-per-host", type=int, default=None, metavar="N",
+                   help="with --testbed: the cores `testbed run --cores-per-host N` gives each host (default as "
+                        "testbed run: the machine's cores // hosts)")
     add_config_flags(p, lists=tuple(AXES) + PREDICT_AXES_EXTRA, skip=tuple(STUDY_OWNED))
-
-
-def parse_rate(text: str, flag: str = "--link") -> float:
-    """A link rate in bits per second as tc writes it (`100mbit`, `10gbit`), `/s` allowed (`10Gbit/s`) -> bytes
-    per second: the one rate parser (split, testbed and doctor read theirs with it). tc's `bps` units are
-    bytes per second, and most people mean bits by them: refused, saying so."""
-    m = re.fullmatch(r"\s*([0-9.]+(?:e[-+]?[0-9]+)?)\s*([a-z]+)(?:/s)?\s*", (text or "").lower())
-    try:
-        value = float(m.group(1)) * RATE_UNITS[m.group(2)] / 8 if m else math.nan
-    except (KeyError, ValueError):  # an unknown unit, or `1.2.3`
-        value = math.nan
-    if not 0 < value < math.inf:
-        hint = " ('bps' is bytes per second to tc, bits to most: write bit)" if "bps" in (text or "").lower() else ""
-        raise UserError(f"{flag} {text!r} is not a rate in bits per second{hint}: give a positive one such as "
-                        "100mbit, 1gbit or 10Gbit/s")
-    return value
-
-
-def parse_latency(text: str | None) -> float:
-    """`1ms`, `200us`, `0.5s` -> seconds; nothing -> 0."""
-    if not text:
-        return 0.0
-    m = re.fullmatch(r"\s*([-+]?[0-9.]+(?:e[-+]?[0-9]+)?)\s*(s|ms|us)\s*", text)
-    try:
-        value = float(m.group(1)) * TIME_UNITS[m.group(2)] if m else math.nan
-    except ValueError:  # `1.2.3ms`
-        value = math.nan
-    if not 0 <= value < math.inf:
-        raise UserError(f"--latency {text!r} is not a time: give 0 or more, such as 1ms, 200us or 0.5ms")
-    return value
 
 
 def check_request(args: argparse.Namespace, spec: StudySpec) -> None:
@@ -104,6 +77,16 @@ def check_request(args: argparse.Namespace, spec: StudySpec) -> None:
     if args.link:
         parse_rate(args.link)
     parse_latency(args.latency)
+    if getattr(args, "cores_per_host", None) is not None and not getattr(args, "testbed", False):
+        raise UserError(f"--cores-per-host {args.cores_per_host} gives each testbed host its cores: add --testbed, "
+                        "or drop --cores-per-host")
+    if getattr(args, "testbed", False):
+        given = [f for f, v in (("--hardware", args.hardware), ("--shared-cores", args.shared_cores),
+                                ("--link", args.link), ("--latency", args.latency), ("--network", args.network))
+                 if v is not None]
+        if given:
+            raise UserError(f"--testbed takes the hosts' link and cores from the testbed that is up, and {given[0]} "
+                            f"gives them too: drop {given[0]}")
     if getattr(args, "loader", None) and not args.hardware:
         raise UserError(f"--loader {args.loader} gives a data-sheet prediction its input pipeline's rate; a "
                         "calibration measures its own: add --hardware, or drop --loader")
@@ -230,6 +213,9 @@ def run_predict(args: argparse.Namespace, spec: StudySpec | None = None) -> int:
 
     spec = spec if spec is not None else spec_from_args(args)
     check_request(args, spec)
+    cores = None
+    if getattr(args, "testbed", False):
+        spec, cores = testbed_request(args, spec)
     check_out(args.out, "prediction")  # before a calibration is made or read
     # every point against the data, the hardware and this machine's memory, before a calibration or a trace
     check_grid(spec, hardware_profile(args.hardware) if args.hardware else None, args.global_batch)
@@ -239,7 +225,7 @@ def run_predict(args: argparse.Namespace, spec: StudySpec | None = None) -> int:
     # each model is traced once per batch size, a real forward pass: minutes for large images
     with phase("predict: tracing the model and pricing each point", eta=False) as update:
         prediction = predict_grid(spec, cal, network, hw, basis, global_batch=args.global_batch,
-                                  shared_cores=args.shared_cores, probe=probe, progress=update)
+                                  shared_cores=args.shared_cores, cores=cores, probe=probe, progress=update)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     write_json_atomic(out / "prediction.json", prediction)
@@ -248,6 +234,40 @@ def run_predict(args: argparse.Namespace, spec: StudySpec | None = None) -> int:
     print_prediction(prediction, console)
     console.print(f"prediction.json: {out / 'prediction.json'}\nreport: {report}")
     return 0
+
+
+def testbed_request(args: argparse.Namespace, spec: StudySpec) -> tuple[StudySpec, int]:
+    """The testbed that is up as predict's request: its hosts the nodes (an --nnodes given must be theirs), its
+    rate and delay the link between nodes (a message crosses two shaped interfaces: twice the delay one
+    way), and the cores `testbed run` gives each host; hosts that do not fit the machine's CPUs side by
+    side share them (--shared-cores). Returns the spec and the cores per host; sets args.link/latency/
+    shared_cores."""
+    import dataclasses
+    import os
+
+    from scaletrain.testbed.cores import share_cores
+    from scaletrain.testbed.net import current
+
+    tb = current()
+    if tb is None:
+        raise UserError("--testbed: no testbed is up: build it with `scaletrain testbed up --hosts H --rate R`, or "
+                        "predict hosts with --nnodes, --link and --shared-cores")
+    nodes = spec.axes.get("nnodes")
+    if nodes is not None and nodes != [tb.hosts]:
+        raise UserError(f"--nnodes {','.join(map(str, nodes))}: the testbed that is up has {tb.hosts} hosts: drop "
+                        "--nnodes (--testbed predicts its hosts)")
+    share = share_cores(sorted(os.sched_getaffinity(0)), tb.hosts, args.cores_per_host)
+    args.link = tb.rate
+    delay = parse_latency(tb.delay)
+    args.latency = f"{2 * delay * 1e6:g}us" if delay else None
+    args.shared_cores = len(share.machine_cpus) if share.cpus is None else None
+    axes = {**spec.axes, "nnodes": [tb.hosts]}
+    if args.shared_cores is None:  # each host pinned to its own CPUs: no host competes with another
+        print(share.describe())
+    else:
+        print(f"{share.describe()}: predicted as hosts sharing {args.shared_cores} cores")
+    train = {"master_port": 29500, "master_addr": "node0", **spec.train}  # where hosts meet changes no prediction
+    return dataclasses.replace(spec, axes=axes, train=train), share.per_host
 
 
 def speed_probe(cal: dict[str, Any], hw, mode: str) -> dict[str, Any] | None:

@@ -11,9 +11,11 @@ prediction and a measurement compare phase by phase:
     forward       sum of the ops' forward times (+ the loss), x the loop factor calibrated for as many
                   ranks per node
     backward      sum of the ops' backward times, x the loop factor: until the last bucket is ready
-    comm_exposed  DDP's buckets reduced one at a time in backward's order (perf/buckets.py), the part
-                  that outlasts backward; a parameter server's push, apply and pull after backward
-    optimizer     a law in tensors and elements per optimizer, + the loop's own overhead
+    comm_exposed  the strategy's own price (Strategy.cost through the registry, predict/pricing.py): DDP's
+                  buckets reduced one at a time in backward's order, the part that outlasts backward; a
+                  parameter server's push, apply and pull after backward; a pipeline's replicas' all-reduce
+    optimizer     a law in tensors and elements per optimizer, + the loop's own overhead (a strategy whose
+                  rank applies no update, a parameter server's worker: none)
 Processes that share cores (ranks x threads, plus busy loader workers, beyond the node's cores) stretch
 the compute phases by the CPU time they need over the cores there are.
 """
@@ -24,11 +26,10 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from scaletrain.perf import alphabeta, buckets, wire
+from scaletrain.predict.pricing import BUCKET_CAPS_MB, NO_COMM, link  # noqa: F401 (re-exported)
 
 PHASES = ("data_wait", "h2d", "forward", "backward", "comm_exposed", "optimizer", "other")
 OPTIMIZER_STATE = {"sgd": 1, "nesterov": 1, "adagrad": 1, "adamw": 2, "plain-sgd": 0}  # buffers per parameter
-BUCKET_CAPS_MB = (None, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 25.0, 64.0)  # None: DDP's default (1 MiB, then 25)
 PREFETCH = 2  # DataLoader's prefetch_factor: batches in flight per worker
 
 
@@ -53,7 +54,7 @@ class Setting:
     sample_s: float = 0.0  # loader seconds per sample (decode + augment + collate)
     sample_bytes: int = 0  # one sample's tensor bytes
     worker_interference: float | None = None  # compute seconds a busy loader worker costs per second of its work
-    stages: int = 1  # pipeline stages (the ranks of one replica); the others read different data
+    stages: int | None = None  # --stages (a pipeline's; None: every rank a stage): its strategy reads it
     cpu_compute: bool = True  # forward and backward run on the CPU's cores (False: on an accelerator)
 
     @property
@@ -61,18 +62,21 @@ class Setting:
         return self.nproc * self.nnodes
 
     @property
+    def strategy_class(self):
+        """The strategy's class (comm/registry.py): it prices its own communication (Strategy.cost)."""
+        from scaletrain.predict.pricing import strategy_of
+
+        return strategy_of(self.strategy)
+
+    @property
     def servers(self) -> int:
-        return self.ps_servers if self.strategy.startswith("ps-") else 0
+        """Ranks that serve instead of training (a parameter server's)."""
+        return self.strategy_class.server_ranks(self)
 
     @property
     def trainers(self) -> int:
         """Ranks that read different data and share the global batch (a pipeline's replicas)."""
-        return (self.world - self.servers) // max(1, self.stages)
-
-    @property
-    def splits_model(self) -> bool:
-        """A pipeline or FSDP: no DDP buckets; their communication is priced by predict/pipeline.py."""
-        return self.strategy in ("pipeline", "fsdp")
+        return max(0, self.strategy_class.data_replicas(self))
 
     @property
     def rank_threads(self) -> int:
@@ -139,78 +143,38 @@ def compute_stretch(s: Setting, loader_cpu_s: float, compute_s: float) -> float:
     return over
 
 
-def comm_time_fn(s: Setting, network: dict[str, Any], strategy: str) -> Callable[[int], float]:
-    """Seconds to reduce one bucket of `bytes` fp32 gradient bytes over the trainers (alpha-beta)."""
-    alpha, beta = link(s, network, "ring" if strategy == "ring" else "allreduce")
-    world = s.trainers
-
-    def seconds(nbytes: int) -> float:
-        if world < 2:
-            return 0.0
-        numel = nbytes // 4
-        if wire.linear(s.compress):
-            payload = wire.compressed_bytes(numel, s.compress) if s.compress and s.compress[0] != "powersgd" else \
-                nbytes if not s.compress else nbytes // 8  # powersgd: factors, roughly rank/min(n,m) of it
-            return alphabeta.predict(alpha, beta, world, payload)
-        payload = wire.compressed_bytes(numel, s.compress)
-        return (world - 1) * alpha + (world - 1) * payload * beta  # all-gathered
-    return seconds
-
-
-def link(s: Setting, network: dict[str, Any], kind: str) -> tuple[float, float]:
-    """(alpha, beta) of the collective: the calibrated local fit inside one node; across nodes the slower
-    of it and the declared inter-node link, whose latency adds to the software's."""
-    intra = network["intra"].get(kind) or network["intra"].get("allreduce") or {"alpha_s": 0.0, "beta_s_per_byte": 0.0}
-    alpha, beta = intra["alpha_s"], intra["beta_s_per_byte"]
-    inter = network.get("inter")
-    if s.nnodes > 1 and inter:
-        alpha = alpha + inter["alpha_s"]
-        beta = max(beta, inter["beta_s_per_byte"])
-    return alpha, beta
-
-
 def predict_step(ops: list[OpCost], s: Setting, loop: Loop, network: dict[str, Any],
                  optimizer_s: Callable[[int, int], float], loss_s: tuple[float, float] = (0.0, 0.0),
-                 loader_first_batch_s: float = 0.0, handoff_s: float = 0.0) -> dict[str, Any]:
-    """The step's phases (seconds), its communication and the numbers the limit is named from.
+                 loader_first_batch_s: float = 0.0, handoff_s: float = 0.0,
+                 memory_bytes: dict[str, int] | None = None, **context: Any) -> dict[str, Any]:
+    """The step's phases (seconds), its communication, memory per rank and the numbers the limit is named from.
 
-    `optimizer_s(tensors, numel)` is the optimizer's calibrated law at this point's threads."""
+    `optimizer_s(tensors, numel)` is the optimizer's calibrated law at this point's threads. The strategy
+    prices its own communication (`Strategy.cost`, predict/pricing.py), from the compute phases computed here;
+    `context` (cfg, facts, predictor) is what it may read beyond them; `memory_bytes` (model.memory) what every
+    rank holds before the strategy changes it."""
+    from scaletrain.predict.pricing import Pricing
+
     grads = [g for op in ops for g in op.grad_bytes]
     fwd = sum(o.forward_s * loop.factor(o.group, "forward") for o in ops) + loss_s[0] * loop.factor("memory", "forward")
     bwd = sum(o.backward_s * loop.factor(o.group, "backward") for o in ops) + \
         loss_s[1] * loop.factor("memory", "backward")
-    ps = s.strategy.startswith("ps-")
-    opt = 0.0 if ps else optimizer_s(len(grads), sum(grads) // 4) + loop.optimizer_s
+    strategy = s.strategy_class
+    opt = optimizer_s(len(grads), sum(grads) // 4) + loop.optimizer_s if strategy.local_update else 0.0
     loader_cpu = s.batch_size * s.sample_s
     stretch = compute_stretch(s, loader_cpu, fwd + bwd + opt)
     fwd, bwd, opt = fwd * stretch, bwd * stretch, opt * stretch
-
-    comm = {"bytes_per_step": 0, "buckets": 0, "comm_total_s": 0.0, "comm_hidden_s": 0.0, "overlap_ratio": None}
-    exposed = 0.0
-    residual = loop.comm_s + loop.comm_per_compute * (fwd + bwd)  # ranks out of step: see Loop
-    if s.trainers > 1 and not ps and grads and not s.splits_model:
-        # gradients in the order backward produces them: ops in reverse, each op's parameters in reverse
-        ready, sizes, elapsed = [], [], 0.0
-        for op in reversed(ops):
-            elapsed += op.backward_s * loop.factor(op.group, "backward") * stretch
-            for g in reversed(op.grad_bytes):
-                ready.append(elapsed)
-                sizes.append(g)
-        ready = [r * bwd / elapsed for r in ready] if elapsed > 0 else ready
-        comm_time = comm_time_fn(s, network, s.strategy)
-        result = buckets.backward_overlap(ready, sizes, comm_time, s.bucket_cap_mb)
-        exposed = result["comm_exposed_s"] + residual
-        best_cap, best = buckets.best_bucket_cap(ready, sizes, comm_time, BUCKET_CAPS_MB)
-        comm = {"bytes_per_step": sum(wire.ddp_bytes(b // 4, s.trainers, s.compress) for b in result["bucket_bytes"]),
-                "buckets": len(result["buckets"]), "comm_total_s": result["comm_total_s"],
-                "comm_hidden_s": result["comm_hidden_s"], "overlap_ratio": result["overlap_ratio"],
-                "best_bucket_cap_mb": best_cap, "best_overlap_ratio": best["overlap_ratio"],
-                "best_comm_exposed_s": best["comm_exposed_s"] + residual}
-    elif ps and s.trainers >= 1:
-        exposed, comm = _parameter_server(s, network, sum(grads), len(grads), optimizer_s, residual, fwd + bwd)
-
+    compute = {"h2d": loop.h2d_s, "forward": fwd, "backward": bwd, "optimizer": opt, "other": loop.other_s}
+    pricing = Pricing(s, ops, loop, network, optimizer_s, dict(compute), stretch, dict(memory_bytes or {}), **context)
+    cost = strategy.cost(pricing) if s.trainers >= 1 else None
+    phases = {"data_wait": 0.0, **compute, "comm_exposed": cost.comm_exposed_s if cost else 0.0}
+    if cost is not None:
+        phases.update(cost.phases)
+    order = ("data_wait", "h2d", "forward", "backward", "comm_exposed", "optimizer")
+    phases = {**{k: phases[k] for k in order}, **{k: v for k, v in phases.items() if k not in order and k != "other"},
+              "other": phases["other"]}
     produce = loader_cpu + handoff_s
-    busy = fwd + bwd + opt + exposed + loop.h2d_s + loop.other_s
+    busy = sum(phases.values())
     if s.workers == 0:
         data_wait = produce
     else:
@@ -218,47 +182,23 @@ def predict_step(ops: list[OpCost], s: Setting, loop: Loop, network: dict[str, A
         # (on an accelerator node the workers of a rank share the cores the node has per rank)
         parallel = s.workers if s.cpu_compute else max(1, min(s.workers, s.cores // max(1, s.nproc)))
         data_wait = max(handoff_s, loader_cpu * stretch / parallel - busy + handoff_s)
-    phases = {"data_wait": data_wait, "h2d": loop.h2d_s, "forward": fwd, "backward": bwd, "comm_exposed": exposed,
-              "optimizer": opt, "other": loop.other_s}
-    step = sum(phases.values())
-    return {"phases_s": phases, "step_time_s": step, "comm": comm, "stretch": stretch,
+    phases["data_wait"] = data_wait
+    memory = {**(memory_bytes or {}), **(cost.memory if cost else {})}
+    return {"phases_s": phases, "step_time_s": sum(phases.values()), "comm": cost.comm if cost else dict(NO_COMM),
+            "stretch": stretch, "memory_bytes": memory, "extra": cost.extra if cost else {},
             "epoch_start_s": loader_first_batch_s if s.workers else 0.0}
-
-
-def _parameter_server(s: Setting, network: dict[str, Any], grad_bytes: int, tensors: int,
-                      optimizer_s: Callable[[int, int], float], residual_s: float,
-                      compute_s: float) -> tuple[float, dict]:
-    """ps-sync: every worker pushes its gradient to the servers, each applies the update on its shard and
-    sends it back: 2 alpha + 2 W x (its shard) x beta on the busiest server link, plus the apply.
-    ps-async: a worker's own push and pull; the server link is shared, so a worker also waits for its
-    share of the others' traffic once that exceeds its own compute."""
-    alpha, beta = link(s, network, "ps")
-    workers, servers = s.trainers, max(1, s.servers)
-    shard = grad_bytes / servers
-    push = wire.compressed_bytes(int(shard // 4), s.compress) if s.compress else shard
-    apply = optimizer_s(max(1, tensors // servers), int(shard // 4))
-    own = 2 * alpha + (push + shard) * beta
-    if s.strategy == "ps-sync":
-        exposed = 2 * alpha + workers * (push + shard) * beta + apply
-    else:
-        server_busy = workers * ((push + shard) * beta + apply)
-        exposed = max(own + apply, server_busy - compute_s)
-    sent = int(servers * push)
-    return exposed + residual_s, {"bytes_per_step": sent, "buckets": servers, "comm_total_s": exposed,
-                                   "comm_hidden_s": 0.0, "overlap_ratio": 0.0 if workers else None}
 
 
 def memory(s: Setting, params: int, activation_bytes: int, batch_input_bytes: int,
            baseline_bytes: int = 0) -> dict[str, int]:
-    """Peak bytes per rank: parameters, gradients, optimizer state (fp32), the activations autograd keeps
-    for backward, DDP's gradient buckets (a flat copy of the gradients), the loader's batches in flight,
-    and the process's resident baseline (interpreter, torch, the loop) as calibrated."""
+    """Peak bytes per rank before the strategy's own (predict/pricing.Cost.memory: DDP's buckets, a shard, a
+    stage): parameters, gradients, optimizer state (fp32), the activations autograd keeps for backward, the
+    loader's batches in flight, and the process's resident baseline (interpreter, torch, the loop) as
+    calibrated."""
     p = 4 * params
-    ps = s.strategy.startswith("ps-")
-    out = {"parameters": p, "gradients": p, "optimizer": 0 if ps else OPTIMIZER_STATE.get(s.optimizer, 1) * p,
-           "activations": activation_bytes, "buckets": p if (s.trainers > 1 and not ps) else 0,
-           "loader": batch_input_bytes * (1 + PREFETCH * s.workers), "baseline": baseline_bytes}
-    return out
+    return {"parameters": p, "gradients": p, "optimizer": OPTIMIZER_STATE.get(s.optimizer, 1) * p,
+            "activations": activation_bytes, "buckets": 0,
+            "loader": batch_input_bytes * (1 + PREFETCH * s.workers), "baseline": baseline_bytes}
 
 
 def limit(phases: dict[str, float], batch_efficiency: float) -> tuple[str, str]:

@@ -1,5 +1,4 @@
-"""Predicting the strategies that split the model (docs/predict.md): a pipeline's stages and bubble, and the
-collectives of FSDP's shards.
+"""Predicting a pipeline's stages and bubble (docs/predict.md), for comm/pipeline.py's Pipeline.cost.
 
 Pipeline (`--strategy pipeline`, K stages, M micro-batches, R replicas): the blocks' forward and backward
 at the micro-batch (the calibrated per-op laws at the rank's threads, with the loop factors calibrated on as
@@ -14,10 +13,7 @@ forward = M x mean f_s, backward = M x mean b_s, p2p = M x mean transfer_s and t
 bubble = the rest of the step; the optimizer steps the mean stage's parameters; with R > 1 each stage's
 gradients are all-reduced over the replicas after backward (exposed).
 
-FSDP (`--strategy fsdp`, N ranks): per step each unit's parameters are all-gathered twice (before forward,
-before backward) and its gradients reduce-scattered once, each about half an all-reduce of the unit's bytes:
-1.5 all-reduces of the model in all, counted inside forward (a third) and backward (two thirds), where the
-profiler measures them; on CPU gloo runs them between the units' compute, so none of it is hidden.
+FSDP prices itself in comm/fsdp.py (Fsdp.cost).
 """
 
 from __future__ import annotations
@@ -83,35 +79,3 @@ def replicas_allreduce_s(stage_param_bytes: list[int], replicas: int, alpha: flo
     if replicas < 2 or not stage_param_bytes:
         return 0.0
     return alphabeta.predict(alpha, beta, replicas, max(stage_param_bytes))
-
-
-def fsdp_comm_s(unit_param_bytes: list[int], world: int, alpha: float, beta: float) -> tuple[float, float]:
-    """(forward, backward) seconds of FSDP's collectives per step: per unit an all-gather before forward, one
-    before backward and a reduce-scatter after it, each half an all-reduce of its bytes."""
-    if world < 2:
-        return 0.0, 0.0
-    half = sum(alphabeta.predict(alpha, beta, world, b) / 2 for b in unit_param_bytes)
-    return half, 2 * half
-
-
-def fsdp_units(model_name: str, facts: dict[str, Any], stem: str, width: float) -> list[int]:
-    """Parameter bytes of each unit FSDP shards (comm/fsdp.py's units, and the root's rest)."""
-    import torch
-
-    from scaletrain.comm.fsdp import shard_units
-    from scaletrain.models.registry import build_model
-
-    size = facts["image_size"]
-    with torch.device("cpu"):
-        model = build_model(model_name, num_classes=facts["classes"], in_channels=facts["channels"],
-                            image_size=size, stem=stem, width=width)
-    names = shard_units(model, (facts["channels"], size, size))
-    units = [sum(p.numel() * 4 for p in model.get_submodule(n).parameters()) for n in names]
-    rest = sum(p.numel() * 4 for p in model.parameters()) - sum(units)
-    return units + ([rest] if rest > 0 else [])
-
-
-def check_basis(hardware) -> None:
-    if hardware is not None:
-        raise UserError("pipeline predictions need a calibration of the machine (per-block laws), not a hardware "
-                        "profile: drop --hardware")

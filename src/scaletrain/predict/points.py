@@ -123,8 +123,7 @@ def predict_config(p: Predictor, cfg, *, shared_cores: int | None = None, cores:
                   ps_servers=cfg.ps_servers, bucket_cap_mb=None if auto_cap else cfg.bucket_cap_mb,
                   optimizer=cfg.optimizer, cores=cores,
                   shared_cores=shared_cores, threads=cfg.threads, train_samples=facts["samples"],
-                  cpu_compute=p.hardware is None or p.hardware.kind == "cpu",
-                  stages=(cfg.stages or cfg.nproc * cfg.nnodes) if cfg.strategy == "pipeline" else 1)
+                  cpu_compute=p.hardware is None or p.hardware.kind == "cpu", stages=cfg.stages)
     w = workload(cfg, facts, cfg.batch_size)
     threads = s.rank_threads
     ops = p.op_costs(w, cfg.precision, threads)
@@ -134,33 +133,26 @@ def predict_config(p: Predictor, cfg, *, shared_cores: int | None = None, cores:
     handoff, startup = p.handoff()
     loop = p.loop(cfg.nproc)
     opt_law = p.optimizer_law(cfg.optimizer, threads)
-    step = M.predict_step(ops, s, loop, p.network, opt_law, loss, loader_first_batch_s=startup + s.sample_s *
-                          cfg.batch_size, handoff_s=handoff if cfg.workers else 0.0)
-    if auto_cap and step["comm"].get("best_bucket_cap_mb") is not None:
-        # --bucket-cap-mb auto: the cap the model finds best at this point, as auto_bucket.choose picks it
-        s.bucket_cap_mb = step["comm"]["best_bucket_cap_mb"]
-        step = M.predict_step(ops, s, loop, p.network, opt_law, loss, loader_first_batch_s=startup + s.sample_s *
-                              cfg.batch_size, handoff_s=handoff if cfg.workers else 0.0)
-    split = _split_model(p, cfg, s, w, facts, threads, opt_law, loop, step)
-    steps = facts["samples"] // (cfg.batch_size * s.trainers)
     act = sum(op.out_bytes for op in w.ops if op.saves_activation)
     if cfg.precision != "fp32":
         act = int(act * 0.75)  # autocast keeps conv and linear outputs in 16 bits, the rest in fp32
     sample_bytes = 4 * facts["channels"] * facts["image_size"] ** 2
     baseline = p.baseline_bytes()
-    mem = M.memory(s, w.params, act, sample_bytes * cfg.batch_size, 0)
-    if s.strategy == "fsdp":  # parameters, gradients and optimizer state in 1/N shards, plus one unit gathered
-        world = s.world
-        for key in ("parameters", "gradients", "optimizer"):
-            mem[key] = mem[key] // world
-        mem["buckets"] = max(split["units"]) if split else 0
-    elif split:  # the largest stage's memory, as split/partition.py counts it
-        peak = max(split["split"]["stages"], key=lambda st: st["memory_bytes"])
-        mem.update({"parameters": 0, "gradients": 0, "optimizer": 0, "activations": 0, "buckets": 0,
-                    "stage": peak["memory_bytes"]})
-    if baseline:
-        ref = _refnet_memory(p)
-        mem["baseline"] = max(0, baseline - ref)
+    mem = M.memory(s, w.params, act, sample_bytes * cfg.batch_size, max(0, baseline - _refnet_memory(p))
+                   if baseline else 0)
+
+    def step_at(setting: M.Setting) -> dict[str, Any]:
+        return M.predict_step(ops, setting, loop, p.network, opt_law, loss, loader_first_batch_s=startup +
+                              setting.sample_s * cfg.batch_size, handoff_s=handoff if cfg.workers else 0.0,
+                              memory_bytes=mem, cfg=cfg, facts=facts, predictor=p)
+
+    step = step_at(s)
+    if auto_cap and step["comm"].get("best_bucket_cap_mb") is not None:
+        # --bucket-cap-mb auto: the cap the model finds best at this point, as auto_bucket.choose picks it
+        s.bucket_cap_mb = step["comm"]["best_bucket_cap_mb"]
+        step = step_at(s)
+    steps = facts["samples"] // (cfg.batch_size * s.trainers)
+    mem = step["memory_bytes"]
     eff = batch_efficiency(p, cfg, facts, ops, threads)
     lim, note = M.limit(step["phases_s"], eff)
     check = plausibility(w, step["phases_s"], p.peak_flops(cfg.precision), steps, p.hardware,
@@ -179,49 +171,7 @@ def predict_config(p: Predictor, cfg, *, shared_cores: int | None = None, cores:
             "limit": lim, "limit_note": note, "batch_efficiency": eff, "threads": threads,
             "stretch": step["stretch"], "plausibility": check,
             "notes": list(w.notes) + ([AUTO_CAP_NOTE] if auto_cap else []),
-            "image_size": facts["image_size"], "ops": per_op,
-            **({"pipeline": {k: v for k, v in split.items() if k != "units"}} if split and "split" in split else {})}
-
-
-def _split_model(p: Predictor, cfg, s: M.Setting, w: Workload, facts: dict[str, Any], threads: int, opt_law,
-                 loop: M.Loop, step: dict[str, Any]) -> dict[str, Any] | None:
-    """A pipeline's or FSDP's phases in place of data parallelism's (predict/pipeline.py); `step` is changed."""
-    from scaletrain.predict import pipeline as PP
-
-    if not s.splits_model:
-        return None
-    alpha, beta = M.link(s, p.network, "allreduce")
-    phases = step["phases_s"]
-    if s.strategy == "fsdp":
-        units = PP.fsdp_units(cfg.model, facts, cfg.stem, cfg.width)
-        f, b = PP.fsdp_comm_s(units, s.world, alpha, beta)
-        phases["forward"] += f
-        phases["backward"] += b
-        step["comm"] = {"bytes_per_step": int(1.5 * sum(units) * 2 * (s.world - 1) / s.world), "buckets": len(units),
-                        "comm_total_s": f + b, "comm_hidden_s": 0.0, "overlap_ratio": 0.0 if s.world > 1 else None}
-        step["step_time_s"] = sum(phases.values())
-        return {"units": units}
-    PP.check_basis(p.hardware)
-    # a stage's activations and gradients are point-to-point messages: priced by commbench's `ps` fit (on 2
-    # ranks one send and one receive per worker), not the all-reduce's, whose latency per step (0.7-0.8 ms
-    # here, against 50-80 us) had been charged to every message
-    pp = PP.pipeline_phases(p.cal, cfg, facts, threads, p.network, M.link(s, p.network, "ps"))
-    k = len(pp["stage_param_bytes"])
-    mean_params = sum(pp["stage_param_bytes"]) / k
-    tensors = max(1, sum(len(o.param_numels) for o in w.ops) // k)
-    phases["forward"], phases["backward"] = pp["forward"], pp["backward"]
-    phases["optimizer"] = opt_law(tensors, int(mean_params // 4)) + loop.optimizer_s
-    phases["comm_exposed"] = PP.replicas_allreduce_s(pp["stage_param_bytes"], s.trainers, alpha, beta)
-    ordered = {}
-    for name in ("data_wait", "h2d", "forward", "backward", "comm_exposed", "optimizer"):
-        ordered[name] = phases[name]
-    ordered |= {"bubble": pp["bubble"], "p2p": pp["p2p"], "other": phases["other"]}
-    step["phases_s"] = ordered
-    transfers = sum(st["transfer_s"] for st in pp["split"]["stages"]) * cfg.microbatches
-    step["comm"] = {"bytes_per_step": 0, "buckets": 0, "comm_total_s": transfers + ordered["comm_exposed"],
-                    "comm_hidden_s": 0.0, "overlap_ratio": None}
-    step["step_time_s"] = sum(ordered.values())
-    return pp
+            "image_size": facts["image_size"], "ops": per_op, **step["extra"]}
 
 
 def _refnet_memory(p: Predictor) -> int:

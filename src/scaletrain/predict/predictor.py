@@ -42,10 +42,15 @@ class Predictor:
         return self.cal["device"]["cores"]
 
     def peak_flops(self, precision: str) -> float | None:
-        """The fastest conv or matmul rate the calibration measured at this precision (FLOP/s, forward), over
-        its thread counts: what a plausible prediction stays under (None without such rows)."""
-        rates = [2 * work(r["kind"], r["features"]) / r["forward_s"] for r in self.cal["layers"]
-                 if r["precision"] == precision and r["kind"] in ("conv", "linear") and r["forward_s"] > 0]
+        """The fastest conv or matmul rate the calibration measured at this precision (FLOP/s, forward or
+        backward), over its thread counts: what a plausible prediction stays under (None without such rows)."""
+        rates = []
+        for r in self.cal["layers"]:
+            if r["precision"] == precision and r["kind"] in ("conv", "linear"):
+                flops = 2 * work(r["kind"], r["features"])
+                back = flops * (1 + r["features"].get("grad_in", 1))
+                rates += [flops / r["forward_s"]] if r["forward_s"] > 0 else []
+                rates += [back / r["backward_s"]] if r.get("backward_s", 0) > 0 else []
         return max(rates, default=None)
 
     def device_memory(self) -> int | None:

@@ -17,7 +17,7 @@ LADDER_NODES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 
 
 def predict_grid(spec, cal: dict[str, Any], network: dict[str, Any], hw, basis: str, *,
-                 global_batch: int | None = None, shared_cores: int | None = None,
+                 global_batch: int | None = None, shared_cores: int | None = None, cores: int | None = None,
                  probe: dict[str, Any] | None = None,
                  progress: Callable[[str, int, int], None] | None = None) -> dict[str, Any]:
     """Every point of the spec predicted; `probe` (probe.speed_now()) scales the calibrated compute;
@@ -34,7 +34,7 @@ def predict_grid(spec, cal: dict[str, Any], network: dict[str, Any], hw, basis: 
 
                 raise UserError(applies.message(point.dropped[0], {**spec.train, **point.axes}))
             cfg = _strong(point.config, global_batch)
-            r = predict_config(predictor, cfg, shared_cores=shared_cores)
+            r = predict_config(predictor, cfg, shared_cores=shared_cores, cores=cores)
         except UserError as e:  # options that do not combine here: the point is skipped, the grid goes on
             skipped.append({"id": point.id, "axes": point.axes, "reason": str(e)})
             continue
@@ -45,7 +45,7 @@ def predict_grid(spec, cal: dict[str, Any], network: dict[str, Any], hw, basis: 
         raise UserError(skipped[0]["reason"])
     _speedups(out, global_batch is not None)
     series = _series(out, global_batch is not None)
-    scaling = _scaling(series, predictor, shared_cores, global_batch, network)
+    scaling = _scaling(series, predictor, shared_cores or cores, global_batch, network)
     from scaletrain.predict.calibration import unsteady
 
     shaky = [unsteady(cal)] if hw is None and unsteady(cal) else []
@@ -55,7 +55,7 @@ def predict_grid(spec, cal: dict[str, Any], network: dict[str, Any], hw, basis: 
             "basis": "datasheet" if hw is not None else "calibration", "basis_note": basis,
             "calibration_device": cal["device"] if cal else None, "hardware": _hardware_facts(hw),
             "network": network, "skipped": skipped,
-            "axes": spec.axes, "global_batch": global_batch, "shared_cores": shared_cores,
+            "axes": spec.axes, "global_batch": global_batch, "shared_cores": shared_cores, "cores_per_node": cores,
             "regression": predictor.regression_errors(), "speed_probe": probe, "points": out, "scaling": scaling, "notes": notes}
 
 
@@ -126,7 +126,13 @@ def _entry(pid: str, axes: dict[str, Any], cfg, r: dict[str, Any]) -> dict[str, 
             "memory_kind": r["memory_kind"], "comm": r["comm"], "layers": r["layers"], "ops": r["ops"],
             "limit": r["limit"], "limit_note": r["limit_note"], "batch_efficiency": r["batch_efficiency"],
             "core_sharing_stretch": r["stretch"], "plausibility": r["plausibility"], "notes": r["notes"],
-            **({"pipeline": r["pipeline"]} if "pipeline" in r else {})}
+            **{k: r[k] for k in r if k not in _ENTRY_KEYS}}
+
+
+_ENTRY_KEYS = {"setting", "phases_s", "step_time_s", "epoch_time_s", "steps_per_epoch", "samples_per_s",
+               "peak_memory_bytes", "memory_bytes", "memory_kind", "comm", "layers", "ops", "limit", "limit_note",
+               "batch_efficiency", "stretch", "plausibility", "notes", "threads", "image_size"}
+"""predict_config's keys that _entry places itself: any other is a strategy's own (a pipeline's `pipeline`)."""
 
 
 def _group_key(p: dict[str, Any], strong: bool) -> tuple:

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from scaletrain.errors import UserError
-from scaletrain.predict.cli import parse_rate
+from scaletrain.units import parse_rate
 
 BYTE_UNITS = {"": 1, "b": 1, "k": 2**10, "kb": 10**3, "kib": 2**10, "m": 2**20, "mb": 10**6, "mib": 2**20,
               "g": 2**30, "gb": 10**9, "gib": 2**30, "t": 2**40, "tb": 10**12, "tib": 2**40}

@@ -113,8 +113,10 @@ def _run_all(console, study: StudyDir, spec: StudySpec, grid: list, runs: dict[s
     with progress:
         overall = progress.add_task("study", total=total, count=f"0/{total} runs")
         passed = 0
-        for i, point in enumerate(grid, 1):
-            for k in range(spec.repeats):
+        # interleaved: every point's first repeat, then every point's second, ... so that a drift of the
+        # machine's speed during the study falls on every point alike instead of on the last points
+        for k in range(spec.repeats):
+            for i, point in enumerate(grid, 1):
                 label = run_label(point.id, k, spec.repeats)
                 if runs[point.id][k]["status"] == "completed":
                     console.print(f"[dim]skipped {label}: already completed[/]")
@@ -217,13 +219,15 @@ def _validate(console, study: StudyDir) -> None:
     """--predict: the prediction against what the study measured."""
     from scaletrain.validate import load_measured, load_prediction, validate
     from scaletrain.validate.match import summary_line
-    from scaletrain.validate.output import prepare, write_validation
+    from scaletrain.validate.output import prepare, ratio_line, write_validation
 
     notes: list[str] = []
     result = validate(load_prediction(study.root / "prediction"), load_measured([study.root], notes))
     out = prepare(study.root / "validation")
     write_validation(result, out)
     console.print(f"validation: {out / 'validation.json'}: {summary_line(result['summary'])}")
+    if ratio_line(result):
+        console.print(ratio_line(result))
 
 
 def _size(n_points: int, repeats: int) -> str:

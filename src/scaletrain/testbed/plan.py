@@ -64,7 +64,7 @@ def rate_bytes(rate: str, flag: str = "--rate") -> float:
     """A link rate in bits per second (`1gbit`, `100mbit`: tc's units of bits) in bytes per second, read by
     predict's parser. tc's `bps` units are bytes per second (`1gbps` is 8 Gbit/s) and refused: most people
     mean bits by them."""
-    from scaletrain.predict.cli import parse_rate
+    from scaletrain.units import parse_rate
 
     try:
         value = parse_rate(rate)

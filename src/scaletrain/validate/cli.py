@@ -11,7 +11,7 @@ from scaletrain.report.tables import rich_table
 from scaletrain.rundir import check_out
 from scaletrain.validate.load import load_measured, load_prediction, prediction_path
 from scaletrain.validate.match import describe_unmatched, summary_line, validate
-from scaletrain.validate.output import prepare, table, write_validation
+from scaletrain.validate.output import prepare, ratio_line, ratio_table, table, write_validation
 
 
 def add_validate_args(p: argparse.ArgumentParser) -> None:
@@ -44,6 +44,9 @@ def run_validate(args: argparse.Namespace) -> int:
     for note in notes + result["notes"]:
         say(f"note: {note}")
     console.print(rich_table(table(result)))
+    ratios = ratio_table(result)
+    if ratios is not None:
+        console.print(rich_table(ratios))
     for u in result["unmatched"]:
         say(f"unmatched: {describe_unmatched(u)}")
     if result["unmeasured_points"]:
@@ -53,5 +56,7 @@ def run_validate(args: argparse.Namespace) -> int:
     for note in plot_notes:
         say(f"note: {note}")
     say(summary_line(result["summary"]))
+    if ratio_line(result):
+        say(ratio_line(result))
     say(f"validation: {written[0]}" + (f" (plots in {written[0].parent / 'plots'})" if len(written) > 1 else ""))
     return 0

@@ -106,9 +106,11 @@ def measured_of(runs: list[MeasuredRun]) -> tuple[dict[str, Any], list[str]]:
         memory = _mean(r.peak_memory_bytes for r in runs)
     elif kinds:
         notes.append(f"peak memory not averaged: the runs measured different kinds ({', '.join(map(str, kinds))})")
+    from scaletrain.validate.ratios import spread
+
     return {"step_time_s": statistics.fmean(r.step_time_s for r in runs), "phases_s": phases,
             "samples_per_s": _mean(r.samples_per_s for r in runs), "peak_memory_bytes": memory,
-            "memory_kind": kind}, notes
+            "memory_kind": kind, "repeats": len(runs), "spread": spread([r.step_time_s for r in runs])}, notes
 
 
 def predicted_memory_kind(prediction: dict[str, Any], point: dict[str, Any]) -> str | None:
@@ -157,16 +159,24 @@ def quantile(values: list[float], q: float) -> float:
     return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
 
 
-def error_summary(errors: list[float]) -> dict[str, Any]:
-    """Over the points' step-time errors: count, median/p90/max of |error|, mean signed error, shares within 5/10%."""
+def error_summary(errors: list[float], spreads: list[float | None] | None = None) -> dict[str, Any]:
+    """Over the points' step-time errors: count, median/p90/max of |error|, mean signed error, shares within
+    5/10%, signs (ratios.signs), and with each point's spread of its repeats: their median and how many points
+    err by more than theirs."""
+    from scaletrain.validate.ratios import signs
+
     if not errors:
         return {"count": 0, "median_abs_error": None, "p90_abs_error": None, "max_abs_error": None,
-                "mean_signed_error": None, "within_5pct": None, "within_10pct": None}
+                "mean_signed_error": None, "within_5pct": None, "within_10pct": None, "over": 0, "under": 0,
+                "biased": False, "median_spread": None, "beyond_spread": 0, "with_spread": 0}
     absolute = [abs(e) for e in errors]
     within = lambda bound: sum(1 for a in absolute if a <= bound + 1e-12) / len(absolute)  # noqa: E731
+    paired = [(abs(e), sp) for e, sp in zip(errors, spreads or []) if sp is not None]
     return {"count": len(errors), "median_abs_error": quantile(absolute, 0.5), "p90_abs_error": quantile(absolute, 0.9),
             "max_abs_error": max(absolute), "mean_signed_error": statistics.fmean(errors),
-            "within_5pct": within(0.05), "within_10pct": within(0.10)}
+            "within_5pct": within(0.05), "within_10pct": within(0.10), **signs(errors),
+            "median_spread": quantile([sp for _, sp in paired], 0.5) if paired else None,
+            "beyond_spread": sum(1 for e, sp in paired if e > sp), "with_spread": len(paired)}
 
 
 def phase_summary(points: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
@@ -234,11 +244,17 @@ def validate(prediction: dict[str, Any], runs: list[MeasuredRun]) -> dict[str, A
         out_points.append({"id": point["id"], "config": point.get("config") or {},
                            "run_dirs": [r.run_dir for r in mine], "measured": measured, "predicted": predicted,
                            "errors": errors})
-    step_errors = [p["errors"]["step_time"] for p in out_points if p["errors"]["step_time"] is not None]
+    from scaletrain.validate import ratios
+
+    timed = [p for p in out_points if p["errors"]["step_time"] is not None]
+    ratio_rows = ratios.ratios(out_points)
     return {"format": FORMAT, "kind": "validation", "basis": prediction.get("basis"),
             "basis_note": prediction.get("basis_note"), "points": out_points, "unmatched": unmatched,
             "unmeasured_points": [p["id"] for p in points if p["id"] not in matched],
-            "summary": error_summary(step_errors), "phase_summary": phase_summary(out_points), "notes": notes}
+            "summary": error_summary([p["errors"]["step_time"] for p in timed],
+                                     [p["measured"]["spread"] for p in timed]),
+            "ratios": ratio_rows, "ratio_summary": ratios.summary(ratio_rows),
+            "phase_summary": phase_summary(out_points), "notes": notes}
 
 
 def summary_line(summary: dict[str, Any]) -> str:
@@ -246,10 +262,25 @@ def summary_line(summary: dict[str, Any]) -> str:
     n = summary["count"]
     if not n:
         return "step time: no point to compare"
-    return (f"step time: median |error| {100 * summary['median_abs_error']:.1f}%, "
+    line = (f"step time: median |error| {100 * summary['median_abs_error']:.1f}%, "
             f"p90 {100 * summary['p90_abs_error']:.1f}% over {n} point{'s' if n != 1 else ''}")
+    return line + sign_words(summary)
+
+
+def sign_words(summary: dict[str, Any]) -> str:
+    """`; 3 over, 2 under; 2 of 5 beyond their repeats' spread (median 6.1%)`, or a bias named."""
+    if "over" not in summary:
+        return ""
+    words = f"; {summary['over']} over, {summary['under']} under"
+    if summary.get("biased"):
+        words += " (every error one sign: biased)"
+    if summary.get("with_spread"):
+        words += f"; {summary['beyond_spread']} of {summary['with_spread']} beyond their repeats' spread"
+        if summary.get("median_spread") is not None:
+            words += f" (median {100 * summary['median_spread']:.1f}%)"
+    return words
 
 
 __all__ = ["FORMAT", "MATCH_KEYS", "PHASE_SHARE_FLOOR", "MeasuredRun", "normalise", "differences", "match",
            "nearest", "relative", "measured_of", "point_errors", "largest_phase_error", "quantile", "error_summary",
-           "phase_summary", "describe_unmatched", "validate", "summary_line"]
+           "phase_summary", "describe_unmatched", "validate", "summary_line", "sign_words"]

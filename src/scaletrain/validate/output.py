@@ -31,15 +31,45 @@ def _phase_cell(errors: dict[str, Any]) -> str:
 def table(result: dict[str, Any]) -> Grid:
     """One row per matched point: measured and predicted step time, the error, the phase missed by the most."""
     basis = result.get("basis") or "unknown basis"
-    g = Grid(f"prediction ({basis}) against measurement", ["point", "runs", "measured", "predicted", "error",
-                                                            "largest phase error"], text_columns=(0, 5))
+    g = Grid(f"prediction ({basis}) against measurement", ["point", "runs", "measured", "spread", "predicted",
+                                                            "error", "largest phase error"], text_columns=(0, 6))
     for p in result["points"]:
+        spread = p["measured"].get("spread")
         g.rows.append([p["id"], str(len(p["run_dirs"])), fmt.duration(p["measured"]["step_time_s"]),
+                       fmt.share(spread, 1) if spread is not None else fmt.DASH,
                        fmt.duration(p["predicted"]["step_time_s"]), fmt.change(p["errors"]["step_time"]),
                        _phase_cell(p["errors"])])
-    g.note = ("step time per step (steady-state mean over the runs); error = (predicted - measured) / measured; "
-              "largest phase error = the phase predicted furthest off in time")
+    g.note = ("step time per step (steady-state mean over the runs); spread = (max - min) / mean of the runs' step "
+              "times (the machine's own noise at that point); error = (predicted - measured) / measured; largest "
+              "phase error = the phase predicted furthest off in time")
     return g
+
+
+def ratio_table(result: dict[str, Any]) -> Grid | None:
+    """One row per ratio measured side by side (validate/ratios.py), None when the points allow none."""
+    rows = result.get("ratios") or []
+    if not rows:
+        return None
+    g = Grid("ratios measured side by side: throughput of one point over another that differs in one setting",
+             ["varies", "from", "to", "measured", "predicted", "error", "spread"], text_columns=(0, 1, 2))
+    for r in rows:
+        g.rows.append([r["axis"], f"{r['from_value']} ({r['from']})", f"{r['to_value']} ({r['to']})",
+                       f"{r['measured']:.3f}x", f"{r['predicted']:.3f}x", fmt.change(r["error"]),
+                       fmt.share(r["spread"], 1) if r["spread"] is not None else fmt.DASH])
+    g.note = ("a ratio cancels the machine's drift between runs made minutes apart; error = predicted / measured - 1; "
+              "spread = the two points' repeat spreads combined")
+    return g
+
+
+def ratio_line(result: dict[str, Any]) -> str | None:
+    """`ratios: median |error| 3.1%, p90 8.0% over 6 ratios; 3 over, 3 under; ...`, None without ratios."""
+    from scaletrain.validate.match import sign_words
+
+    s = result.get("ratio_summary") or {}
+    if not s.get("count"):
+        return None
+    return (f"ratios: median |error| {100 * s['median_abs_error']:.1f}%, p90 {100 * s['p90_abs_error']:.1f}% over "
+            f"{s['count']} ratio{'s' if s['count'] != 1 else ''}" + sign_words(s))
 
 
 def prepare(out: Path) -> Path:
@@ -71,4 +101,4 @@ def write_validation(result: dict[str, Any], out: Path) -> tuple[list[Path], lis
     return written, notes
 
 
-__all__ = ["VALIDATION", "PLOTS", "table", "prepare", "write_validation"]
+__all__ = ["VALIDATION", "PLOTS", "table", "ratio_table", "ratio_line", "prepare", "write_validation"]

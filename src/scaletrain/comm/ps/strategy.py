@@ -31,6 +31,14 @@ class ParameterServer(Strategy):
 
     worker_group = True  # the workers share a process group (evaluation, checkpoints, the profiler)
     server_class: type[Server]
+    local_update = False  # the servers apply the update
+    synchronous = True  # every worker's push waits for the others' (priced by comm/ps/cost.py)
+
+    @classmethod
+    def cost(cls, pricing):
+        from scaletrain.comm.ps.cost import price
+
+        return price(pricing, cls.synchronous)
 
     @staticmethod
     def server_ranks(cfg: TrainConfig) -> int:
@@ -115,6 +123,7 @@ class AsyncParameterServer(ParameterServer):
 
     worker_group = False  # no collective may wait for a worker that died
     server_class = AsyncServer
+    synchronous = False
     tolerates_dead_workers = True
     lockstep = False  # workers step at their own pace: they agree only at epoch ends
     agent_per_rank = True  # one node's agent would stop every worker when one dies

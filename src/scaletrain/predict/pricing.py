@@ -1,0 +1,125 @@
+"""The cost seam: what a strategy prices its step from (`Pricing`), what it answers (`Cost`), and the
+pricing every gradient-bucket strategy shares (`ddp_buckets`). Each strategy answers for its own cost in its
+own module (`Strategy.cost(pricing)`, found through comm/registry.py), exactly as it answers for training:
+model.py computes the step's compute phases and the memory every rank holds, asks the strategy, and adds
+the loader's wait; it names no strategy (docs/predict.md, "The cost seam")."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from scaletrain.perf import alphabeta, buckets, wire
+
+BUCKET_CAPS_MB = (None, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 25.0, 64.0)  # None: DDP's default (1 MiB, then 25)
+NO_COMM = {"bytes_per_step": 0, "buckets": 0, "comm_total_s": 0.0, "comm_hidden_s": 0.0, "overlap_ratio": None}
+
+
+@dataclass
+class Pricing:
+    """One point's facts, as a strategy prices its step from them (seconds; bytes)."""
+
+    setting: Any  # model.Setting
+    ops: list  # model.OpCost, forward order, at the point's batch per rank
+    loop: Any  # model.Loop
+    network: dict[str, Any]  # {"intra": {fit kind: alpha, beta}, "inter": alpha, beta or None}
+    optimizer_s: Callable[[int, int], float]  # the optimizer's law: (tensors, elements) -> seconds
+    phases: dict[str, float]  # forward, backward, optimizer (the local update), h2d, other: compute so far
+    stretch: float  # compute's stretch from shared cores (model.compute_stretch)
+    memory: dict[str, int] = field(default_factory=dict)  # per rank before the strategy (model.memory)
+    cfg: Any = None  # the TrainConfig (pipelines and FSDP read the model and their settings); None in unit tests
+    facts: dict[str, Any] = field(default_factory=dict)  # the data's samples, classes, channels, image size
+    predictor: Any = None  # the basis's predictor (a pipeline prices its blocks with it)
+
+    @property
+    def grads(self) -> list[int]:
+        """Gradient bytes of each parameter tensor, registration order."""
+        return [g for op in self.ops for g in op.grad_bytes]
+
+    @property
+    def residual_s(self) -> float:
+        """Exposed communication the model does not explain (the loop's: ranks out of step, DDP's own)."""
+        return self.loop.comm_s + self.loop.comm_per_compute * (self.phases["forward"] + self.phases["backward"])
+
+    def link(self, kind: str) -> tuple[float, float]:
+        return link(self.setting, self.network, kind)
+
+
+@dataclass
+class Cost:
+    """A strategy's answer: its exposed communication, what it says of its traffic (prediction.json `comm`),
+    phases it replaces or adds (a pipeline's forward, bubble, p2p ...), memory entries it replaces (a shard,
+    a stage), and anything else it reports (`extra`, merged into the point)."""
+
+    comm_exposed_s: float = 0.0
+    comm: dict[str, Any] = field(default_factory=lambda: dict(NO_COMM))
+    phases: dict[str, float] = field(default_factory=dict)
+    memory: dict[str, int] = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def link(s, network: dict[str, Any], kind: str) -> tuple[float, float]:
+    """(alpha, beta) of the collective: the calibrated local fit inside one node; across nodes the slower
+    of it and the declared inter-node link, whose latency adds to the software's."""
+    intra = network["intra"].get(kind) or network["intra"].get("allreduce") or {"alpha_s": 0.0, "beta_s_per_byte": 0.0}
+    alpha, beta = intra["alpha_s"], intra["beta_s_per_byte"]
+    inter = network.get("inter")
+    if s.nnodes > 1 and inter:
+        alpha = alpha + inter["alpha_s"]
+        beta = max(beta, inter["beta_s_per_byte"])
+    return alpha, beta
+
+
+def strategy_of(name: str):
+    """The class of `--strategy name` (comm/registry.py), which prices itself (Strategy.cost)."""
+    from scaletrain.comm.registry import strategy_class
+
+    return strategy_class(name)
+
+
+def ddp_buckets(pr: Pricing, fit: str) -> Cost:
+    """DDP's gradient buckets (perf/buckets.py): each reduced as soon as backward has filled it, one at a time,
+    at the `fit` collective's alpha-beta over the trainers; what outlasts backward is exposed. Buckets hold a
+    flat copy of the gradients (memory `buckets`)."""
+    s = pr.setting
+    grads = pr.grads
+    if s.trainers < 2 or not grads:
+        return Cost(memory={"buckets": 0})
+    # gradients in the order backward produces them: ops in reverse, each op's parameters in reverse
+    ready, sizes, elapsed = [], [], 0.0
+    for op in reversed(pr.ops):
+        elapsed += op.backward_s * pr.loop.factor(op.group, "backward") * pr.stretch
+        for g in reversed(op.grad_bytes):
+            ready.append(elapsed)
+            sizes.append(g)
+    bwd = pr.phases["backward"]
+    ready = [r * bwd / elapsed for r in ready] if elapsed > 0 else ready
+    comm_time = reduce_seconds(s, pr.link(fit))
+    result = buckets.backward_overlap(ready, sizes, comm_time, s.bucket_cap_mb)
+    best_cap, best = buckets.best_bucket_cap(ready, sizes, comm_time, BUCKET_CAPS_MB)
+    residual = pr.residual_s
+    comm = {"bytes_per_step": sum(wire.ddp_bytes(b // 4, s.trainers, s.compress) for b in result["bucket_bytes"]),
+            "buckets": len(result["buckets"]), "comm_total_s": result["comm_total_s"],
+            "comm_hidden_s": result["comm_hidden_s"], "overlap_ratio": result["overlap_ratio"],
+            "best_bucket_cap_mb": best_cap, "best_overlap_ratio": best["overlap_ratio"],
+            "best_comm_exposed_s": best["comm_exposed_s"] + residual}
+    return Cost(result["comm_exposed_s"] + residual, comm, memory={"buckets": sum(grads)})
+
+
+def reduce_seconds(s, alpha_beta: tuple[float, float]) -> Callable[[int], float]:
+    """Seconds to reduce one bucket of `bytes` fp32 gradient bytes over the trainers (alpha-beta), compressed
+    as --compress says: a linear compressor's payload all-reduced, another's all-gathered."""
+    alpha, beta = alpha_beta
+    world = s.trainers
+
+    def seconds(nbytes: int) -> float:
+        if world < 2:
+            return 0.0
+        numel = nbytes // 4
+        if wire.linear(s.compress):
+            payload = wire.compressed_bytes(numel, s.compress) if s.compress and s.compress[0] != "powersgd" else \
+                nbytes if not s.compress else nbytes // 8  # powersgd: factors, roughly rank/min(n,m) of it
+            return alphabeta.predict(alpha, beta, world, payload)
+        payload = wire.compressed_bytes(numel, s.compress)
+        return (world - 1) * alpha + (world - 1) * payload * beta  # all-gathered
+    return seconds

@@ -1,0 +1,108 @@
+"""Ratios measured side by side, and the machine's own spread: what separates the model's error from the
+machine's (docs/validate.md, "Ratios and spread").
+
+A shared machine drifts 5-10% between repeats made minutes apart: an absolute step time cannot show a 10%
+error. A ratio of two points measured in the same study (interleaved repeats) cancels the drift: the speedup
+from 1 to 2 ranks, from batch 32 to 64, fp32 to bf16, 0 to 2 loader workers, one link rate to another, one
+strategy or bucket size to another. Each pair of validated points that differ in exactly one setting of
+RATIO_AXES gives a ratio of throughputs (samples/s of the second over the first), measured and predicted,
+and its error predicted / measured - 1. Pure: dicts in, dicts out."""
+
+from __future__ import annotations
+
+import math
+import statistics
+from typing import Any
+
+RATIO_AXES = ("nproc", "nnodes", "batch_size", "precision", "workers", "strategy", "bucket_cap_mb", "compress",
+              "link", "model")
+"""Settings a ratio may vary, one at a time (link: the testbed's or --link rate, where the configs carry it)."""
+SAME = ("model", "dataset", "batch_size", "nproc", "nnodes", "workers", "precision", "strategy", "compress",
+        "ps_servers", "image_size", "bucket_cap_mb", "threads", "link")
+"""The settings two points of a ratio must otherwise share."""
+BIAS_MIN = 4  # points of one sign needed before a shared sign is called a bias
+
+
+def spread(step_times: list[float]) -> float | None:
+    """How far a point's repeats differ: (max - min) / mean of their step times (None with one repeat)."""
+    if len(step_times) < 2:
+        return None
+    mean = statistics.fmean(step_times)
+    return (max(step_times) - min(step_times)) / mean if mean > 0 else None
+
+
+def signs(errors: list[float]) -> dict[str, Any]:
+    """Over and under counts; `biased` when every error (at least BIAS_MIN of them) has one sign: a model
+    whose errors share a sign is off in one direction, whatever its median."""
+    over = sum(1 for e in errors if e > 0)
+    under = sum(1 for e in errors if e < 0)
+    return {"over": over, "under": under, "biased": len(errors) >= BIAS_MIN and (over == 0 or under == 0)}
+
+
+def _key(config: dict[str, Any], skip: str) -> tuple:
+    return tuple((k, str(config.get(k))) for k in SAME if k != skip)
+
+
+def ratios(points: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Every ratio the validated points allow: within each group of points equal on every SAME setting but
+    one axis, each point against the group's first in that axis's order (the speedup over ranks, ...)."""
+    out = []
+    for axis in RATIO_AXES:
+        groups: dict[tuple, list[dict[str, Any]]] = {}
+        for p in points:
+            if p["config"].get(axis) is None:
+                continue
+            groups.setdefault(_key(p["config"], axis), []).append(p)
+        for group in groups.values():
+            values = {str(p["config"][axis]) for p in group}
+            if len(values) < 2:
+                continue
+            group = sorted(group, key=lambda p: _order(p["config"][axis]))
+            base = group[0]
+            for p in group[1:]:
+                r = _ratio(axis, base, p)
+                if r is not None:
+                    out.append(r)
+    return out
+
+
+def _order(value: Any) -> tuple:
+    return (0, float(value), "") if isinstance(value, (int, float)) and not isinstance(value, bool) else (1, 0.0, str(value))
+
+
+def _throughput(side: dict[str, Any]) -> float | None:
+    rate = side.get("samples_per_s")
+    return rate if rate and rate > 0 else None
+
+
+def _ratio(axis: str, a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any] | None:
+    measured = [_throughput(a["measured"]), _throughput(b["measured"])]
+    predicted = [_throughput(a["predicted"]), _throughput(b["predicted"])]
+    if None in measured or None in predicted:
+        return None
+    m, p = measured[1] / measured[0], predicted[1] / predicted[0]
+    spreads = [x for x in (a["measured"].get("spread"), b["measured"].get("spread")) if x is not None]
+    noise = math.sqrt(sum(x * x for x in spreads)) if len(spreads) == 2 else None
+    return {"axis": axis, "from": a["id"], "to": b["id"], "from_value": a["config"].get(axis),
+            "to_value": b["config"].get(axis), "measured": m, "predicted": p, "error": p / m - 1,
+            "spread": noise}
+
+
+def summary(ratio_rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Over the ratios: count, median and p90 of |error|, signs, and how many err by more than their spread;
+    and the same per axis."""
+    from scaletrain.validate.match import quantile
+
+    def over(rows: list[dict[str, Any]]) -> dict[str, Any]:
+        errors = [r["error"] for r in rows]
+        if not errors:
+            return {"count": 0}
+        absolute = [abs(e) for e in errors]
+        noisy = [r for r in rows if r["spread"] is not None]
+        return {"count": len(errors), "median_abs_error": quantile(absolute, 0.5),
+                "p90_abs_error": quantile(absolute, 0.9), **signs(errors),
+                "beyond_spread": sum(1 for r in noisy if abs(r["error"]) > r["spread"]),
+                "with_spread": len(noisy)}
+
+    axes = sorted({r["axis"] for r in ratio_rows}, key=RATIO_AXES.index)
+    return {**over(ratio_rows), "by_axis": {a: over([r for r in ratio_rows if r["axis"] == a]) for a in axes}}

@@ -1,0 +1,64 @@
+"""validate/ratios.py: ratios of points that differ in one setting, measured side by side and predicted, the
+repeats' spread beside every error, and the signs of the errors (a shared sign is a bias)."""
+
+from __future__ import annotations
+
+import pytest
+
+from scaletrain.validate.match import MeasuredRun, error_summary, validate
+from scaletrain.validate.ratios import ratios, signs, spread, summary
+
+
+def _point(pid, nproc, batch, predicted_rate, **config):
+    cfg = {"model": "lenet5", "dataset": "digits", "nproc": nproc, "batch_size": batch, "strategy": "allreduce",
+           **config}
+    return {"id": pid, "config": cfg, "step_time_s": batch * nproc / predicted_rate, "samples_per_s": predicted_rate}
+
+
+def _runs(pid, nproc, batch, rates, **config):
+    cfg = {"model": "lenet5", "dataset": "digits", "nproc": nproc, "batch_size": batch, "strategy": "allreduce",
+           **config}
+    return [MeasuredRun(f"{pid}-{k}", cfg, batch * nproc / r, samples_per_s=r, point=pid) for k, r in enumerate(rates)]
+
+
+def test_a_ratio_cancels_a_drift_that_hides_the_absolute_error():
+    """The machine ran 20% slow throughout: every absolute step time is off by the drift, every ratio is exact."""
+    prediction = {"points": [_point("a", 1, 32, 1000.0), _point("b", 2, 32, 1800.0), _point("c", 1, 64, 1200.0)]}
+    runs = (_runs("a", 1, 32, [800.0, 790.0, 810.0]) + _runs("b", 2, 32, [1440.0, 1430.0, 1450.0])
+            + _runs("c", 1, 64, [960.0, 950.0, 970.0]))
+    result = validate(prediction, runs)
+    assert result["summary"]["median_abs_error"] == pytest.approx(0.2, abs=0.01)
+    assert result["summary"]["biased"] is False  # three points: too few to call a bias
+    by = {(r["axis"], r["to"]): r for r in result["ratios"]}
+    assert set(by) == {("nproc", "b"), ("batch_size", "c")}
+    assert by[("nproc", "b")]["measured"] == pytest.approx(1.8, rel=1e-3)
+    assert by[("nproc", "b")]["error"] == pytest.approx(0.0, abs=2e-3)
+    assert result["ratio_summary"]["median_abs_error"] < 0.005
+    # each point's repeats spread 2.5% (max - min over mean), beside its error
+    assert result["points"][0]["measured"]["spread"] == pytest.approx(20 / 800, rel=1e-3)
+    assert result["summary"]["beyond_spread"] == 3 and result["summary"]["with_spread"] == 3
+
+
+def test_a_wrong_speedup_shows_in_its_ratio_and_its_sign():
+    prediction = {"points": [_point("a", 1, 32, 1000.0), _point("b", 2, 32, 2000.0)]}
+    runs = _runs("a", 1, 32, [1000.0, 1000.0]) + _runs("b", 2, 32, [1500.0, 1500.0])
+    (r,) = validate(prediction, runs)["ratios"]
+    assert r["measured"] == pytest.approx(1.5) and r["predicted"] == pytest.approx(2.0)
+    assert r["error"] == pytest.approx(1 / 3) and r["spread"] == 0.0
+
+
+def test_points_that_differ_in_two_settings_give_no_ratio():
+    points = [{"id": "a", "config": {"nproc": 1, "batch_size": 32}, "measured": {"samples_per_s": 1.0},
+               "predicted": {"samples_per_s": 1.0}},
+              {"id": "b", "config": {"nproc": 2, "batch_size": 64}, "measured": {"samples_per_s": 2.0},
+               "predicted": {"samples_per_s": 2.0}}]
+    assert ratios(points) == []
+
+
+def test_spread_and_signs():
+    assert spread([1.0]) is None and spread([0.9, 1.1]) == pytest.approx(0.2)
+    assert signs([0.1, 0.2, 0.05, 0.3]) == {"over": 4, "under": 0, "biased": True}
+    assert signs([0.1, -0.2, 0.05, 0.3])["biased"] is False
+    s = error_summary([0.1, -0.05], [0.2, 0.01])
+    assert s["beyond_spread"] == 1 and s["with_spread"] == 2 and s["median_spread"] == pytest.approx(0.105)
+    assert summary([])["count"] == 0
