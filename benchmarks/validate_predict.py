@@ -8,9 +8,10 @@ was never run on any of them (its loop runs use predict/refnet.py).
     python benchmarks/validate_predict.py [--calibration FILE] [--out DIR] [--repeats N] [--no-testbed]
                                           [--only GROUP]
 
-Writes DIR/validation.json (every point's errors against the mean of its N runs, median and 90th
-percentile; `repeatability`: how far a point's runs differ from each other, the floor under any
-prediction's error), DIR/plots/ and each group's study and prediction under DIR/<group>/. Points already
+Writes DIR/validation.json (every point's errors against the mean of its N runs, run interleaved, with
+the runs' spread beside each; median and 90th percentile and the errors' signs; the ratios measured side by
+side, which cancel the machine's drift; `repeatability`: how far a point's runs differ from each other, the
+floor under any prediction's error), DIR/plots/ and each group's study and prediction under DIR/<group>/. Points already
 run are reused (delete DIR to start over).
 """
 
@@ -78,7 +79,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--calibration", default=None)
     ap.add_argument("--out", default=str(ROOT / "runs" / "validate-predict"))
-    ap.add_argument("--repeats", type=int, default=2, help="runs of each configuration (default 2)")
+    ap.add_argument("--repeats", type=int, default=3, help="runs of each configuration, interleaved (default 3)")
     ap.add_argument("--no-testbed", action="store_true")
     ap.add_argument("--only", default=None, help="comma list of groups")
     args = ap.parse_args()
@@ -117,11 +118,14 @@ def main() -> int:
             notes.append(f"{name}: skipped (the testbed needs root, ip and tc)")
             continue
         gdir = out / name
-        scaletrain("predict", *flags, *TESTBED_COMMON, *COMMON, "--nproc", "1", "--nnodes", str(hosts),
-                   "--link", rate, "--shared-cores", str(os.cpu_count()), "--calibration", str(cal),
-                   "--out", str(gdir / "prediction"), log=gdir / "predict.log")
+        # the testbed up first: the prediction takes its hosts' link and cores from it (predict --testbed)
+        scaletrain("testbed", "down", log=gdir / "testbed-down.log", check=False)
+        scaletrain("testbed", "up", "--hosts", str(hosts), "--rate", rate, log=gdir / "testbed-up.log")
+        scaletrain("predict", *flags, *TESTBED_COMMON, *COMMON, "--nproc", "1", "--testbed", "--calibration",
+                   str(cal), "--out", str(gdir / "prediction"), log=gdir / "predict.log")
         runs = []
-        for combo, k in ((c, k) for c in expand(flags) for k in range(args.repeats)):
+        # interleaved: every configuration once, then again, so that a drift of the machine falls on all alike
+        for k, combo in ((k, c) for k in range(args.repeats) for c in expand(flags)):
             run_flags = [x for kv in combo.items() for x in kv]
             rid = "-".join(v.split(":")[-1] for v in combo.values()) + (f"-r{k}" if k else "")
             run = gdir / "runs" / rid
@@ -134,17 +138,27 @@ def main() -> int:
                            log=gdir / "runs" / f"{rid}.log", check=False)
             runs.append(run)
         merged += _validated(name, gdir / "prediction", runs, notes)
+        scaletrain("testbed", "down", log=gdir / "testbed-down.log", check=False)
 
-    step_errors = [p["errors"]["step_time"] for p in merged if p["errors"]["step_time"] is not None]
+    from scaletrain.validate import ratios
+
+    timed = [p for p in merged if p["errors"]["step_time"] is not None]
+    ratio_rows = ratios.ratios(merged)
     result = {"format": 1, "kind": "validation", "basis": "calibration", "basis_note": f"calibration {cal}",
               "points": merged, "unmatched": [], "unmeasured_points": [],
-              "summary": error_summary(step_errors), "phase_summary": phase_summary(merged),
+              "summary": error_summary([p["errors"]["step_time"] for p in timed],
+                                       [p["measured"]["spread"] for p in timed]),
+              "ratios": ratio_rows, "ratio_summary": ratios.summary(ratio_rows), "phase_summary": phase_summary(merged),
               "repeatability": repeatability(merged), "notes": notes,
               "seconds": round(time.time() - started)}
     prepare(out)
     write_validation(result, out)
     _table(merged)
     print(summary_line(result["summary"]))
+    from scaletrain.validate.output import ratio_line
+
+    if ratio_line(result):
+        print(ratio_line(result))
     rep = result["repeatability"]
     if rep["points"]:
         print(f"repeatability: a point's two runs differ by median {rep['median_abs_difference']:.1%}, "

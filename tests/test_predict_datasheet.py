@@ -231,3 +231,21 @@ def test_testbed_predictions_take_the_hosts_cores_and_link_from_the_testbed(tmp_
     assert main(["predict", "--calibration", str(cal), "--model", "lenet5", "--testbed",
                  "--out", str(tmp_path / "bad")]) == 2
     assert "no testbed is up" in capsys.readouterr().err and not (tmp_path / "bad").exists()
+
+
+def test_without_a_calibration_predict_says_how_much_less_right_a_quick_one_is(tmp_path, monkeypatch, capsys):
+    from predict_fixtures import fake_calibration
+
+    monkeypatch.setenv("SCALETRAIN_CACHE", str(tmp_path / "cache"))
+    made = []
+
+    def quick(path, quick):
+        made.append(quick)
+        calibration.save(fake_calibration(), path)
+
+    monkeypatch.setattr("scaletrain.predict.calibrate_cli.make_calibration", quick)
+    assert main(["predict", "--model", "lenet5", "--out", str(tmp_path / "p")]) == 0
+    said = capsys.readouterr().out
+    assert made == [True] and said.index("measuring a quick one") < said.index("predicted scaling")
+    assert "a quick calibration predicted step times with a median error of 29%" in said
+    assert "run `scaletrain calibrate` once for a full one" in said

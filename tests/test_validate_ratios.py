@@ -62,3 +62,22 @@ def test_spread_and_signs():
     s = error_summary([0.1, -0.05], [0.2, 0.01])
     assert s["beyond_spread"] == 1 and s["with_spread"] == 2 and s["median_spread"] == pytest.approx(0.105)
     assert summary([])["count"] == 0
+
+
+def test_recorded_held_out_runs_give_their_ratio_and_spread_figures():
+    """tests/data/heldout-2026-11-25: lenet5 and resnet20 (which no calibration reference network is) x 1-2 ranks
+    x batch 32/64, 3 interleaved repeats each, measured here, and their prediction from a full calibration of
+    this machine made that day (docs/predict-validation.md). The figures the closing note quotes."""
+    from pathlib import Path
+
+    from scaletrain.validate import load_measured, load_prediction
+
+    data = Path(__file__).parent / "data" / "heldout-2026-11-25"
+    result = validate(load_prediction(data), load_measured([data / "study"], []))
+    assert len(result["points"]) == 8 and all(p["measured"]["repeats"] == 3 for p in result["points"])
+    s, r = result["summary"], result["ratio_summary"]
+    assert s["median_abs_error"] == pytest.approx(0.093, abs=0.001) and s["median_spread"] == pytest.approx(0.233, abs=0.001)
+    assert (s["over"], s["under"]) == (5, 3)
+    assert r["count"] == 12 and r["median_abs_error"] == pytest.approx(0.095, abs=0.001)
+    assert (r["over"], r["under"]) == (10, 2) and r["by_axis"]["nproc"]["over"] == 4  # every speedup too optimistic
+    assert r["beyond_spread"] == 2 and r["with_spread"] == 12

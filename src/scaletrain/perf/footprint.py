@@ -3,7 +3,7 @@
 The model is built on PyTorch's `meta` device (shapes only, no storage) and run forward once on a meta
 batch; the outputs of its leaf modules are the activations kept for backward. Parameters count four times
 over with a momentum optimizer (weights, gradients, momentum, the gradient bucket DDP keeps), five with
-AdamW. The digits dataset is held in memory resized to the image size, once per process.
+AdamW, three with plain SGD (perf/memory.py, shared with predict and split). The digits dataset is held in memory resized to the image size, once per process.
 It is a floor, not a bound: the allocator, the framework and the loader add to it.
 """
 
@@ -15,10 +15,10 @@ from dataclasses import dataclass
 import torch
 
 from scaletrain.errors import UserError
+from scaletrain.perf.memory import data_parallel_copies
 from scaletrain.perf.precision import ACTIVATION_BYTES, param_bytes
 
 DIGITS_SAMPLES = 1797
-STATE_COPIES = {"sgd": 4, "nesterov": 4, "adagrad": 4, "adamw": 5}
 
 
 @dataclass(frozen=True)
@@ -48,7 +48,8 @@ def model_bytes(factory, batch_size: int, in_channels: int, image_size: int, opt
         return None
     params, sizes = meta
     act_bytes = ACTIVATION_BYTES.get(precision, 4)
-    return params * param_bytes(precision) * STATE_COPIES.get(optimizer, 4), (sum(sizes) + batch_size * in_channels * image_size ** 2) * act_bytes
+    return (params * param_bytes(precision) * data_parallel_copies(optimizer),
+            (sum(sizes) + batch_size * in_channels * image_size ** 2) * act_bytes)
 
 
 def check_forward_fits(factory, batch_size: int, in_channels: int, image_size: int, what: str, hint: str) -> None:

@@ -58,6 +58,20 @@ def load(path: str | Path) -> dict[str, Any]:
     return data
 
 
+# How much less right a quick calibration is, measured (docs/predict-validation.md, 2026-11-25): 8 held-out
+# configurations (lenet5, resnet20 x 1-2 ranks x batch 32/64, 3 interleaved repeats each) predicted from a
+# quick and from a full calibration of the same machine. `predict` says it before making a quick one.
+QUICK_AGAINST_FULL = ("measured here against 8 held-out runs, a quick calibration predicted step times with a "
+                      "median error of 29% (worst tenth 55%), a full one 9% (17%)")
+
+
+def quick_notice(path: Path) -> str:
+    """What `predict` prints before it calibrates this machine quickly (it has no calibration)."""
+    return (f"no calibration of this machine yet: measuring a quick one now (a few minutes; {path}). "
+            f"{QUICK_AGAINST_FULL[0].upper()}{QUICK_AGAINST_FULL[1:]}: run `scaletrain calibrate` once for a full "
+            "one (about 15 minutes on 2 cores), which every later prediction reads")
+
+
 UNSTEADY = 0.15  # a calibration whose probes moved more than this is flagged (docs/predict.md, Speed probe)
 
 

@@ -192,8 +192,7 @@ def load_basis(args: argparse.Namespace):
         if not path.is_file():
             from scaletrain.predict.calibrate_cli import make_calibration
 
-            print(f"no calibration of this machine yet: measuring one now with --quick ({path}); "
-                  "`scaletrain calibrate` makes a full one")
+            print(calibration.quick_notice(path))
             make_calibration(path, quick=True)
         cal = calibration.load(path)
         where = str(path)

@@ -27,6 +27,7 @@ import math
 from typing import Any
 
 from scaletrain.perf.hardware import Hardware, roofline_time
+from scaletrain.perf.memory import TRACED_BYTES
 from scaletrain.perf.precision import ACTIVATION_BYTES
 from scaletrain.predict import model as M
 from scaletrain.predict.kinds import GROUP
@@ -34,7 +35,6 @@ from scaletrain.predict.ops import Op, Workload
 
 # fp32 values read and written per parameter by one optimizer step (parameter, gradient, state)
 OPTIMIZER_PASSES = {"sgd": 5, "nesterov": 5, "adagrad": 5, "adamw": 7, "plain-sgd": 3}
-TRACED_BYTES = 4  # the trace runs in float32: an op's out_bytes / 4 are its output elements
 LOADER_NOTE = ("the input pipeline is not priced: the profile gives no [host] loader_samples_per_s_per_core "
                "(measure it on a node with `scaletrain calibrate --only loader`, docs/perf.md)")
 

@@ -26,10 +26,10 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from scaletrain.perf.memory import state_per_parameter
 from scaletrain.predict.pricing import BUCKET_CAPS_MB, NO_COMM, link  # noqa: F401 (re-exported)
 
 PHASES = ("data_wait", "h2d", "forward", "backward", "comm_exposed", "optimizer", "other")
-OPTIMIZER_STATE = {"sgd": 1, "nesterov": 1, "adagrad": 1, "adamw": 2, "plain-sgd": 0}  # buffers per parameter
 PREFETCH = 2  # DataLoader's prefetch_factor: batches in flight per worker
 
 
@@ -196,7 +196,7 @@ def memory(s: Setting, params: int, activation_bytes: int, batch_input_bytes: in
     loader's batches in flight, and the process's resident baseline (interpreter, torch, the loop) as
     calibrated."""
     p = 4 * params
-    return {"parameters": p, "gradients": p, "optimizer": OPTIMIZER_STATE.get(s.optimizer, 1) * p,
+    return {"parameters": p, "gradients": p, "optimizer": state_per_parameter(s.optimizer) * p,
             "activations": activation_bytes, "buckets": 0,
             "loader": batch_input_bytes * (1 + PREFETCH * s.workers), "baseline": baseline_bytes}
 

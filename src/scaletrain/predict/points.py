@@ -9,6 +9,7 @@ from typing import Any
 
 
 from scaletrain.errors import UserError
+from scaletrain.perf.memory import activations_at
 from scaletrain.predict import model as M
 from scaletrain.predict.ops import Workload
 from scaletrain.predict.predictor import LARGE_BATCH, Predictor, cal_workload
@@ -133,9 +134,7 @@ def predict_config(p: Predictor, cfg, *, shared_cores: int | None = None, cores:
     handoff, startup = p.handoff()
     loop = p.loop(cfg.nproc)
     opt_law = p.optimizer_law(cfg.optimizer, threads)
-    act = sum(op.out_bytes for op in w.ops if op.saves_activation)
-    if cfg.precision != "fp32":
-        act = int(act * 0.75)  # autocast keeps conv and linear outputs in 16 bits, the rest in fp32
+    act = activations_at(sum(op.out_bytes for op in w.ops if op.saves_activation), cfg.precision)
     sample_bytes = 4 * facts["channels"] * facts["image_size"] ** 2
     baseline = p.baseline_bytes()
     mem = M.memory(s, w.params, act, sample_bytes * cfg.batch_size, max(0, baseline - _refnet_memory(p))

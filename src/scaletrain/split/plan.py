@@ -33,7 +33,7 @@ def pipeline_args(*, microbatches: int, schedule: str, optimizer: str = "sgd",
                   link_bytes_per_s: float = DEFAULT_LINK, latency_s: float = 0.0, memory_limit: int | None = None,
                   offload_bytes_per_s: float | None = None) -> dict[str, Any]:
     """The keywords partition.py's functions take, from training's terms."""
-    from scaletrain.predict.model import OPTIMIZER_STATE
+    from scaletrain.perf.memory import OPTIMIZER_STATE
 
     if optimizer not in OPTIMIZER_STATE:
         raise UserError(f"optimizer {optimizer!r}: use one of {', '.join(OPTIMIZER_STATE)}")
