@@ -13,6 +13,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from scaletrain.validate.stats import quantile, signs, spread
+
 FORMAT = 1
 MATCH_KEYS = ("model", "dataset", "batch_size", "nproc", "nnodes", "workers", "precision", "strategy", "compress",
               "ps_servers", "image_size")
@@ -106,8 +108,6 @@ def measured_of(runs: list[MeasuredRun]) -> tuple[dict[str, Any], list[str]]:
         memory = _mean(r.peak_memory_bytes for r in runs)
     elif kinds:
         notes.append(f"peak memory not averaged: the runs measured different kinds ({', '.join(map(str, kinds))})")
-    from scaletrain.validate.ratios import spread
-
     return {"step_time_s": statistics.fmean(r.step_time_s for r in runs), "phases_s": phases,
             "samples_per_s": _mean(r.samples_per_s for r in runs), "peak_memory_bytes": memory,
             "memory_kind": kind, "repeats": len(runs), "spread": spread([r.step_time_s for r in runs])}, notes
@@ -150,21 +150,10 @@ def largest_phase_error(errors: dict[str, Any]) -> tuple[str, dict[str, float | 
     return name, phases[name]
 
 
-def quantile(values: list[float], q: float) -> float:
-    """Linear interpolation between the closest ranks (numpy's default): q=0.5 is the median."""
-    xs = sorted(values)
-    pos = q * (len(xs) - 1)
-    lo = int(pos)
-    hi = min(lo + 1, len(xs) - 1)
-    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
-
-
 def error_summary(errors: list[float], spreads: list[float | None] | None = None) -> dict[str, Any]:
     """Over the points' step-time errors: count, median/p90/max of |error|, mean signed error, shares within
     5/10%, signs (ratios.signs), and with each point's spread of its repeats: their median and how many points
     err by more than theirs."""
-    from scaletrain.validate.ratios import signs
-
     if not errors:
         return {"count": 0, "median_abs_error": None, "p90_abs_error": None, "max_abs_error": None,
                 "mean_signed_error": None, "within_5pct": None, "within_10pct": None, "over": 0, "under": 0,

@@ -11,8 +11,9 @@ and its error predicted / measured - 1. Pure: dicts in, dicts out."""
 from __future__ import annotations
 
 import math
-import statistics
 from typing import Any
+
+from scaletrain.validate.stats import quantile, signs, spread  # noqa: F401 (spread, signs: re-exported)
 
 RATIO_AXES = ("nproc", "nnodes", "batch_size", "precision", "workers", "strategy", "bucket_cap_mb", "compress",
               "link", "model")
@@ -20,23 +21,6 @@ RATIO_AXES = ("nproc", "nnodes", "batch_size", "precision", "workers", "strategy
 SAME = ("model", "dataset", "batch_size", "nproc", "nnodes", "workers", "precision", "strategy", "compress",
         "ps_servers", "image_size", "bucket_cap_mb", "threads", "link")
 """The settings two points of a ratio must otherwise share."""
-BIAS_MIN = 4  # points of one sign needed before a shared sign is called a bias
-
-
-def spread(step_times: list[float]) -> float | None:
-    """How far a point's repeats differ: (max - min) / mean of their step times (None with one repeat)."""
-    if len(step_times) < 2:
-        return None
-    mean = statistics.fmean(step_times)
-    return (max(step_times) - min(step_times)) / mean if mean > 0 else None
-
-
-def signs(errors: list[float]) -> dict[str, Any]:
-    """Over and under counts; `biased` when every error (at least BIAS_MIN of them) has one sign: a model
-    whose errors share a sign is off in one direction, whatever its median."""
-    over = sum(1 for e in errors if e > 0)
-    under = sum(1 for e in errors if e < 0)
-    return {"over": over, "under": under, "biased": len(errors) >= BIAS_MIN and (over == 0 or under == 0)}
 
 
 def _key(config: dict[str, Any], skip: str) -> tuple:
@@ -91,8 +75,6 @@ def _ratio(axis: str, a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any] | 
 def summary(ratio_rows: list[dict[str, Any]]) -> dict[str, Any]:
     """Over the ratios: count, median and p90 of |error|, signs, and how many err by more than their spread;
     and the same per axis."""
-    from scaletrain.validate.match import quantile
-
     def over(rows: list[dict[str, Any]]) -> dict[str, Any]:
         errors = [r["error"] for r in rows]
         if not errors:
