@@ -54,6 +54,11 @@ class Fsdp(Strategy):
         self._module: nn.Module | None = None
         self._optimizer: torch.optim.Optimizer | None = None
 
+    def place(self, model: nn.Module) -> nn.Module:
+        """On the device in the contiguous layout: fully_shard refuses channels-last weights (torch 2.11), the
+        batches stay channels last on CUDA (perf/precision.memory_format)."""
+        return model.to(self.device)
+
     def wrap(self, model: nn.Module, steps_per_epoch: int, sample_shape: tuple[int, ...]) -> nn.Module:
         from torch.distributed.device_mesh import init_device_mesh
         from torch.distributed.fsdp import CPUOffloadPolicy, OffloadPolicy, fully_shard

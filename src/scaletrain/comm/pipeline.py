@@ -34,7 +34,7 @@ from scaletrain.config import TrainConfig
 from scaletrain.dist.group import broadcast_object, gather_objects
 from scaletrain.dist.rank import RankInfo
 from scaletrain.errors import UserError
-from scaletrain.perf.precision import AUTOCAST, to_device
+from scaletrain.perf.precision import AUTOCAST, place_model, to_device
 from scaletrain.train.evaluate import EvalResult, Tally
 
 
@@ -151,7 +151,7 @@ class Pipeline(Strategy):
         lo, hi = self.bounds[self.stage]
         module: nn.Module = self.stage_modules[self.stage]
         keep_only(model, module)
-        module.to(self.device)
+        place_model(module, self.device)
         self._model = model
         self._in_shape = tuple(sample_shape) if lo == 0 else tuple(graph.blocks[lo - 1].out_shape[1:])
         if AUTOCAST.get(cfg.precision) is not None or cfg.offload == "activations":

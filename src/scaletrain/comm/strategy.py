@@ -33,6 +33,7 @@ import torch
 
 from scaletrain.config import TrainConfig
 from scaletrain.dist.rank import RankInfo
+from scaletrain.perf.precision import place_model
 from scaletrain.train.evaluate import EvalResult
 
 WORKER, SERVER = "worker", "server"
@@ -111,7 +112,7 @@ class Strategy:
 
     def place(self, model: torch.nn.Module) -> torch.nn.Module:
         """The freshly built model on this rank's device (a pipeline stage moves only its own part, in wrap)."""
-        return model.to(self.device)
+        return place_model(model, self.device)
 
     def wrap(self, model: torch.nn.Module, steps_per_epoch: int, sample_shape: tuple[int, ...]) -> torch.nn.Module:
         """The module forward and backward run through (`sample_shape`: one input sample's, no batch

@@ -128,9 +128,17 @@ def _blocks(graph: LayerGraph, members: list[list[int]]) -> list[Block]:
             id=b, name=names[b], nodes=list(ids), kinds=[n.kind for n in layers],
             params=sum(n.params for n in layers), param_bytes=sum(n.param_bytes for n in layers),
             flops=sum(n.flops for n in layers), out_shape=last.shape, out_bytes=last.out_bytes,
-            saved_bytes=sum(n.out_bytes for n in layers if not _is_view(n)), inputs=inputs,
+            saved_bytes=_saved(layers), inputs=inputs,
             cut_after=last.id in cuts and b < len(members) - 1))
     return out
+
+
+def _saved(layers: list[Node]) -> int:
+    """Bytes the block keeps for backward: as autograd saves them where the trace counted them (meta), else
+    every output but views'."""
+    if all(n.saved_bytes is not None for n in layers):
+        return sum(n.saved_bytes for n in layers)
+    return sum(n.out_bytes for n in layers if not _is_view(n))
 
 
 _VIEWS = ("flatten", "view", "reshape", "size", "getattr", "Flatten", "Identity", "squeeze", "unsqueeze",

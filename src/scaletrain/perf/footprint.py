@@ -1,7 +1,7 @@
 """Memory a training request needs per process, estimated before anything large is allocated.
 
 The model is built on PyTorch's `meta` device (shapes only, no storage) and run forward once on a meta
-batch; the outputs of its leaf modules are the activations kept for backward. Parameters count four times
+batch; the activations are the bytes autograd saves for backward in that pass (perf/saved.py). Parameters count four times
 over with a momentum optimizer (weights, gradients, momentum, the gradient bucket DDP keeps), five with
 AdamW, three with plain SGD (perf/memory.py, shared with predict and split). The digits dataset is held in memory resized to the image size, once per process.
 It is a floor, not a bound: the allocator, the framework and the loader add to it.
@@ -15,8 +15,9 @@ from dataclasses import dataclass
 import torch
 
 from scaletrain.errors import UserError
-from scaletrain.perf.memory import data_parallel_copies
-from scaletrain.perf.precision import ACTIVATION_BYTES, param_bytes
+from scaletrain.perf.memory import activations_at, data_parallel_copies
+from scaletrain.perf.precision import param_bytes
+from scaletrain.perf.saved import SavedBytes
 
 DIGITS_SAMPLES = 1797
 
@@ -46,10 +47,8 @@ def model_bytes(factory, batch_size: int, in_channels: int, image_size: int, opt
     meta = _meta_forward(factory, batch_size, in_channels, image_size)
     if meta is None:
         return None
-    params, sizes = meta
-    act_bytes = ACTIVATION_BYTES.get(precision, 4)
-    return (params * param_bytes(precision) * data_parallel_copies(optimizer),
-            (sum(sizes) + batch_size * in_channels * image_size ** 2) * act_bytes)
+    params, _sizes, saved = meta
+    return params * param_bytes(precision) * data_parallel_copies(optimizer), activations_at(saved, precision)
 
 
 def check_forward_fits(factory, batch_size: int, in_channels: int, image_size: int, what: str, hint: str) -> None:
@@ -60,7 +59,7 @@ def check_forward_fits(factory, batch_size: int, in_channels: int, image_size: i
     available = available_bytes("cpu")
     if meta is None or available is None:
         return
-    params, sizes = meta
+    params, sizes, _saved = meta
     weights, data = 4 * params, 4 * (batch_size * in_channels * image_size ** 2 + max(sizes, default=0))
     if weights + data > available:
         raise UserError(f"{what} needs at least {human(weights + data)} of memory here (parameters {human(weights)}, "
@@ -73,23 +72,24 @@ def out_of_memory(e: BaseException) -> bool:
     return isinstance(e, (MemoryError, torch.OutOfMemoryError)) or "can't allocate memory" in str(e)
 
 
-def _meta_forward(factory, batch_size: int, in_channels: int, image_size: int) -> tuple[int, list[int]] | None:
-    """(parameters, every leaf module's output elements) of one forward pass on the meta device; None when
-    the model cannot be built or run there."""
+def _meta_forward(factory, batch_size: int, in_channels: int, image_size: int) -> tuple[int, list[int], int] | None:
+    """(parameters, every leaf module's output elements, the bytes autograd saves for backward in float32) of
+    one training forward pass on the meta device; None when the model cannot be built or run there."""
     sizes: list[int] = []
     try:
         with torch.device("meta"):
             model = factory()
             hooks = [m.register_forward_hook(lambda _m, _i, out: sizes.append(_numel(out)))
                      for m in model.modules() if not list(m.children())]
-            model(torch.empty(batch_size, in_channels, image_size, image_size))
+            with SavedBytes(model) as saved:
+                model(torch.empty(batch_size, in_channels, image_size, image_size))
     except UserError:
         raise
     except Exception:  # noqa: BLE001 - whatever a model does on meta tensors, the estimate just stays silent
         return None
     for h in hooks:
         h.remove()
-    return sum(p.numel() for p in model.parameters()), sizes
+    return sum(p.numel() for p in model.parameters()), sizes, saved.total
 
 
 def _numel(out) -> int:

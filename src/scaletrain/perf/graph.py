@@ -17,6 +17,7 @@ from torch import fx, nn
 from torch.utils.flop_counter import FlopCounterMode
 
 from scaletrain.perf.flops import probe_input
+from scaletrain.perf.saved import SavedBytes
 
 
 class Untraceable(Exception):
@@ -35,6 +36,9 @@ class Node:
     param_bytes: int = 0
     flops: int = 0  # FlopCounterMode's count at the traced batch size (2 per multiply-add; element-wise 0)
     out_bytes: int = 0  # bytes of the output tensor(s)
+    # bytes autograd keeps for backward from this node (perf/saved.py: each storage once, parameters not
+    # counted); measured when the model is traced on the meta device, else None
+    saved_bytes: int | None = None
     inputs: list[int] = field(default_factory=list)  # ids of the nodes whose outputs it reads
     depthwise: bool = False  # a depthwise convolution (groups = input = output channels)
 
@@ -132,16 +136,21 @@ class _Measure(fx.Interpreter):
     def run_once(self, x: torch.Tensor) -> None:
         was_training = self.module.training
         self.module.eval()  # as forward_flops: train-mode BN rejects a batch of one with 1x1 maps
+        # on meta tensors autograd's saved tensors cost nothing: count them (elsewhere they would be allocated)
+        self.saved = SavedBytes(self.module) if x.device.type == "meta" else None
         try:
-            with torch.no_grad():
+            with self.saved or torch.no_grad():
                 self.run(x)
         finally:
             self.module.train(was_training)
 
     def run_node(self, n: fx.Node) -> Any:
+        before = self.saved.total if self.saved else 0
         with FlopCounterMode(display=False) as counter:
             out = super().run_node(n)
         node = self.nodes[self.ids[n]]
+        if self.saved:
+            node.saved_bytes = self.saved.total - before
         node.flops = int(counter.get_total_flops())
         tensors = _tensors(out)
         node.out_bytes = sum(t.numel() * t.element_size() for t in tensors)

@@ -38,8 +38,23 @@ def made_in(precision: str) -> Iterator[None]:
         torch.set_default_dtype(before)
 
 
+def memory_format(device: torch.device) -> torch.memory_format:
+    """How images and convolution weights are laid out on `device`: channels last (NHWC) on CUDA, where
+    cuDNN's tensor-core convolutions and batch norm run on that layout without transposing (measured on an
+    H200, docs/predict-validation.md, "A held-out GPU"); the contiguous NCHW layout elsewhere, so that CPU
+    runs compute exactly what they always did."""
+    return torch.channels_last if device.type == "cuda" else torch.contiguous_format
+
+
+def place_model(model: torch.nn.Module, device: torch.device) -> torch.nn.Module:
+    """The model on `device`, its 4-D weights in the device's memory format."""
+    return model.to(device, memory_format=memory_format(device)) if device.type == "cuda" else model.to(device)
+
+
 def to_device(x: torch.Tensor, device: torch.device) -> torch.Tensor:
     """A batch on the device, its floating-point values in the dtype the model is made in (the loaders
-    produce float32 in their own processes)."""
+    produce float32 in their own processes); images in the device's memory format."""
     dtype = torch.get_default_dtype() if x.is_floating_point() else None
+    if x.dim() == 4 and device.type == "cuda":
+        return x.to(device, dtype=dtype, non_blocking=True, memory_format=memory_format(device))
     return x.to(device, dtype=dtype, non_blocking=True)

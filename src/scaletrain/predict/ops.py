@@ -59,6 +59,16 @@ class Workload:
     param_bytes: int
     traced_by: str  # "fx" or "hooks"
     notes: list[str] = field(default_factory=list)
+    # bytes autograd keeps for backward at this batch, traced in float32 (perf/saved.py); None when the trace
+    # could not count them (not on the meta device, or module hooks): then the ops' outputs stand in
+    saved_bytes: int | None = None
+
+    @property
+    def activation_bytes(self) -> int:
+        """What the memory model counts as activations (float32): the saved bytes, else every output."""
+        if self.saved_bytes is not None:
+            return self.saved_bytes
+        return sum(op.out_bytes for op in self.ops if op.saves_activation)
 
 
 def trace_ops(model: nn.Module, input_shape: tuple[int, ...], batch_size: int) -> Workload:
@@ -100,7 +110,8 @@ def _fx_workload(model: nn.Module, graph: LayerGraph, input_shape, batch_size: i
                       n.target if module is not None else "", kind != "view"))
     params = sum(p.numel() for p in model.parameters() if p.requires_grad)
     pbytes = sum(p.numel() * p.element_size() for p in model.parameters() if p.requires_grad)
-    return Workload(ops, batch_size, tuple(input_shape), params, pbytes, "fx")
+    saved = None if any(n.saved_bytes is None for n in nodes) else sum(n.saved_bytes for n in nodes)
+    return Workload(ops, batch_size, tuple(input_shape), params, pbytes, "fx", saved_bytes=saved)
 
 
 def _hooks_workload(model: nn.Module, input_shape, batch_size: int, why: str) -> Workload:

@@ -134,7 +134,7 @@ def predict_config(p: Predictor, cfg, *, shared_cores: int | None = None, cores:
     handoff, startup = p.handoff()
     loop = p.loop(cfg.nproc)
     opt_law = p.optimizer_law(cfg.optimizer, threads)
-    act = activations_at(sum(op.out_bytes for op in w.ops if op.saves_activation), cfg.precision)
+    act = activations_at(w.activation_bytes, cfg.precision)
     sample_bytes = 4 * facts["channels"] * facts["image_size"] ** 2
     baseline = p.baseline_bytes()
     mem = M.memory(s, w.params, act, sample_bytes * cfg.batch_size, max(0, baseline - _refnet_memory(p))
@@ -177,9 +177,12 @@ def _refnet_memory(p: Predictor) -> int:
     from scaletrain.predict import refnet
 
     cal = p.cal["loop"]
-    w = cal_workload(refnet.build(10, 3, cal["image_size"]), (3, cal["image_size"], cal["image_size"]),
-                     cal["batch_size"])
-    act = sum(op.out_bytes for op in w.ops if op.saves_activation)
+    import torch
+
+    with torch.device("meta"):  # as the point's own workload: the bytes autograd saves (perf/saved.py)
+        net = refnet.build(10, 3, cal["image_size"])
+    w = cal_workload(net, (3, cal["image_size"], cal["image_size"]), cal["batch_size"])
+    act = w.activation_bytes
     s = M.Setting(batch_size=cal["batch_size"])
     return sum(M.memory(s, w.params, act, 4 * 3 * cal["image_size"] ** 2 * cal["batch_size"]).values())
 
