@@ -185,7 +185,10 @@ CALLS = {"api": 'st.train(model="mlp", dataset="synthetic", synthetic_samples=64
                 '"64", "--image-size", "8", "--epochs", "1", "--no-progress", "--out", "run"])'}
 
 
-@pytest.mark.parametrize("how", ["api", pytest.param("cli", marks=pytest.mark.slow)])
+# a second end-to-end launch through the API (a script run with python): make test-slow; the API's launch is
+# smoke-tested by test_a_tiny_train_returns_its_run, the refusal in a spawned worker in-process above
+@pytest.mark.slow
+@pytest.mark.parametrize("how", ["api", "cli"])
 def test_a_launch_at_the_top_level_of_a_script_says_to_add_the_guard(tmp_path, how):
     script = tmp_path / "experiment.py"
     script.write_text(SCRIPT.format(call=CALLS[how]))

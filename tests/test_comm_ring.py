@@ -28,7 +28,8 @@ def _ring_and_engine(rank, world, sizes, own_groups):
         return out
 
 
-@pytest.mark.parametrize("world", [2, 3])
+# 3 ranks on 2 cores: make test-slow; the 2-rank twins stay fast
+@pytest.mark.parametrize("world", [2, pytest.param(3, marks=pytest.mark.slow)])
 @pytest.mark.parametrize("own_groups", [False, True], ids=["default-group", "own-groups"])
 def test_ring_allreduce_sums_like_all_reduce(ranks, world, own_groups):
     results = ranks.run(_ring_and_engine, world, SIZES, own_groups)
@@ -87,7 +88,7 @@ def _ring_hook_and_plain_ddp(rank, world, steps):
         return grads, params, noted, numel
 
 
-@pytest.mark.parametrize("world", [2, 3])
+@pytest.mark.parametrize("world", [2, pytest.param(3, marks=pytest.mark.slow)])  # 3 ranks: make test-slow
 def test_the_ring_as_a_ddp_hook_gives_ddps_gradients(ranks, world):
     results = ranks.run(_ring_hook_and_plain_ddp, world, 3)
     for rank, (grads, params, noted, numel) in enumerate(results):

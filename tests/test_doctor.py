@@ -364,6 +364,7 @@ def test_two_nodes_on_loopback_pass(tmp_path):
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.slow  # a second end-to-end launch of doctor: make test-slow (the verdict is checked in-process above)
 def test_a_node_that_never_comes_is_named_unreachable_within_the_timeout(tmp_path):
     port = str(free_port("127.0.0.1"))
     (code, out, err), = _finish([_doctor("--nnodes", "2", "--master-port", port, "--timeout", "2", "--out",

@@ -34,15 +34,24 @@ def lenet_runs(tmp_path_factory, ranks):
     import multirank
 
     base = tmp_path_factory.mktemp("pipeline")
-    runs = {name: base / name for name in ("one", "1f1b", "gpipe", "hybrid")}
+    runs = {name: base / name for name in ("one", "1f1b", "gpipe")}
     multirank.train(ranks, *LENET, "--nproc", "1", "--batch-size", "64", "--out", str(runs["one"]))
     for schedule in ("1f1b", "gpipe"):
         multirank.train(ranks, *LENET, "--strategy", "pipeline", "--nproc", "2", "--batch-size", "64",
                         "--microbatches", "4", "--pipeline-schedule", schedule, "--split", "uniform",
                         "--out", str(runs[schedule]))
-    multirank.train(ranks, *LENET, "--strategy", "pipeline", "--nproc", "2x2", "--batch-size", "32",
-                    "--microbatches", "4", "--split", "uniform", "--out", str(runs["hybrid"]), timeout=300)
     return runs
+
+
+@pytest.fixture(scope="module")
+def hybrid_run(tmp_path_factory, ranks):
+    """2 replicas x 2 stages on 4 ranks (only its slow test asks for it)."""
+    import multirank
+
+    run = tmp_path_factory.mktemp("pipeline-hybrid") / "hybrid"
+    multirank.train(ranks, *LENET, "--strategy", "pipeline", "--nproc", "2x2", "--batch-size", "32",
+                    "--microbatches", "4", "--split", "uniform", "--out", str(run), timeout=300)
+    return run
 
 
 @pytest.mark.equivalence
@@ -175,9 +184,11 @@ def test_the_report_shows_each_stage_and_its_bubble_against_theory(lenet_runs, t
     assert "pipeline stages" in html and "measured bubble fraction" in html and "(K-1)/(M+K-1) = 20.0%" in html
 
 
+# 4 ranks on 2 cores: make test-slow; the 2-stage twin (test_two_stages_follow_one_process_...) stays fast
+@pytest.mark.slow
 @pytest.mark.equivalence
-def test_hybrid_two_replicas_of_two_stages_follow_one_process(lenet_runs):
-    one, hybrid = lenet_runs["one"], lenet_runs["hybrid"]
+def test_hybrid_two_replicas_of_two_stages_follow_one_process(lenet_runs, hybrid_run):
+    one, hybrid = lenet_runs["one"], hybrid_run
     s = summary(hybrid)
     assert s["world_size"] == 4 and s["global_batch"] == 64 and s["pipeline"]["replicas"] == 2
     assert s["steps"] == summary(one)["steps"]

@@ -126,3 +126,23 @@ def test_a_busy_worker_slows_compute_by_the_calibrated_interference():
     assert M.compute_stretch(s, 0.01, 0.1) == pytest.approx(1 + 2.0 * 0.01 / 0.1)
     roomy = M.Setting(batch_size=32, cores=8, threads=2, workers=1, worker_interference=2.0)
     assert M.compute_stretch(roomy, 0.01, 0.1) == 1.0  # a core to spare: the worker slows nobody
+
+
+def test_the_slowdown_of_a_full_machine_is_the_same_network_alone_at_the_same_threads():
+    """Two ranks at one thread each against one rank at one thread, same network and batch: the ratio of
+    their phases is the slowdown, applied to the one-rank factors (no op model in between). Without that
+    run (an older calibration) the factors come from the op sums as before."""
+    cal = fake_calibration()
+    base = cal["loop"]["runs"][0]
+    alone = {**base, "nproc": 1, "threads": 1, "batch_size": 32,
+             "phases_mean_s": {**base["phases_mean_s"], "forward": 0.030, "backward": 0.050}}
+    full = {**base, "nproc": 2, "threads": 1, "batch_size": 32,
+            "phases_mean_s": {**base["phases_mean_s"], "forward": 0.036, "backward": 0.055}}
+    cal["loop"]["runs"] = [{**base, "batch_size": 32}, full]
+    older = Predictor(cal, NETWORK).loop(2)
+    cal["loop"]["runs"] = [{**base, "batch_size": 32}, alone, full]
+    p = Predictor(cal, NETWORK)
+    one, two = p.loop(1), p.loop(2)
+    assert two.forward == pytest.approx(one.forward * 1.2) and two.backward == pytest.approx(one.backward * 1.1)
+    assert two.forward_memory == pytest.approx(one.forward_memory * 1.2)
+    assert (older.forward, older.backward) != pytest.approx((two.forward, two.backward))

@@ -68,7 +68,8 @@ def test_the_regression_recovers_a_synthetic_cost_law():
 
 def test_a_measured_shape_is_looked_up_and_any_other_predicted():
     cal = fake_calibration(threads=(1,))
-    times = LayerTimes([r for r in cal["layers"] if r["threads"] == 1])
+    # the linear rows alone: the looked-up and the predicted shape are linear (every kind's fit took ~9 s)
+    times = LayerTimes([r for r in cal["layers"] if r["threads"] == 1 and r["kind"] == "linear"])
     row = next(r for r in cal["layers"] if r["kind"] == "linear")
     assert times.times("linear", row["features"]) == (row["forward_s"], row["backward_s"], "measured")
     other = {**row["features"], "fout": row["features"]["fout"] + 1}
@@ -157,3 +158,27 @@ def test_memory_counts_every_part():
 def test_limits(phases, eff, want):
     full = {p: 0.0 for p in M.PHASES} | {"forward": 0.3, "backward": 0.3} | phases
     assert M.limit(full, eff)[0] == want
+
+
+def test_calibrate_cross_validates_each_law_once_and_predict_reads_it(monkeypatch):
+    """fit_records (what calibrate stores as `fits`) holds each law's cross-validated error; LayerTimes given
+    them fits the same seeded law without cross-validating again, and prices every shape the same."""
+    from scaletrain.predict import regress
+
+    rows = [r for r in fake_calibration(threads=(1,))["layers"] if r["kind"] == "linear"]
+    records = regress.fit_records(rows)
+    assert set(records) == {"fp32/1/linear/forward", "fp32/1/linear/backward"}
+    fresh = LayerTimes(rows)
+    assert fresh.errors()["linear/forward"]["cv_median_abs_error"] == records["fp32/1/linear/forward"][
+        "cv_median_abs_error"]
+
+    def no_cv(*_a, **_k):
+        raise AssertionError("cross-validated again")
+
+    monkeypatch.setattr(regress, "_cross_validate", no_cv)
+    stored = LayerTimes(rows, records)
+    assert stored.errors() == fresh.errors()
+    other = {**rows[0]["features"], "fout": rows[0]["features"]["fout"] + 3}
+    assert stored.times("linear", other) == fresh.times("linear", other)
+    with pytest.raises(AssertionError, match="cross-validated again"):  # a record for other rows is not used
+        LayerTimes(rows[:-1], records)

@@ -100,7 +100,9 @@ def _touch_when(run: Path, steps: int, stop: threading.Event) -> None:
         time.sleep(0.002)
 
 
-@pytest.mark.parametrize("after", [1, 30, 50])  # in the first epoch (44 steps), at any step, in the second
+# in the first epoch (44 steps), at any step, in the second; the same resume from other steps is make test-slow
+@pytest.mark.parametrize("after", [pytest.param(1, marks=pytest.mark.slow), 30,
+                                   pytest.param(50, marks=pytest.mark.slow)])
 def test_a_preempted_run_resumed_ends_bitwise_where_an_uninterrupted_one_does(uninterrupted, ranks, tmp_path, after):
     out = tmp_path / "run"
     argv = (*BASE, "--nproc", "2", "--out", str(out))

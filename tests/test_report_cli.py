@@ -7,6 +7,7 @@ import json
 import shutil
 from pathlib import Path
 
+import pytest
 from conftest import assert_ok, scaletrain
 
 from scaletrain.cli import main
@@ -27,6 +28,7 @@ def test_report_a_run(tmp_path):
     assert (run_dir / "report.html").is_file()
 
 
+@pytest.mark.slow  # two more launches of report and compare: make test-slow; the same in-process below
 def test_bad_paths_get_one_line_and_exit_2(tmp_path):
     proc = scaletrain("report", str(tmp_path / "nope"))
     assert proc.returncode == 2 and proc.stdout == ""
@@ -34,6 +36,16 @@ def test_bad_paths_get_one_line_and_exit_2(tmp_path):
     proc = scaletrain("compare", str(DATA / "run-a"), str(DATA / "study-a"))
     assert proc.returncode == 2
     assert proc.stderr.startswith("error: cannot compare a run") and proc.stderr.count("\n") == 1
+
+
+def test_bad_paths_get_one_line_and_exit_2_in_process(tmp_path, capsys):
+    assert main(["report", str(tmp_path / "nope")]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err.startswith("error: ") and captured.err.count("\n") == 1
+    assert "does not exist" in captured.err
+    assert main(["compare", str(DATA / "run-a"), str(DATA / "study-a")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: cannot compare a run") and err.count("\n") == 1
 
 
 def test_other_bad_input_in_process(tmp_path, capsys):

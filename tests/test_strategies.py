@@ -24,7 +24,7 @@ def _losses(out, rank=0):
 
 
 @pytest.mark.equivalence
-@pytest.mark.parametrize("nproc", [2, 3])
+@pytest.mark.parametrize("nproc", [2, pytest.param(3, marks=pytest.mark.slow)])  # 3 ranks: make test-slow
 def test_ring_trajectory_equals_allreduce(train, tmp_path, nproc):
     # in float64, where the two sums' orders agree to ~1e-16 on any CPU (conftest.EXACT)
     train(tmp_path / "engine", "--nproc", str(nproc), *FP64)

@@ -30,7 +30,7 @@ import torch
 
 import scaletrain
 from scaletrain.dist.allocator import settle
-from scaletrain.predict import grid, probe, refnet
+from scaletrain.predict import grid, probe, refnet, regress
 from scaletrain.predict.calibration import FORMAT, KIND
 from scaletrain.predict.ops import build_op
 from scaletrain.predict.timing import median_time, time_op
@@ -38,11 +38,15 @@ from scaletrain.predict.timing import median_time, time_op
 OPTIMIZERS = ("sgd", "nesterov", "adamw", "adagrad")
 REFNET = "scaletrain.predict.refnet:build"
 LOOP_RUN = {"batch_size": 32, "image_size": 32, "samples": 2048}
-# (reference network, ranks, batch per rank, runs, loader workers): the three networks on 1 rank separate the loop factors
-# of compute- and memory-bound ops; two batches on 2 ranks separate the exposed communication that grows
-# with the step's compute (ranks out of step) from the part that does not
-LOOP_RUNS = (("refnet", 1, 32, 3, 0), ("plain", 1, 32, 3, 0), ("memory", 1, 32, 3, 0), ("refnet", 2, 32, 1, 0),
-             ("refnet", 2, 8, 1, 0), ("refnet", 1, 32, 2, 1))
+# (reference network, ranks, batch per rank, runs, loader workers, threads per rank or None for the cores
+# shared out): the three networks on 1 rank separate the loop factors of compute- and memory-bound ops;
+# refnet on 1 rank at one thread, then on 2 ranks at one thread each, is how much slower a rank computes
+# when every core is busy (the ratio of the two, the same ops at the same threads: docs/predict.md); two
+# batches on 2 ranks separate the exposed communication that grows with the step's compute (ranks out of
+# step) from the part that does not
+LOOP_RUNS = (("refnet", 1, 32, 3, 0, None), ("plain", 1, 32, 3, 0, None), ("memory", 1, 32, 3, 0, None),
+             ("refnet", 1, 32, 2, 0, 1), ("refnet", 2, 32, 2, 0, None), ("refnet", 2, 8, 1, 0, None),
+             ("refnet", 1, 32, 2, 1, None))
 # the last, with one loader worker decoding the calibration's 64-pixel JPEG folder beside the rank's threads:
 # how much a busy worker slows the step's compute when threads already fill the cores
 
@@ -67,7 +71,7 @@ def calibrate(*, quick: bool, device: torch.device, cores: int, work_dir: Path,
             shapes[op.kind].append(op.features)
     layer_jobs = [(prec, t, kind, f) for prec in p["precisions"] for t in p["threads"]
                   for kind in shapes for f in shapes[kind]]
-    total = len(layer_jobs) + len(OPTIMIZERS) * len(p["threads"]) + 4 + 1 + len(LOOP_RUNS)
+    total = len(layer_jobs) + len(OPTIMIZERS) * len(p["threads"]) + 4 + 1 + len(LOOP_RUNS) + 1
     done = 0
 
     def tick(what: str) -> None:
@@ -102,18 +106,21 @@ def calibrate(*, quick: bool, device: torch.device, cores: int, work_dir: Path,
     network = _network(work_dir / "commbench", quick)
     tick("network")
     loop = []
-    for net, n, batch, repeats, workers in LOOP_RUNS:
+    for net, n, batch, repeats, workers, threads in LOOP_RUNS:
         folder = work_dir / "loader" / "digits-64" if workers else None
-        loop.append(_loop_runs(work_dir / f"loop-{net}-{n}-{batch}-{workers}", net, n, batch,
-                               1 if quick else repeats, quick, folder))
-        tick(f"loop {net} {n} rank(s), batch {batch}" + (f", {workers} worker" if workers else ""))
+        loop.append(_loop_runs(work_dir / f"loop-{net}-{n}-{batch}-{workers}-{threads or 0}", net, n, batch,
+                               1 if quick else repeats, quick, folder, threads))
+        tick(f"loop {net} {n} rank(s), batch {batch}" + (f", {workers} worker" if workers else "")
+             + (f", {threads} thread" if threads else ""))
     after_loop = probe.measure(p["threads"], device)
     torch.set_num_threads(max(p["threads"]))
+    fits = regress.fit_records(layers)  # each law cross-validated once, here: predict reads its error
+    tick("time laws cross-validated")
     return {"format": FORMAT, "kind": KIND, "scaletrain_version": scaletrain.__version__,
             "torch_version": torch.__version__, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             "seconds": round(time.time() - started, 1), "quick": quick,
             "device": _device_info(device, cores), "threads": p["threads"], "precisions": p["precisions"],
-            "layers": layers, "optimizer": optimizer, "loader": loader, "network": network,
+            "layers": layers, "fits": fits, "optimizer": optimizer, "loader": loader, "network": network,
             "loop": {"runs": loop, "refnet": REFNET, "nets": {k: f"scaletrain.predict.refnet:{v}"
                                                                  for k, v in refnet.NETS.items()}, **LOOP_RUN},
             "memory": {"baseline_rss_bytes": loop[0].get("peak_memory_bytes")},
@@ -290,9 +297,9 @@ def _network(work: Path, quick: bool) -> dict[str, Any]:
 
 # ------------------------------------------------------------------ the loop, for real
 def _loop_runs(out: Path, net: str, nproc: int, batch: int, repeats: int, quick: bool,
-               folder: Path | None = None) -> dict[str, Any]:
+               folder: Path | None = None, threads: int | None = None) -> dict[str, Any]:
     """`repeats` runs of one loop setting, their phases' medians (one process varies ~10% here)."""
-    runs = [_loop_run(out / f"r{k}", net, nproc, batch, quick, folder) for k in range(repeats)]
+    runs = [_loop_run(out / f"r{k}", net, nproc, batch, quick, folder, threads) for k in range(repeats)]
     good = [r for r in runs if "error" not in r]
     if not good:
         return runs[0]
@@ -304,15 +311,18 @@ def _loop_runs(out: Path, net: str, nproc: int, batch: int, repeats: int, quick:
             "peak_memory_bytes": float(np.median([r["peak_memory_bytes"] for r in good]))}
 
 
-def _loop_run(out: Path, net: str, nproc: int, batch: int, quick: bool, folder: Path | None = None) -> dict[str, Any]:
-    """One run; with `folder`, on that JPEG folder with one loader worker (else synthetic data, no worker)."""
+def _loop_run(out: Path, net: str, nproc: int, batch: int, quick: bool, folder: Path | None = None,
+              threads: int | None = None) -> dict[str, Any]:
+    """One run; with `folder`, on that JPEG folder with one loader worker (else synthetic data, no worker);
+    `threads` per rank (None: the cores shared out, as `train` does)."""
     samples = LOOP_RUN["samples"] // (2 if quick else 1) // (LOOP_RUN["batch_size"] // batch)
     data = ["--dataset", f"imagefolder:{folder}", "--workers", "1"] if folder else \
         ["--dataset", "synthetic", "--synthetic-samples", str(samples)]
     cmd = [sys.executable, "-m", "scaletrain", "train", "--model", f"scaletrain.predict.refnet:{refnet.NETS[net]}",
            *data, "--image-size", str(LOOP_RUN["image_size"]),
            "--batch-size", str(batch), "--epochs", "1", "--nproc", str(nproc),
-           "--no-augment", "--no-progress", "--tensorboard", "off", "--out", str(out)]
+           "--no-augment", "--no-progress", "--tensorboard", "off", "--out", str(out),
+           *(["--threads", str(threads)] if threads else [])]
     result = _run(cmd)
     summary_path = out / "summary.json"
     if result.returncode != 0 or not summary_path.is_file():

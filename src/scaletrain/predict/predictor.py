@@ -74,7 +74,7 @@ class Predictor:
             cache = (self.cal.get("created"), self.cal["device"].get("name"), len(self.cal["layers"]), precision, t)
             if cache not in _LAWS:  # fitting takes seconds: once per calibration, precision and thread count
                 rows = [r for r in self.cal["layers"] if r["precision"] == precision and r["threads"] == t]
-                _LAWS[cache] = LayerTimes(rows)
+                _LAWS[cache] = LayerTimes(rows, self.cal.get("fits"))
             self._times[key] = _LAWS[cache]
         return self._times[key]
 
@@ -141,8 +141,9 @@ class Predictor:
         networks) to one factor for compute-bound and one for memory-bound ops: what a real step adds to
         isolated ops (the loop and profiler, caches colder than for an op repeated alone). With one network
         only, one factor for both. More ranks per node: both factors scaled by how much slower the mixed
-        reference network ran there than they predict from its ops timed at that many threads (ranks
-        sharing the memory bus and caches). Every run is corrected by the speed probe for a change of the
+        reference network ran there than the same network, batch and threads on one rank (ranks sharing
+        the memory bus and caches); a calibration without that one-rank run: than the one-rank factors
+        predict from its ops timed at that many threads. Every run is corrected by the speed probe for a change of the
         machine's speed between the op grid and the runs. `optimizer` gains what the run's optimizer
         phase took beyond its law; `h2d` and `other` are the run's. On several ranks, the exposed
         communication the bucket model does not explain is added: a constant and a share of the step's
@@ -164,7 +165,10 @@ class Predictor:
             mine = self._reference(main)
             ph = main["phases_mean_s"]
             scale = {"forward": 1.0, "backward": 1.0}
-            if nproc != min(runs):
+            alone = self._alone(runs, main) if nproc != min(runs) else None
+            if alone is not None:  # the same network, batch and threads per rank on one rank: the ratio alone
+                scale = {d: ph[d] / alone["phases_mean_s"][d] if alone["phases_mean_s"][d] else 1.0 for d in scale}
+            elif nproc != min(runs):  # an older calibration: against what the one-rank factors predict
                 for d in scale:
                     predicted = base[d][0] * mine[d]["compute"] + base[d][1] * mine[d]["memory"]
                     scale[d] = ph[d] * mine["drift"] / predicted if predicted else 1.0
@@ -181,6 +185,14 @@ class Predictor:
                 loop.comm_s, loop.comm_per_compute = _affine(points)
             self._loops[nproc] = loop
         return self._loops[nproc]
+
+    @staticmethod
+    def _alone(runs: dict[int, list[dict[str, Any]]], main: dict[str, Any]) -> dict[str, Any] | None:
+        """The one-rank run of `main`'s network at its batch and threads per rank, if the calibration has one:
+        the many-rank run over it is how much slower a rank computes when the other ranks fill the cores."""
+        return next((r for r in runs.get(1, []) if r.get("model", "refnet") == main.get("model", "refnet")
+                     and r.get("batch_size") == main.get("batch_size") and r.get("threads") == main.get("threads")),
+                    None)
 
     def _group_factors(self, runs: list[dict[str, Any]]) -> dict[str, tuple[float, float]]:
         """{direction: (compute factor, memory factor)} from the one-rank runs of the reference networks."""

@@ -61,23 +61,68 @@ class Law:
         return float(math.exp(self.model.predict(held[None, :])[0]) * max(work(kind, f), 1.0))
 
 
-def fit(kind: str, rows: list[dict[str, Any]], key: str, folds: int = 5) -> Law | None:
-    """The law of `key` ("forward_s" or "backward_s") over calibration rows of one kind; None without data."""
-    from sklearn.model_selection import KFold, cross_val_predict
-
+def fit(kind: str, rows: list[dict[str, Any]], key: str, folds: int = 5,
+        known: dict[str, Any] | None = None) -> Law | None:
+    """The law of `key` ("forward_s" or "backward_s") over calibration rows of one kind; None without data.
+    `known`: the law's cross-validation as `calibrate` stored it beside the rows (`fit_record`), which is
+    then not run again: the trees are seeded, so the law fitted here is the one calibrate validated."""
     usable = [r for r in rows if r.get(key, 0) > 0]
     if len(usable) < 4:
         return None
-    x = np.array([feature_vector(kind, r["features"]) for r in usable])
-    y = np.log(np.array([r[key] for r in usable]))
-    w = np.log(np.array([max(work(kind, r["features"]), 1.0) for r in usable]))
-    cv = None
-    if len(usable) >= 2 * folds:
-        pred = cross_val_predict(_model(len(usable)), x, y - w, cv=KFold(folds, shuffle=True, random_state=0))
-        cv = float(np.median(np.abs(np.exp(pred + w - y) - 1)))
+    x, y, w = _data(kind, usable, key)
+    if known is not None and known.get("points") == len(usable):
+        cv = known.get("cv_median_abs_error")
+    else:
+        cv = _cross_validate(x, y, w, folds)
     model = _model(len(usable))
     model.fit(x, y - w)
     return Law(model, cv, len(usable), x.min(axis=0), x.max(axis=0))
+
+
+def fit_record(kind: str, rows: list[dict[str, Any]], key: str, folds: int = 5) -> dict[str, Any] | None:
+    """What `calibrate` stores of a law beside its rows: its cross-validated error and its points."""
+    usable = [r for r in rows if r.get(key, 0) > 0]
+    if len(usable) < 4:
+        return None
+    return {"cv_median_abs_error": _cross_validate(*_data(kind, usable, key), folds), "points": len(usable)}
+
+
+def fit_records(layers: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Every law of a calibration's layer rows, by `law_key`: cross-validated once, in calibrate."""
+    out = {}
+    for (precision, threads, kind), rows in _groups(layers).items():
+        for key in ("forward_s", "backward_s"):
+            record = fit_record(kind, rows, key)
+            if record is not None:
+                out[law_key(precision, threads, kind, key)] = record
+    return out
+
+
+def law_key(precision: str, threads: int, kind: str, key: str) -> str:
+    return f"{precision}/{threads}/{kind}/{key.removesuffix('_s')}"
+
+
+def _groups(layers: list[dict[str, Any]]) -> dict[tuple[str, int, str], list[dict[str, Any]]]:
+    groups: dict[tuple[str, int, str], list[dict[str, Any]]] = {}
+    for r in layers:
+        groups.setdefault((r["precision"], r["threads"], r["kind"]), []).append(r)
+    return groups
+
+
+def _data(kind: str, usable: list[dict[str, Any]], key: str):
+    x = np.array([feature_vector(kind, r["features"]) for r in usable])
+    y = np.log(np.array([r[key] for r in usable]))
+    w = np.log(np.array([max(work(kind, r["features"]), 1.0) for r in usable]))
+    return x, y, w
+
+
+def _cross_validate(x, y, w, folds: int) -> float | None:
+    if len(y) < 2 * folds:
+        return None
+    from sklearn.model_selection import KFold, cross_val_predict
+
+    pred = cross_val_predict(_model(len(y)), x, y - w, cv=KFold(folds, shuffle=True, random_state=0))
+    return float(np.median(np.abs(np.exp(pred + w - y) - 1)))
 
 
 def _model(n: int):
@@ -92,7 +137,9 @@ def _model(n: int):
 class LayerTimes:
     """Forward and backward seconds of any op, from one calibration at one precision and thread count."""
 
-    def __init__(self, rows: list[dict[str, Any]]) -> None:
+    def __init__(self, rows: list[dict[str, Any]], fits: dict[str, dict[str, Any]] | None = None) -> None:
+        """`fits`: the calibration's stored cross-validations (`fit_records`); without them (a calibration
+        made before 2026-11-26, or rows made in a test) each law is cross-validated here."""
         self.exact: dict[tuple, dict[str, Any]] = {}
         self.laws: dict[tuple[str, str], Law | None] = {}
         by_kind: dict[str, list[dict[str, Any]]] = {}
@@ -101,7 +148,9 @@ class LayerTimes:
             self.exact[(r["kind"], _key(r["features"]))] = r
         for kind, mine in by_kind.items():
             for key in ("forward_s", "backward_s"):
-                self.laws[(kind, key)] = fit(kind, mine, key)
+                known = (fits or {}).get(law_key(mine[0]["precision"], mine[0]["threads"], kind, key)) \
+                    if "precision" in mine[0] else None
+                self.laws[(kind, key)] = fit(kind, mine, key, known=known)
 
     def times(self, kind: str, f: dict[str, int]) -> tuple[float, float, str]:
         """(forward s, backward s, "measured" | "regression" | "none")."""
