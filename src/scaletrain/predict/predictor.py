@@ -159,7 +159,10 @@ class Predictor:
             return M.Loop()
         nproc = min(runs, key=lambda n: (abs(math.log(n / max(1, local_ranks))), -n))
         if nproc not in self._loops:
-            base = self._group_factors(runs[min(runs)])
+            # the networks' factors at the thread count they all ran at (the one-thread refnet run is there
+            # for the slowdown ratio below, not to weigh refnet twice at another thread count)
+            top = max((r.get("threads") or 1) for r in runs[min(runs)])
+            base = self._group_factors([r for r in runs[min(runs)] if (r.get("threads") or 1) == top])
             main = min((r for r in runs[nproc] if r.get("model", "refnet") == "refnet"),
                        key=lambda r: abs(r.get("batch_size", batch) - batch), default=runs[nproc][0])
             mine = self._reference(main)
