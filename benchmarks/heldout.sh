@@ -1,0 +1,15 @@
+#!/bin/sh
+# The held-out validation of docs/predict-validation.md: models the calibration never ran (its loop runs are
+# refnet's), 1-2 ranks, batch 32/64, one thread per rank, 3 interleaved repeats.
+#   sh benchmarks/heldout.sh study OUT              # the measured runs (about 12 min on 2 cores)
+#   sh benchmarks/heldout.sh validate CAL STUDY OUT  # predict them from calibration CAL, validate (seconds)
+set -e
+GRID="--model lenet5,resnet20 --nproc 1,2 --batch-size 32,64 --dataset synthetic --synthetic-samples 2048
+      --image-size 32 --epochs 1 --no-augment --tensorboard off --eval-every 1"
+ST=${SCALETRAIN:-.venv/bin/scaletrain}
+case "$1" in
+  study) $ST study $GRID --repeats 3 --out "$2" ;;
+  validate) $ST predict --calibration "$2" $GRID --threads 1 --out "$4/prediction"
+            $ST validate "$4/prediction" "$3" --out "$4/validation" ;;
+  *) echo "usage: sh benchmarks/heldout.sh study OUT | validate CAL STUDY OUT" >&2; exit 2 ;;
+esac
