@@ -174,11 +174,11 @@ def predict_config(p: Predictor, cfg, *, shared_cores: int | None = None, cores:
 
 
 def _refnet_memory(p: Predictor) -> int:
+    import torch
+
     from scaletrain.predict import refnet
 
     cal = p.cal["loop"]
-    import torch
-
     with torch.device("meta"):  # as the point's own workload: the bytes autograd saves (perf/saved.py)
         net = refnet.build(10, 3, cal["image_size"])
     w = cal_workload(net, (3, cal["image_size"], cal["image_size"]), cal["batch_size"])
