@@ -4,11 +4,12 @@ VENV ?= .venv
 TORCH ?= torch==2.13.0
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+COMPILED := $(VENV)/.compiled
 PYTEST_ARGS ?=
 
 .PHONY: setup demo test test-slow test-slurm bench bench-pipeline bench-recovery bench-testbed validate-predict report-check clean
 
-setup: $(STAMP)
+setup: $(COMPILED)
 
 # The pinned CPU torch goes in first: a bare `torch` requirement would pull a multi-GB CUDA build.
 # On a GPU machine: make TORCH=torch==2.13.0 (or any CUDA build's requirement) setup
@@ -24,51 +25,62 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 	@echo "installed: run commands as .venv/bin/scaletrain, or 'source .venv/bin/activate' to put scaletrain on PATH"
 
-demo: $(STAMP)
+# Bytecode written once: where PYTHONDONTWRITEBYTECODE is set (as on these machines) Python would otherwise compile
+# torch's sources again in every process it starts, 3 s of each rank's start (docs/testing.md: "Start-up").
+$(COMPILED): $(STAMP)
+	@echo "compiling the environment's bytecode once (about 30 s)"
+	$(PY) -m compileall -q -j 0 -x py312_intrinsics $(VENV)/lib > /dev/null
+	touch $(COMPILED)
+
+demo: $(COMPILED)
 	$(VENV)/bin/scaletrain train --config configs/demo.toml --out runs/demo-$$(date +%Y%m%d-%H%M%S)
 
-# The fast suite on this CPU's kernels, then the equivalence tests (2 ranks = 1 rank, ...) again on the kernels of
-# a CPU without AVX2, so that a test that holds on one CPU only cannot land (tests/conftest.py: EXACT).
-test: $(STAMP)
+# The fast suite, under 5 minutes on 2 cores (docs/testing.md).
+test: $(COMPILED)
+	@$(PY) -m compileall -q src tests > /dev/null
 	$(PY) -m pytest -q -m "not slow" $(PYTEST_ARGS)
-	@echo "the equivalence tests again, on the kernels of a CPU without AVX2 (ATEN_CPU_CAPABILITY=default):"
-	ATEN_CPU_CAPABILITY=default $(PY) -m pytest -q -m "equivalence and not slow" $(PYTEST_ARGS)
 
-# the slow suite includes the real-SLURM tests: SLURM and munge are installed first where missing (as root)
-test-slow: $(STAMP)
+# The slow suite, which includes the real-SLURM tests (SLURM and munge are installed first where missing, as root);
+# then every equivalence test (2 ranks = 1 rank, ...) again on the kernels of a CPU without AVX2, so that a test
+# that holds on one CPU's kernels only cannot land (tests/conftest.py: EXACT; about 1.5 min).
+test-slow: $(COMPILED)
+	@$(PY) -m compileall -q src tests > /dev/null
 	sh tools/slurm/install.sh
 	$(PY) -m pytest -q -m slow $(PYTEST_ARGS)
+	@echo "the equivalence tests again, on the kernels of a CPU without AVX2 (ATEN_CPU_CAPABILITY=default):"
+	ATEN_CPU_CAPABILITY=default $(PY) -m pytest -q -m equivalence $(PYTEST_ARGS)
 
 # `scaletrain slurm` against a real SLURM (root): installs slurmctld, slurmd, slurm-client and munge where
 # missing, then the tests start them on this machine and stop them after (docs/slurm.md; about 3 min).
-test-slurm: $(STAMP)
+test-slurm: $(COMPILED)
+	@$(PY) -m compileall -q src tests > /dev/null
 	sh tools/slurm/install.sh
 	$(PY) -m pytest -q -m slurm $(PYTEST_ARGS)
 
-bench: $(STAMP)
+bench: $(COMPILED)
 	$(PY) benchmarks/overhead.py
 	$(PY) benchmarks/allocator.py
 	$(PY) benchmarks/pipeline_split.py
 
 # The automatic pipeline split against uniform and the exhaustive best, K=2 (docs/bench-pipeline.md; ~2 min).
-bench-pipeline: $(STAMP)
+bench-pipeline: $(COMPILED)
 	$(PY) benchmarks/pipeline_split.py
 
 # What recovery costs: --checkpoint-every against none, and kill -9 to training resumed (docs/bench-recovery.md; ~6 min).
-bench-recovery: $(STAMP)
+bench-recovery: $(COMPILED)
 	$(PY) benchmarks/recovery.py
 
-bench-testbed: $(STAMP)  # root only: builds network namespaces (docs/testbed.md)
+bench-testbed: $(COMPILED)  # root only: builds network namespaces (docs/testbed.md)
 	$(PY) benchmarks/testbed_bytes.py
 	$(PY) benchmarks/testbed_strategies.py
 
 # The performance model against measurements here (docs/predict.md): calibrates (about 3 min), runs 30+
 # configurations (studies, and testbed hosts over shaped links when root), predicts and validates them.
-validate-predict: $(STAMP)
+validate-predict: $(COMPILED)
 	$(PY) benchmarks/validate_predict.py
 
 # Renders a report in headless Chromium: tables in the DOM, plots decoded (skips without Chromium).
-report-check: $(STAMP)
+report-check: $(COMPILED)
 	$(PY) -m pytest -q tests/test_report_html_chromium.py
 
 clean:

@@ -8,7 +8,11 @@ from typing import Any
 
 from scaletrain.predict import grid
 from scaletrain.predict.calibration import FORMAT, KIND
-from scaletrain.predict.regress import work
+from scaletrain.predict.regress import law_key, work
+
+FAKE_CV_ERROR = 0.05
+"""The cross-validated error fake calibrations carry as `calibrate` stores it (`fits`): predictions from them
+fit each law without cross-validating it (6 s per precision here); test_predict_model checks the real one."""
 
 
 def law_forward(kind: str, f: dict[str, int]) -> float:
@@ -24,6 +28,8 @@ def fake_calibration(threads=(1, 2), precisions=("fp32",)) -> dict[str, Any]:
                     fwd = law_forward(kind, f) / t
                     layers.append({"kind": kind, "precision": prec, "threads": t, "features": f,
                                    "forward_s": fwd, "backward_s": 2 * fwd})
+    fits = {law_key(prec, t, kind, key): {"cv_median_abs_error": FAKE_CV_ERROR, "points": len(grid.shapes(kind, n))}
+            for prec in precisions for t in threads for kind, n in grid.COUNTS.items() for key in ("forward_s", "backward_s")}
     optimizer = [{"optimizer": o, "threads": t, "tensors": k, "numel": n, "seconds": 1e-5 + 1e-6 * k + 1e-9 * n}
                  for o in ("sgd", "nesterov", "adamw", "adagrad") for t in threads
                  for k, n in ((8, 4096), (32, 4096), (8, 1 << 18), (64, 1 << 14))]
@@ -35,7 +41,7 @@ def fake_calibration(threads=(1, 2), precisions=("fp32",)) -> dict[str, Any]:
     return {"format": FORMAT, "kind": KIND, "scaletrain_version": "test", "torch_version": "test",
             "created": "2026-01-01T00:00:00", "seconds": 0, "quick": True,
             "device": {"type": "cpu", "name": "test cpu", "cores": max(threads), "memory_bytes": None, "host": "t"},
-            "threads": list(threads), "precisions": list(precisions), "layers": layers, "optimizer": optimizer,
+            "threads": list(threads), "precisions": list(precisions), "layers": layers, "fits": fits, "optimizer": optimizer,
             "loader": {"rows": loader, "workers": [{"workers": 1, "batch_size": 32, "image_size": 64,
                                                     "source_pixels": 4096, "first_batch_s": 0.1, "per_batch_s": 0.02}],
                        "fit": {d: [1e-5, 1e-8, 0.0] for d in ("digits", "synthetic", "imagefolder")}},

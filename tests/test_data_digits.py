@@ -119,3 +119,29 @@ def test_items_are_copies_and_dataset_pickles():
     assert b.train[0][0].abs().sum() > 0
     clone = pickle.loads(pickle.dumps(b.train))
     assert torch.equal(clone[5][0], b.train[5][0]) and clone[5][1] == b.train[5][1]
+
+
+def test_the_split_is_kept_in_the_cache_and_read_back_without_sklearn(tmp_path, monkeypatch):
+    from scaletrain.data import digits as module
+
+    fresh = module._split_with_sklearn()
+    assert [s.images.shape[0] for s in module.load_digits_split(tmp_path)] == [1437, 360]  # made and kept
+    assert (tmp_path / module.SPLIT_CACHE).is_file()
+
+    def no_sklearn():
+        raise AssertionError("the cached split was not read")
+
+    monkeypatch.setattr(module, "_split_with_sklearn", no_sklearn)
+    for got, want in zip(module.load_digits_split(tmp_path), fresh):
+        assert got.images.dtype == want.images.dtype and np.array_equal(got.images, want.images)
+        assert np.array_equal(got.labels, want.labels) and np.array_equal(got.indices, want.indices)
+
+
+def test_a_damaged_cache_is_made_again(tmp_path):
+    from scaletrain.data import digits as module
+
+    (tmp_path / module.SPLIT_CACHE).write_bytes(b"PK\x03\x04 not a whole file")
+    train, val = module.load_digits_split(tmp_path)
+    assert (len(train.labels), len(val.labels)) == (1437, 360)
+    with np.load(tmp_path / module.SPLIT_CACHE) as z:
+        assert np.array_equal(z["val_indices"], val.indices)

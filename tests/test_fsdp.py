@@ -11,7 +11,7 @@ import torch
 from conftest import EXACT, FP64, assert_same_weights, summary, weights
 from scaletrain.cli import main
 
-LENET = ["--model", "lenet5", "--dataset", "digits", "--epochs", "2", "--lr", "0.05", "--no-augment", "--seed", "3",
+LENET = ["--model", "lenet5", "--dataset", "digits", "--epochs", "1", "--lr", "0.05", "--no-augment", "--seed", "3",
          *FP64]  # exact on any CPU in float64 (conftest.EXACT)
 RESNET = ["--model", "resnet20", "--width", "0.5", "--dataset", "digits", "--image-size", "16", "--epochs", "2",
           "--batch-size", "16", "--optimizer", "nesterov", "--seed", "1", "--strategy", "fsdp", "--nproc", "2"]

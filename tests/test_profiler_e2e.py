@@ -3,7 +3,7 @@ diagnosed.
 
 Each diagnosis case slows one thing on purpose (--inject) and checks the profiler sees it where it was put:
 timings compared, so they run through the real CLI under `slow`. The default suite checks the structure with
-the ranks in-process, and one real launch with the profiler off (the `train` command's smoke test).
+the ranks in-process; the `train` command's real launch in it is test_watch's (its run is watched).
 """
 
 import json
@@ -115,9 +115,9 @@ def test_more_threads_than_cores_is_diagnosed_as_cpu_oversubscribed(tmp_path):
     assert s["cpu"]["utilisation"]["forward"] > 0
 
 
-def test_profile_off_writes_step_times_only(tmp_path):
+def test_profile_off_writes_step_times_only(tmp_path, ranks):
     out = tmp_path / "off"
-    s = _train(out, "--profile", "off")
+    s = multirank.train(ranks, *BASE[1:], "--profile", "off", "--out", str(out))
     records = load_records(out)
     assert all("phases_s" not in r and r["step_time_s"] > 0 for rs in records.values() for r in rs)
     assert s["profile"] == "off" and s["phases_mean_s"] is None and s["diagnosis"] == []

@@ -36,7 +36,7 @@ def _losses(out, rank=0):
 # 3 workers and 2 servers are 5 ranks on 2 cores (~20 s): make test-slow; the 2-worker, 1-server twin stays fast
 @pytest.mark.parametrize("workers,servers", [(2, 1), pytest.param(3, 2, marks=pytest.mark.slow)])
 def test_ps_sync_trajectory_equals_allreduce(train, tmp_path, workers, servers):
-    common = ("--epochs", "2", "--lr", "0.05", *FP64)  # exact on any CPU in float64 (conftest.EXACT)
+    common = ("--epochs", "1", "--lr", "0.05", *FP64)  # exact on any CPU in float64 (conftest.EXACT)
     train(tmp_path / "engine", "--nproc", str(workers), *common)
     s = train(tmp_path / "ps", "--nproc", str(workers + servers), "--ps-servers", str(servers),
               "--strategy", "ps-sync", *common)
@@ -80,6 +80,7 @@ def test_ps_async_goes_on_when_a_worker_dies(tmp_path):
     assert server["workers"]["1"]["state"] == "died" and server["workers"]["2"]["state"] == "done"
 
 
+@pytest.mark.slow  # 3 ranks on 2 cores; ps-async's learning stays fast (test_ps_async_learns_digits...)
 def test_max_staleness_drops_old_gradients_and_staleness_lr_still_learns(train, tmp_path):
     s = train(tmp_path / "run", "--nproc", "3", "--strategy", "ps-async", "--epochs", "4", "--lr", "0.1",
                   "--max-staleness", "0", "--staleness-lr", "--ps-optimizer", "sgd", "--ps-fetch", "2")
@@ -90,6 +91,7 @@ def test_max_staleness_drops_old_gradients_and_staleness_lr_still_learns(train, 
     assert s["top1"] > 0.25
 
 
+@pytest.mark.slow  # 3 ranks on 2 cores; top-k with error feedback stays fast through the all-reduce (test_strategies)
 def test_topk_through_the_parameter_server_sends_far_less_and_learns(train, tmp_path):
     s = train(tmp_path / "run", "--nproc", "3", "--strategy", "ps-sync", "--compress", "topk:0.01",
                   "--epochs", "4", "--lr", "0.05")

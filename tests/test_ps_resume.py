@@ -89,6 +89,7 @@ def test_ps_resume_on_another_layout_is_refused(tmp_path):
     assert first_line.endswith(AS_STARTED)
 
 
+@pytest.mark.slow  # 3 ranks on 2 cores; ps-sync's resume stays fast
 def test_ps_async_resume_continues_the_servers_versions(launch, tmp_path):
     run = tmp_path / "run"
     args = (*BASE, "--strategy", "ps-async", "--nproc", "3", "--epochs", "2", "--lr", "0.01", "--out", str(run))

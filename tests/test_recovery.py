@@ -130,6 +130,7 @@ def test_a_preempted_run_resumed_ends_bitwise_where_an_uninterrupted_one_does(un
     assert len((out / "epochs.jsonl").read_text().splitlines()) == 2
 
 
+@pytest.mark.slow  # a preempted run resumed mid-epoch (below) checks the same checkpoints in the default suite
 def test_checkpoints_within_epochs_change_nothing_and_carry_the_place(uninterrupted, ranks, tmp_path):
     out = tmp_path / "every"
     every = multirank.train(ranks, *BASE, "--nproc", "2", "--checkpoint-every", "7", "--epochs", "1", "--out", str(out))

@@ -62,7 +62,8 @@ def test_compressor_state_is_checkpointed_and_resumed(train, launch, tmp_path):
     assert all(torch.equal(a[k], b[k]) for k in a)  # residuals restored: the same run as without a break
 
 
-@pytest.mark.parametrize("spec", ["sign", "qsgd:127", "powersgd:2", "bf16"])
+@pytest.mark.parametrize("spec", ["sign", "powersgd:2", pytest.param("qsgd:127", marks=pytest.mark.slow),
+                                  pytest.param("bf16", marks=pytest.mark.slow)])  # (fp16's twin stays fast)
 def test_every_compressor_trains(train, tmp_path, spec):
     s = train(tmp_path / "run", "--nproc", "2", "--compress", spec, "--epochs", "2")
     assert s["status"] == "completed" and s["top1"] > 0.5 and s["replicas_identical"]

@@ -20,7 +20,7 @@ from scaletrain.perf.precision import made_in
 # LeNet-5 has no BatchNorm: BN normalises with per-rank batch statistics, so only BN-free models can
 # equal a single process with the global batch exactly (SyncBatchNorm has no CPU kernel in PyTorch). In float64,
 # where the equality is exact on any CPU (conftest.EXACT).
-COMMON = ["--model", "lenet5", "--dataset", "digits", "--epochs", "2", "--lr", "0.05", "--no-augment",
+COMMON = ["--model", "lenet5", "--dataset", "digits", "--epochs", "1", "--lr", "0.05", "--no-augment",
           "--no-progress", "--seed", "3", *FP64]
 
 
@@ -92,7 +92,7 @@ def test_run_directory_is_complete(one_and_two_ranks):
     assert {"config.toml", "checkpoint.pt", "summary.json", "epochs.jsonl",
             "metrics-rank0.jsonl", "metrics-rank1.jsonl"} <= names
     s = summary(two)
-    assert s["status"] == "completed" and s["epochs"] == 2 and len(s["epoch_times_s"]) == 2
+    assert s["status"] == "completed" and s["epochs"] == 1 and len(s["epoch_times_s"]) == 1
     assert 0 <= s["top1"] <= s["top5"] <= 1 and s["best_top1"] >= s["top1"]
     assert s["samples_per_s"] > 0 and s["backend"] == "gloo" and s["device"] == "cpu"
     assert s["effective_lr"] == pytest.approx(0.05)
@@ -106,7 +106,7 @@ def resumed_and_straight(tmp_path_factory, launch):
     """ResNet-20 (BatchNorm, augmentation on: RNG state matters) on 2 ranks, with and without a break."""
     base = tmp_path_factory.mktemp("resume")
     args = ["--model", "resnet20", "--width", "0.5", "--dataset", "digits", "--image-size", "16",
-            "--epochs", "3", "--batch-size", "32", "--nproc", "2", "--warmup-epochs", "1", "--scale-lr",
+            "--epochs", "2", "--batch-size", "32", "--nproc", "2", "--warmup-epochs", "1", "--scale-lr",
             "--optimizer", "nesterov", "--no-progress", "--seed", "1"]
     straight, broken = base / "straight", base / "broken"
     launch(*args, "--out", str(straight))
@@ -126,7 +126,7 @@ def test_interrupt_and_resume_equals_an_uninterrupted_run(resumed_and_straight):
     for key, state in a["optimizer"]["state"].items():
         assert torch.equal(state["momentum_buffer"], b["optimizer"]["state"][key]["momentum_buffer"])
     sa, sb = summary(straight), summary(broken)
-    assert sb["status"] == "completed" and sb["epochs"] == 3 and len(sb["epoch_times_s"]) == 3
+    assert sb["status"] == "completed" and sb["epochs"] == 2 and len(sb["epoch_times_s"]) == 2
     assert sa["top1"] == sb["top1"] and sa["steps"] == sb["steps"]
     # the resumed run's records hold each step exactly once
     steps = [json.loads(line)["step"] for line in (broken / "metrics-rank1.jsonl").read_text().splitlines()]

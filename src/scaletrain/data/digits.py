@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import os
+import zipfile
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from torch.utils.data import Dataset
+
 
 DIGITS_CLASSES = 10
 DIGITS_MAX = 16.0  # load_digits pixel values are counts in 0..16
@@ -23,8 +27,42 @@ class DigitsSplit:
     indices: np.ndarray  # [N] int64
 
 
-def load_digits_split() -> tuple[DigitsSplit, DigitsSplit]:
-    """The fixed stratified 80/20 train/val split (1437/360), independent of any training seed."""
+SPLIT_CACHE = "digits-split-1.npz"
+"""The split as arrays in the user's cache (dist/env.cache_dir, given by the launcher and each rank): a process
+that reads it skips importing scikit-learn, 2 s here in the launcher and again in every rank."""
+
+
+def load_digits_split(cache: Path | None = None) -> tuple[DigitsSplit, DigitsSplit]:
+    """The fixed stratified 80/20 train/val split (1437/360), independent of any training seed; kept in, and
+    read from, the folder `cache` when one is given."""
+    if cache is None:
+        return _split_with_sklearn()
+    path = cache / SPLIT_CACHE
+    try:
+        with np.load(path) as z:
+            return (DigitsSplit(z["train_images"], z["train_labels"], z["train_indices"]),
+                    DigitsSplit(z["val_images"], z["val_labels"], z["val_indices"]))
+    except (OSError, KeyError, ValueError, EOFError, zipfile.BadZipFile):  # none yet, or unreadable: made again
+        pass
+    train, val = _split_with_sklearn()
+    _keep(path, train, val)
+    return train, val
+
+
+def _keep(path: Path, train: DigitsSplit, val: DigitsSplit) -> None:
+    """Written beside and renamed into place, so that ranks writing at once never leave half a file; a cache
+    that cannot be written (read-only home) costs only the import next time."""
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp.npz")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        np.savez(tmp, train_images=train.images, train_labels=train.labels, train_indices=train.indices,
+                 val_images=val.images, val_labels=val.labels, val_indices=val.indices)
+        os.replace(tmp, path)
+    except OSError:
+        tmp.unlink(missing_ok=True)
+
+
+def _split_with_sklearn() -> tuple[DigitsSplit, DigitsSplit]:
     # Imported lazily: sklearn is slow to import and only digits needs it.
     from sklearn.datasets import load_digits
     from sklearn.model_selection import train_test_split
@@ -82,10 +120,10 @@ class TensorImageDataset(Dataset):
         return out, y
 
 
-def build_digits(image_size: int | None = None, augment: bool = True):
+def build_digits(image_size: int | None = None, augment: bool = True, cache: Path | None = None):
     """(train, val, image_size) datasets for spec "digits", normalised with train mean/std."""
     size = DEFAULT_DIGITS_SIZE if image_size is None else int(image_size)
-    train_raw, val_raw = load_digits_split()
+    train_raw, val_raw = load_digits_split(cache)
     train_x = resize_digits(train_raw.images, size)
     val_x = resize_digits(val_raw.images, size)
     mean = float(train_x.mean())

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 from torch.utils.data import Dataset
 
@@ -42,13 +43,15 @@ def _positive(value: int, what: str) -> int:
 
 
 def build_datasets(spec: str, *, image_size: int | None = None, seed: int = 0, synthetic_samples: int = 4096,
-                   synthetic_classes: int = 10, synthetic_channels: int = 3, augment: bool = True) -> DataBundle:
-    """Build the DataBundle for spec; bad specs or folders raise UserError."""
+                   synthetic_classes: int = 10, synthetic_channels: int = 3, augment: bool = True,
+                   cache: Path | None = None) -> DataBundle:
+    """Build the DataBundle for spec; bad specs or folders raise UserError. `cache`: the user's cache folder,
+    where digits keeps its split (data/digits.py)."""
     if image_size is not None:
         _positive(image_size, "--image-size")
     kind, sep, arg = spec.partition(":")
     if kind == "digits" and not sep:
-        train, val, size = build_digits(image_size, augment=augment)
+        train, val, size = build_digits(image_size, augment=augment, cache=cache)
         return DataBundle("digits", train, val, DIGITS_CLASSES, 1, size)
     if kind == "synthetic" and not sep:
         samples = _positive(synthetic_samples, "--synthetic-samples")

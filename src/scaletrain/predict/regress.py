@@ -13,6 +13,8 @@ for conv, these trees at 15-19%.)
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -141,16 +143,16 @@ class LayerTimes:
         """`fits`: the calibration's stored cross-validations (`fit_records`); without them (a calibration
         made before 2026-11-26, or rows made in a test) each law is cross-validated here."""
         self.exact: dict[tuple, dict[str, Any]] = {}
-        self.laws: dict[tuple[str, str], Law | None] = {}
         by_kind: dict[str, list[dict[str, Any]]] = {}
         for r in rows:
             by_kind.setdefault(r["kind"], []).append(r)
             self.exact[(r["kind"], _key(r["features"]))] = r
-        for kind, mine in by_kind.items():
-            for key in ("forward_s", "backward_s"):
-                known = (fits or {}).get(law_key(mine[0]["precision"], mine[0]["threads"], kind, key)) \
-                    if "precision" in mine[0] else None
-                self.laws[(kind, key)] = fit(kind, mine, key, known=known)
+        digest = hashlib.sha1(json.dumps([rows, fits], sort_keys=True, default=str).encode()).hexdigest()
+        if digest not in _FITTED:  # the same rows again in this process (a sweep's points, a study): fitted once
+            _FITTED[digest] = _fit_all(by_kind, fits)
+            while len(_FITTED) > _FITTED_KEPT:
+                del _FITTED[next(iter(_FITTED))]
+        self.laws: dict[tuple[str, str], Law | None] = _FITTED[digest]
 
     def times(self, kind: str, f: dict[str, int]) -> tuple[float, float, str]:
         """(forward s, backward s, "measured" | "regression" | "none")."""
@@ -166,6 +168,21 @@ class LayerTimes:
     def errors(self) -> dict[str, dict[str, Any]]:
         return {f"{kind}/{key.removesuffix('_s')}": {"cv_median_abs_error": law.cv_error, "points": law.points}
                 for (kind, key), law in self.laws.items() if law is not None}
+
+
+_FITTED: dict[str, dict[tuple[str, str], Law | None]] = {}
+_FITTED_KEPT = 32  # (precision, threads) groups of a few calibrations
+
+
+def _fit_all(by_kind: dict[str, list[dict[str, Any]]], fits: dict[str, dict[str, Any]] | None
+             ) -> dict[tuple[str, str], Law | None]:
+    laws: dict[tuple[str, str], Law | None] = {}
+    for kind, mine in by_kind.items():
+        for key in ("forward_s", "backward_s"):
+            known = (fits or {}).get(law_key(mine[0]["precision"], mine[0]["threads"], kind, key)) \
+                if "precision" in mine[0] else None
+            laws[(kind, key)] = fit(kind, mine, key, known=known)
+    return laws
 
 
 def _key(f: dict[str, int]) -> tuple:

@@ -6,7 +6,7 @@ import argparse
 
 from scaletrain.console.width import output_console
 from scaletrain.errors import UserError
-from scaletrain.report import build, compare, tables
+from scaletrain.report import compare, tables
 from scaletrain.report.load import Run, kind_of, load, overview
 from scaletrain.report.output import check_page_path, check_report_dir
 
@@ -18,6 +18,8 @@ def add_report_args(p: argparse.ArgumentParser) -> None:
 
 
 def run_report(args: argparse.Namespace) -> int:
+    from scaletrain.report import build  # (matplotlib: 1 s that every other command's start would pay)
+
     console = output_console()
     target = load(args.dir)
     check_report_dir(target.root, build.REPORT, build.PLOTS)  # before any table is printed
@@ -47,6 +49,8 @@ def add_compare_args(p: argparse.ArgumentParser) -> None:
 
 
 def run_compare(args: argparse.Namespace) -> int:
+    from scaletrain.report import build
+
     if args.html:
         check_page_path(args.html, "--html")  # before anything is read or drawn
     kind_a, kind_b = kind_of(args.a), kind_of(args.b)

@@ -9,6 +9,7 @@ import torch
 
 from scaletrain.config import TrainConfig
 from scaletrain.data import build_datasets
+from scaletrain.dist.env import cache_dir
 from scaletrain.models import build_model
 
 
@@ -17,7 +18,7 @@ def build_data_and_model(cfg: TrainConfig):
     seed_everything(cfg.seed)
     data = build_datasets(cfg.dataset, image_size=cfg.image_size, seed=cfg.seed,
                           synthetic_samples=cfg.synthetic_samples,
-                          synthetic_classes=cfg.synthetic_classes, augment=cfg.augment)
+                          synthetic_classes=cfg.synthetic_classes, augment=cfg.augment, cache=cache_dir())
     model = build_model(cfg.model, num_classes=data.num_classes, in_channels=data.in_channels,
                         image_size=data.image_size, stem=cfg.stem, width=cfg.width)
     return data, model

@@ -11,7 +11,6 @@ from scaletrain.report.output import check_report_dir, writing
 from scaletrain.report.series import PHASE_LABELS
 from scaletrain.report.tables import Grid
 from scaletrain.rundir import write_json_atomic
-from scaletrain.validate import plots
 from scaletrain.validate.match import largest_phase_error
 
 VALIDATION = "validation.json"
@@ -86,6 +85,8 @@ def prepare(out: Path) -> Path:
 
 def write_validation(result: dict[str, Any], out: Path) -> tuple[list[Path], list[str]]:
     """validation.json and the plots in `out` (prepared); returns the files written and what was not drawn."""
+    from scaletrain.validate import plots  # (matplotlib: 1 s that every command's start would pay)
+
     with writing(out / VALIDATION):
         write_json_atomic(out / VALIDATION, result)
         written, notes = [out / VALIDATION], []

@@ -11,6 +11,7 @@ from scaletrain.comm.registry import strategy_class
 from scaletrain.config import TrainConfig
 from scaletrain.data import build_datasets, default_image_size
 from scaletrain.dist.device import check_device_request
+from scaletrain.dist.env import cache_dir
 from scaletrain.errors import UserError
 from scaletrain.models import build_model
 from scaletrain.perf import footprint
@@ -38,7 +39,7 @@ def validate(cfg: TrainConfig) -> None:
                          "cpu", hint)
     data = build_datasets(cfg.dataset, image_size=cfg.image_size, seed=cfg.seed,
                           synthetic_samples=cfg.synthetic_samples, synthetic_classes=cfg.synthetic_classes,
-                          augment=False)
+                          augment=False, cache=cache_dir())
 
     def factory():
         return build_model(cfg.model, num_classes=data.num_classes, in_channels=data.in_channels,
