@@ -35,27 +35,26 @@ $(COMPILED): $(STAMP)
 demo: $(COMPILED)
 	$(VENV)/bin/scaletrain train --config configs/demo.toml --out runs/demo-$$(date +%Y%m%d-%H%M%S)
 
-# The fast suite, under 5 minutes on 2 cores (docs/testing.md).
+# The fast suite, under 5 minutes on 2 cores (docs/testing.md). Tests write bytecode even where
+# PYTHONDONTWRITEBYTECODE is set: pytest would otherwise rewrite every test module's asserts at each run (9 s).
+TESTENV := PYTHONDONTWRITEBYTECODE=
 test: $(COMPILED)
-	@$(PY) -m compileall -q src tests > /dev/null
-	$(PY) -m pytest -q -m "not slow" $(PYTEST_ARGS)
+	$(TESTENV) $(PY) -m pytest -q -m "not slow" $(PYTEST_ARGS)
 
 # The slow suite, which includes the real-SLURM tests (SLURM and munge are installed first where missing, as root);
 # then every equivalence test (2 ranks = 1 rank, ...) again on the kernels of a CPU without AVX2, so that a test
-# that holds on one CPU's kernels only cannot land (tests/conftest.py: EXACT; about 1.5 min).
+# that holds on one CPU's kernels only cannot land (tests/conftest.py: EXACT; 17 tests, 3.5 min here).
 test-slow: $(COMPILED)
-	@$(PY) -m compileall -q src tests > /dev/null
 	sh tools/slurm/install.sh
-	$(PY) -m pytest -q -m slow $(PYTEST_ARGS)
+	$(TESTENV) $(PY) -m pytest -q -m slow $(PYTEST_ARGS)
 	@echo "the equivalence tests again, on the kernels of a CPU without AVX2 (ATEN_CPU_CAPABILITY=default):"
-	ATEN_CPU_CAPABILITY=default $(PY) -m pytest -q -m equivalence $(PYTEST_ARGS)
+	$(TESTENV) ATEN_CPU_CAPABILITY=default $(PY) -m pytest -q -m equivalence $(PYTEST_ARGS)
 
 # `scaletrain slurm` against a real SLURM (root): installs slurmctld, slurmd, slurm-client and munge where
 # missing, then the tests start them on this machine and stop them after (docs/slurm.md; about 3 min).
 test-slurm: $(COMPILED)
-	@$(PY) -m compileall -q src tests > /dev/null
 	sh tools/slurm/install.sh
-	$(PY) -m pytest -q -m slurm $(PYTEST_ARGS)
+	$(TESTENV) $(PY) -m pytest -q -m slurm $(PYTEST_ARGS)
 
 bench: $(COMPILED)
 	$(PY) benchmarks/overhead.py
