@@ -254,10 +254,11 @@ def study_json(out: Path) -> list[dict]:
     return json.loads((out / "study.json").read_text())
 
 
-def test_a_one_point_study_trains_records_and_reports(tmp_path):
+def test_a_one_point_study_trains_records_and_reports(tmp_path, capsys):
+    """The command's smoke test: `scaletrain study` in this process, its point a real `scaletrain train` launch."""
     out = tmp_path / "study"
-    proc = scaletrain("study", "--nproc", "1", "--workers", "0", *TINY, "--batch-size", "64", "--out", str(out))
-    assert_ok(proc)
+    assert main(["study", "--nproc", "1", "--workers", "0", *TINY, "--batch-size", "64", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
     [entry] = study_json(out)
     assert CONTRACT_KEYS <= set(entry) and entry["id"] == "nproc1"
     assert entry["status"] == "completed" and entry["epoch_time_s"] > 0 and entry["speedup"] == 1.0
@@ -265,12 +266,12 @@ def test_a_one_point_study_trains_records_and_reports(tmp_path):
     assert run["status"] == "completed" and run["model"] == "mlp" and run["world_size"] == 1
     assert "nproc = [1]" in (out / "study.toml").read_text() and (out / "points" / "nproc1" / "r0.log").is_file()
     # output that is not a terminal (a log): the study says each run started, the run's log has its steps
-    assert "point 1/1  nproc=1 workers=0 " in proc.stdout and ": running, no step yet  (log: points/nproc1/r0.log)\n" \
-        in proc.stdout
+    assert "point 1/1  nproc=1 workers=0 " in printed and ": running, no step yet  (log: points/nproc1/r0.log)\n" \
+        in printed
     assert "epoch 1/1  step 1/" in (out / "points" / "nproc1" / "r0.log").read_text()
     if HAS_REPORT:
-        assert (out / "report.html").is_file() and f"report: {out / 'report.html'}" in proc.stdout
-    assert f"study.json: {out / 'study.json'}" in proc.stdout
+        assert (out / "report.html").is_file() and f"report: {out / 'report.html'}" in printed
+    assert f"study.json: {out / 'study.json'}" in printed
 
 
 @pytest.mark.slow  # five study commands, three training launches: make test-slow
