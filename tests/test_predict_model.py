@@ -53,6 +53,30 @@ def test_a_model_fx_cannot_trace_is_walked_with_hooks_and_says_so():
     assert [op.kind for op in w.ops] == ["conv", "linear"]
 
 
+def test_the_hooks_walk_counts_what_autograd_saves_as_the_fx_walk_does():
+    """On the meta device a model fx cannot trace gets the same memory model as one it can: the bytes
+    autograd saves, not the sum of the leaf modules' outputs (which misses the functional ops and counts
+    outputs autograd never keeps)."""
+    class Net(nn.Module):
+        def __init__(self, branchy: bool):
+            super().__init__()
+            self.branchy = branchy
+            self.conv = nn.Conv2d(3, 8, 3, padding=1)
+            self.bn = nn.BatchNorm2d(8)
+            self.fc = nn.Linear(8 * 16 * 16, 10)
+
+        def forward(self, x):
+            if self.branchy and x.shape[0] > 1:  # concrete on meta tensors, a symbol to fx: untraceable
+                x = x + 0
+            return self.fc(torch.relu(self.bn(self.conv(x))).flatten(1))
+
+    with torch.device("meta"):
+        traced, hooked = (trace_ops(Net(b), (3, 16, 16), 8) for b in (False, True))
+    assert (traced.traced_by, hooked.traced_by) == ("fx", "hooks")
+    assert hooked.saved_bytes == traced.saved_bytes > 0
+    assert hooked.activation_bytes != sum(op.out_bytes for op in hooked.ops if op.saves_activation)
+
+
 def test_the_regression_recovers_a_synthetic_cost_law():
     rng = random.Random(0)
     from scaletrain.predict import grid

@@ -16,6 +16,7 @@ its leaf modules become ops and the functional operations between them are not s
 
 from __future__ import annotations
 
+import contextlib
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -26,6 +27,7 @@ from torch import nn
 from scaletrain.errors import UserError
 from scaletrain.perf.footprint import out_of_memory
 from scaletrain.perf.graph import LayerGraph, Untraceable, layer_graph
+from scaletrain.perf.saved import SavedBytes
 
 
 _NORMS = ("BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "GroupNorm", "LayerNorm", "InstanceNorm2d", "SyncBatchNorm")
@@ -130,9 +132,12 @@ def _hooks_workload(model: nn.Module, input_shape, batch_size: int, why: str) ->
             shapes = [tuple(t.shape) for t in inputs if isinstance(t, torch.Tensor)]
             records.append((name, _m, shapes, out, int(counter.get_total_flops() - flops_before[i])))
         handles += [m.register_forward_pre_hook(pre), m.register_forward_hook(post)]
+    x = probe_input(model, input_shape, batch_size)
+    # the bytes autograd saves, counted as the fx walk counts them (perf/saved.py): on meta tensors, at no cost
+    saved = SavedBytes(model) if x.device.type == "meta" else None
     try:
-        with counting(model) as counter:
-            model(probe_input(model, input_shape, batch_size))
+        with counting(model) as counter, saved or contextlib.nullcontext():
+            model(x)
     finally:
         for h in handles:
             h.remove()
@@ -149,7 +154,8 @@ def _hooks_workload(model: nn.Module, input_shape, batch_size: int, why: str) ->
     pbytes = sum(p.numel() * p.element_size() for p in model.parameters() if p.requires_grad)
     note = (f"torch.fx cannot trace the model ({why}): its leaf modules were timed through forward hooks, "
             "and functional operations between them are not priced")
-    return Workload(ops, batch_size, tuple(input_shape), params, pbytes, "hooks", [note])
+    return Workload(ops, batch_size, tuple(input_shape), params, pbytes, "hooks", [note],
+                    saved_bytes=saved.total if saved is not None else None)
 
 
 def classify(kind: str, module: nn.Module | None, in_shapes: list, out_shape) -> tuple[str, dict[str, int]]:
