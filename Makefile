@@ -38,7 +38,7 @@ demo: $(COMPILED)
 # The fast suite, under 5 minutes on 2 cores (docs/testing.md), then its equivalence tests (2 ranks = 1 rank, ...)
 # again on the kernels of a CPU without AVX2, so that a test that holds on one CPU's kernels only cannot land
 # (tests/conftest.py: EXACT). A test file per pytest worker, one worker per core: launches wait on their ranks'
-# start-up, and the other worker's tests fill that time. Tests write bytecode even where PYTHONDONTWRITEBYTECODE
+# start-up, and the other worker's tests fill that time (the 8 equivalence tests alone run faster serially). Tests write bytecode even where PYTHONDONTWRITEBYTECODE
 # is set: pytest would otherwise rewrite every test module's asserts at each run (9 s).
 TESTENV := PYTHONDONTWRITEBYTECODE=
 WORKERS ?= auto
@@ -47,7 +47,7 @@ SERIAL := $(TESTENV) $(PY) -m pytest -q
 test: $(COMPILED)
 	$(PYTEST) -m "not slow" $(PYTEST_ARGS)
 	@echo "the equivalence tests again, on the kernels of a CPU without AVX2 (ATEN_CPU_CAPABILITY=default):"
-	ATEN_CPU_CAPABILITY=default $(PYTEST) -m "equivalence and not slow" $(PYTEST_ARGS)
+	ATEN_CPU_CAPABILITY=default $(SERIAL) -m "equivalence and not slow" $(PYTEST_ARGS)
 
 # The slow suite, which includes the real-SLURM tests (SLURM and munge are installed first where missing, as
 # root), and its equivalence tests again on the kernels of a CPU without AVX2 (35 + 3 min here). One test at a

@@ -14,8 +14,12 @@ import pytest
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
-# the machine's calibration cache of this session, never the user's ~/.cache (before any rank pool starts)
-os.environ.setdefault("SCALETRAIN_CACHE", tempfile.mkdtemp(prefix="scaletrain-test-cache-"))
+# the machine's calibration cache of this session, never the user's (before any rank pool starts); one per pytest
+# worker (`make test` runs two), which would otherwise inherit the controller's and race on it. Made once per
+# process: a test module's `from conftest import ...` runs this file again.
+_CACHE_TAG = f"scaletrain-test-cache-{os.environ.get('PYTEST_XDIST_WORKER', 'main')}-"
+if _CACHE_TAG not in os.environ.get("SCALETRAIN_CACHE", ""):
+    os.environ["SCALETRAIN_CACHE"] = tempfile.mkdtemp(prefix=_CACHE_TAG)
 
 
 def scaletrain(*args: str, cwd: Path | None = None, env: dict | None = None, timeout: float = 600,
