@@ -47,6 +47,27 @@ def test_a_wrong_speedup_shows_in_its_ratio_and_its_sign():
     assert r["error"] == pytest.approx(1 / 3) and r["spread"] == 0.0
 
 
+def test_repeats_of_one_round_pair_up_and_their_ratios_are_the_ratio_s_own_noise():
+    """A study's rounds (r0, r1, ...) run every point side by side: the machine ran 20% slower in the second
+    round, so each point's repeats spread 22%, yet within each round the speedup is exactly 1.5: paired, the
+    ratio has no noise; one round's pair that disagrees shows as the ratio's spread."""
+    def runs(pid, nproc, rates):
+        cfg = {"model": "lenet5", "dataset": "digits", "nproc": nproc, "batch_size": 32, "strategy": "allreduce"}
+        return [MeasuredRun(f"study/points/{pid}/r{k}", cfg, 32 * nproc / r, samples_per_s=r, point=pid)
+                for k, r in enumerate(rates)]
+
+    prediction = {"points": [_point("a", 1, 32, 1000.0), _point("b", 2, 32, 1500.0)]}
+    (r,) = validate(prediction, runs("a", 1, [1000.0, 800.0]) + runs("b", 2, [1500.0, 1200.0]))["ratios"]
+    assert r["pairs"] == 2 and r["measured"] == pytest.approx(1.5) and r["spread"] == pytest.approx(0.0)
+    assert r["error"] == pytest.approx(0.0)
+    (r,) = validate(prediction, runs("a", 1, [1000.0, 800.0, 1000.0]) + runs("b", 2, [1500.0, 1200.0, 1800.0]))["ratios"]
+    mean = (1.5 * 1.5 * 1.8) ** (1 / 3)  # the rounds' ratios 1.5, 1.5, 1.8: their geometric mean
+    assert r["pairs"] == 3 and r["measured"] == pytest.approx(mean) and r["spread"] == pytest.approx(0.3 / mean)
+    # runs that are no study's rounds do not pair: the ratio of the means, the points' spreads combined
+    (r,) = validate(prediction, _runs("a", 1, 32, [1000.0, 800.0]) + _runs("b", 2, 32, [1500.0, 1200.0]))["ratios"]
+    assert r["pairs"] == 0 and r["spread"] == pytest.approx(2 ** 0.5 * 200 / 900, rel=1e-3)
+
+
 def test_points_that_differ_in_two_settings_give_no_ratio():
     points = [{"id": "a", "config": {"nproc": 1, "batch_size": 32}, "measured": {"samples_per_s": 1.0},
                "predicted": {"samples_per_s": 1.0}},
@@ -78,6 +99,8 @@ def test_recorded_held_out_runs_give_their_ratio_and_spread_figures():
     s, r = result["summary"], result["ratio_summary"]
     assert s["median_abs_error"] == pytest.approx(0.093, abs=0.001) and s["median_spread"] == pytest.approx(0.233, abs=0.001)
     assert (s["over"], s["under"]) == (5, 3)
-    assert r["count"] == 12 and r["median_abs_error"] == pytest.approx(0.095, abs=0.001)
+    # each ratio from its rounds side by side (r0 with r0, ...): their geometric mean, and their spread
+    assert r["count"] == 12 and r["median_abs_error"] == pytest.approx(0.097, abs=0.001)
     assert (r["over"], r["under"]) == (10, 2) and r["by_axis"]["nproc"]["over"] == 4  # every speedup too optimistic
-    assert r["beyond_spread"] == 2 and r["with_spread"] == 12
+    assert r["beyond_spread"] == 3 and r["with_spread"] == 12
+    assert all(x["pairs"] == 3 for x in result["ratios"])

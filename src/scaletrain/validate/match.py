@@ -11,6 +11,7 @@ import os
 import statistics
 from collections.abc import Iterable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from scaletrain.validate.stats import quantile, signs, spread
@@ -108,9 +109,13 @@ def measured_of(runs: list[MeasuredRun]) -> tuple[dict[str, Any], list[str]]:
         memory = _mean(r.peak_memory_bytes for r in runs)
     elif kinds:
         notes.append(f"peak memory not averaged: the runs measured different kinds ({', '.join(map(str, kinds))})")
+    # each repeat's throughput by its folder's name (a study's r0, r1, ...): the same round of two points
+    # pairs them when validation takes their ratio (ratios.py)
+    rounds = {Path(r.run_dir).name: r.samples_per_s for r in runs if r.samples_per_s}
     return {"step_time_s": statistics.fmean(r.step_time_s for r in runs), "phases_s": phases,
             "samples_per_s": _mean(r.samples_per_s for r in runs), "peak_memory_bytes": memory,
-            "memory_kind": kind, "repeats": len(runs), "spread": spread([r.step_time_s for r in runs])}, notes
+            "memory_kind": kind, "repeats": len(runs), "spread": spread([r.step_time_s for r in runs]),
+            "samples_per_s_by_repeat": rounds if len(rounds) == len(runs) else None}, notes
 
 
 def predicted_memory_kind(prediction: dict[str, Any], point: dict[str, Any]) -> str | None:

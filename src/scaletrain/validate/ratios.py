@@ -6,11 +6,13 @@ error. A ratio of two points measured in the same study (interleaved repeats) ca
 from 1 to 2 ranks, from batch 32 to 64, fp32 to bf16, 0 to 2 loader workers, one link rate to another, one
 strategy or bucket size to another. Each pair of validated points that differ in exactly one setting of
 RATIO_AXES gives a ratio of throughputs (samples/s of the second over the first), measured and predicted,
-and its error predicted / measured - 1. Pure: dicts in, dicts out."""
+and its error predicted / measured - 1; where the two points' repeats pair up by round (a study's r0 with r0),
+the geometric mean of the rounds' ratios, with their spread as the ratio's own noise. Pure: dicts in, dicts out."""
 
 from __future__ import annotations
 
 import math
+import statistics
 from typing import Any
 
 from scaletrain.validate.stats import quantile, signs, spread  # noqa: F401 (spread, signs: re-exported)
@@ -67,9 +69,20 @@ def _ratio(axis: str, a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any] | 
     m, p = measured[1] / measured[0], predicted[1] / predicted[0]
     spreads = [x for x in (a["measured"].get("spread"), b["measured"].get("spread")) if x is not None]
     noise = math.sqrt(sum(x * x for x in spreads)) if len(spreads) == 2 else None
+    paired = paired_ratios(a["measured"], b["measured"])
+    if len(paired) >= 2:  # repeats of the same round side by side: the ratio's own noise, drift cancelled
+        m = statistics.geometric_mean(paired)
+        noise = (max(paired) - min(paired)) / m
     return {"axis": axis, "from": a["id"], "to": b["id"], "from_value": a["config"].get(axis),
             "to_value": b["config"].get(axis), "measured": m, "predicted": p, "error": p / m - 1,
-            "spread": noise}
+            "spread": noise, "pairs": len(paired)}
+
+
+def paired_ratios(a: dict[str, Any], b: dict[str, Any]) -> list[float]:
+    """The throughput ratio b / a of each round both points ran (a study's r0 with r0, r1 with r1: run
+    minutes apart at most, interleaved), in the rounds' order; [] when the repeats cannot be paired."""
+    ra, rb = a.get("samples_per_s_by_repeat") or {}, b.get("samples_per_s_by_repeat") or {}
+    return [rb[k] / ra[k] for k in sorted(ra) if k in rb and ra[k] and rb[k]]
 
 
 def summary(ratio_rows: list[dict[str, Any]]) -> dict[str, Any]:
