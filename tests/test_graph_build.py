@@ -10,7 +10,8 @@ import torch
 from torch import nn
 
 from scaletrain.errors import UserError
-from scaletrain.graph.build import document, module_order, trace
+from scaletrain.graph.build import document, trace
+from scaletrain.perf.graph import module_graph
 from scaletrain.perf.blocks import group
 from scaletrain.perf.flops import count_params, forward_flops
 
@@ -54,7 +55,7 @@ def test_a_sequential_fx_cannot_trace_is_taken_in_module_order():
 def test_module_order_counts_a_shared_parameter_once():
     lin = nn.Linear(4, 4)
     model = nn.Sequential(lin, nn.ReLU(), lin)
-    graph = module_order(model, (4,), 1)
+    graph = module_graph(model, (4,), 1, "untraceable")
     assert [n.params for n in graph.nodes[1:-1]] == [20, 0, 0]
 
 
@@ -105,5 +106,5 @@ def test_tracing_leaves_the_weights_alone():
     model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4))
     before = {k: v.clone() for k, v in model.state_dict().items()}
     trace(model, (3, 8, 8), 4)
-    module_order(model, (3, 8, 8), 4)
+    module_graph(model, (3, 8, 8), 4, "untraceable")
     assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())  # eval: BN statistics kept

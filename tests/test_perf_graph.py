@@ -80,3 +80,77 @@ def test_shared_parameters_count_once():
 
     graph = layer_graph(Tied(), (8,))
     assert sum(n.params for n in graph.nodes) == count_params(Tied()) == 64 + 8 + 8
+
+
+class _Gate(nn.Module):
+    """A block with data-dependent control flow (fx cannot trace it) and a residual sum between its modules."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(8, 8, 3, padding=1)
+        self.bn = nn.BatchNorm2d(8)
+
+    def forward(self, x):
+        return x + torch.relu(self.bn(self.conv(x))) if x.numel() > 0 else x
+
+
+def _gated() -> nn.Sequential:
+    return nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), _Gate(), nn.Flatten(), nn.Linear(8 * 8 * 8, 10))
+
+
+def test_the_one_walk_falls_back_to_the_modules_and_every_reader_takes_that_walk():
+    """walk(): fx where it can, else one forward through hooks. A Sequential is a chain of its children (a
+    composite child holding the leaves it ran); predict prices those leaves, the graph draws the children,
+    and the pre-flight memory check counts the same saved bytes as predict, on the meta device."""
+    from scaletrain.graph.build import trace
+    from scaletrain.perf.footprint import model_bytes
+    from scaletrain.perf.graph import walk
+    from scaletrain.predict.ops import trace_ops
+
+    assert walk(build_model("lenet5", num_classes=10, in_channels=1, image_size=32), (1, 32, 32)).traced_by == "fx"
+    g = walk(_gated(), (3, 8, 8), 4)
+    assert g.traced_by == "modules" and g.exact and "TraceError" in g.untraceable
+    assert [n.name for n in g.nodes[1:-1]] == ["0", "1", "2", "3", "4"]
+    assert [p.name for p in g.nodes[3].parts] == ["2.conv", "2.bn"]
+    assert [n.name for n in g.leaves() if n.op == "call_module"] == ["0", "1", "2.conv", "2.bn", "3", "4"]
+    assert g.nodes[3].in_shapes == [(4, 8, 8, 8)] and g.nodes[3].shape == (4, 8, 8, 8)
+    assert sum(n.params for n in g.nodes) == count_params(_gated())
+    assert sum(n.flops for n in g.nodes) == 4 * forward_flops(_gated(), (3, 8, 8))  # at batch 4
+    assert [n.name for n in trace(_gated(), (3, 8, 8), 4).graph.nodes[1:-1]] == ["0", "1", "2", "3", "4"]
+    w = trace_ops(_gated(), (3, 8, 8), 4)
+    assert w.traced_by == "hooks" and [op.kind for op in w.ops] == ["conv", "eltwise", "conv", "norm", "view", "linear"]
+    with torch.device("meta"):
+        meta = walk(_gated(), (3, 8, 8), 4)
+        priced = trace_ops(_gated(), (3, 8, 8), 4)
+    # autograd's saved bytes on the meta device: the residual sum and the ReLU between modules included
+    assert meta.saved_bytes > sum(p.saved_bytes for p in meta.leaves() if p.saved_bytes) > 0
+    assert priced.saved_bytes == meta.saved_bytes
+    assert model_bytes(_gated, 4, 3, 8, "sgd", "fp32")[1] == meta.saved_bytes
+
+
+def test_a_module_walk_of_another_model_is_not_its_dataflow():
+    class Net(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.gate = _Gate()
+            self.fc = nn.Linear(8 * 8 * 8, 10)
+
+        def forward(self, x):
+            return self.fc(self.gate(x).flatten(1))
+
+    from scaletrain.perf.graph import walk
+
+    g = walk(Net(), (8, 8, 8), 2)
+    assert g.traced_by == "modules" and not g.exact
+    assert [n.name for n in g.nodes[1:-1]] == ["gate.conv", "gate.bn", "fc"]  # its leaf modules, in call order
+
+
+def test_on_the_meta_device_the_walk_counts_what_training_saves():
+    """At a batch above one the meta walk runs in training mode: dropout keeps its mask for backward (in
+    evaluation mode it saves nothing), as a training step does."""
+    from scaletrain.perf.graph import walk
+
+    with torch.device("meta"):
+        plain = walk(nn.Sequential(nn.Linear(64, 64), nn.ReLU()), (64,), 16)
+        dropped = walk(nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Dropout(0.5)), (64,), 16)
+    assert dropped.saved_bytes > plain.saved_bytes

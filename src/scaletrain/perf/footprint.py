@@ -1,7 +1,8 @@
 """Memory a training request needs per process, estimated before anything large is allocated.
 
-The model is built on PyTorch's `meta` device (shapes only, no storage) and run forward once on a meta
-batch; the activations are the bytes autograd saves for backward in that pass (perf/saved.py). Parameters count four times
+The model is built on PyTorch's `meta` device (shapes only, no storage) and walked once on a meta batch
+(perf/graph.walk, the walk predict and the graph use); the activations are the bytes autograd saves for
+backward in that pass (perf/saved.py). Parameters count four times
 over with a momentum optimizer (weights, gradients, momentum, the gradient bucket DDP keeps), five with
 AdamW, three with plain SGD (perf/memory.py, shared with predict and split). The digits dataset is held in memory resized to the image size, once per process.
 It is a floor, not a bound: the allocator, the framework and the loader add to it.
@@ -17,7 +18,7 @@ import torch
 from scaletrain.errors import UserError
 from scaletrain.perf.memory import activations_at, data_parallel_copies
 from scaletrain.perf.precision import param_bytes
-from scaletrain.perf.saved import SavedBytes
+from scaletrain.perf.graph import walk
 
 DIGITS_SAMPLES = 1797
 
@@ -47,7 +48,7 @@ def model_bytes(factory, batch_size: int, in_channels: int, image_size: int, opt
     meta = _meta_forward(factory, batch_size, in_channels, image_size)
     if meta is None:
         return None
-    params, _sizes, saved = meta
+    params, _largest, saved = meta
     return params * param_bytes(precision) * data_parallel_copies(optimizer), activations_at(saved, precision)
 
 
@@ -59,8 +60,8 @@ def check_forward_fits(factory, batch_size: int, in_channels: int, image_size: i
     available = available_bytes("cpu")
     if meta is None or available is None:
         return
-    params, sizes, _saved = meta
-    weights, data = 4 * params, 4 * (batch_size * in_channels * image_size ** 2 + max(sizes, default=0))
+    params, largest, _saved = meta
+    weights, data = 4 * params, 4 * batch_size * in_channels * image_size ** 2 + largest
     if weights + data > available:
         raise UserError(f"{what} needs at least {human(weights + data)} of memory here (parameters {human(weights)}, "
                         f"the input and its largest activation {human(data)}) but {human(available)} is "
@@ -72,32 +73,20 @@ def out_of_memory(e: BaseException) -> bool:
     return isinstance(e, (MemoryError, torch.OutOfMemoryError)) or "can't allocate memory" in str(e)
 
 
-def _meta_forward(factory, batch_size: int, in_channels: int, image_size: int) -> tuple[int, list[int], int] | None:
-    """(parameters, every leaf module's output elements, the bytes autograd saves for backward in float32) of
-    one training forward pass on the meta device; None when the model cannot be built or run there."""
-    sizes: list[int] = []
+def _meta_forward(factory, batch_size: int, in_channels: int, image_size: int) -> tuple[int, int, int] | None:
+    """(parameters, the largest activation's bytes, the bytes autograd saves for backward in float32) of one
+    training forward pass on the meta device, from the one walk over the model (perf/graph.walk); None when
+    the model cannot be built or run there."""
     try:
-        with torch.device("meta"):
+        with torch.device("meta"):  # tensors the forward makes itself are meta tensors too
             model = factory()
-            hooks = [m.register_forward_hook(lambda _m, _i, out: sizes.append(_numel(out)))
-                     for m in model.modules() if not list(m.children())]
-            with SavedBytes(model) as saved:
-                model(torch.empty(batch_size, in_channels, image_size, image_size))
+            graph = walk(model, (in_channels, image_size, image_size), batch_size)
     except UserError:
         raise
     except Exception:  # noqa: BLE001 - whatever a model does on meta tensors, the estimate just stays silent
         return None
-    for h in hooks:
-        h.remove()
-    return sum(p.numel() for p in model.parameters()), sizes, saved.total
-
-
-def _numel(out) -> int:
-    if isinstance(out, torch.Tensor):
-        return out.numel()
-    if isinstance(out, (list, tuple)):
-        return sum(_numel(o) for o in out)
-    return 0
+    largest = max((n.out_bytes for n in graph.leaves() if n.op != "placeholder"), default=0)
+    return sum(p.numel() for p in model.parameters()), largest, graph.saved_bytes or 0
 
 
 def available_bytes(device_type: str) -> int | None:

@@ -1,10 +1,15 @@
-"""A model's layer graph from torch.fx: each node's output shape, parameters, FLOPs and output bytes, the
-edges between nodes, and the cut points where exactly one tensor crosses (docs/perf.md).
+"""The one walk over a model: its layer graph, each node's output shape, parameters, FLOPs, output bytes and
+(on the meta device) the bytes autograd saves for backward, the edges between nodes, and the cut points
+where exactly one tensor crosses (docs/perf.md).
 
-The base the performance model prices layer by layer and the split of a model into pipeline stages cuts
-(only at a cut point can a pipeline cut: every other place has more than one tensor in flight). One
-forward pass at batch `batch_size` through fx's interpreter measures shapes and FLOPs, so a model that fx
-cannot trace symbolically (data-dependent control flow) raises `Untraceable` with fx's reason.
+The base the performance model prices layer by layer, the split of a model into pipeline stages cuts (only
+at a cut point can a pipeline cut: every other place has more than one tensor in flight), the graph command
+draws and the pre-flight memory check counts. `walk` traces with torch.fx, one forward pass at batch
+`batch_size` through fx's interpreter measuring shapes and FLOPs; a model fx cannot trace symbolically
+(data-dependent control flow) is walked by its modules instead (`module_graph`: forward hooks, the one
+fallback): an nn.Sequential as its children in the order they run (a chain: sound, each child reads the one
+before), any other model as its leaf modules in call order, whose edges and cut points are unknown.
+`layer_graph` is fx alone (raising `Untraceable` with fx's reason), for what needs fx's graph module.
 """
 
 from __future__ import annotations
@@ -41,6 +46,10 @@ class Node:
     saved_bytes: int | None = None
     inputs: list[int] = field(default_factory=list)  # ids of the nodes whose outputs it reads
     depthwise: bool = False  # a depthwise convolution (groups = input = output channels)
+    in_shapes: list[tuple[int, ...]] | None = None  # the shapes of the tensors it read (module walk: as called)
+    # a module-walk node that is a composite module (a Sequential's child block): the leaf modules it ran, in
+    # call order (what the performance model prices); empty for a node that is itself one operation
+    parts: list["Node"] = field(default_factory=list)
 
 
 @dataclass
@@ -48,6 +57,18 @@ class LayerGraph:
     nodes: list[Node]
     batch_size: int
     traced: fx.GraphModule | None = field(default=None, repr=False)  # fx's module, sharing the model's weights
+    traced_by: str = "fx"  # "fx", or "modules" (module_graph: the fallback for a model fx cannot trace)
+    untraceable: str | None = None  # why fx could not trace it (traced_by "modules")
+    # every byte autograd saved for backward in the pass (meta device), functional ops between modules
+    # included; None when the pass ran on real tensors
+    saved_bytes: int | None = None
+    # the edges are the model's dataflow: fx's graph, or an nn.Sequential's children in order (False: a
+    # module walk of another model, whose functional operations between modules were not seen)
+    exact: bool = True
+
+    def leaves(self) -> list[Node]:
+        """The nodes that are one operation each, in order: a module walk's blocks opened into their parts."""
+        return [p for n in self.nodes for p in (n.parts or [n])]
 
     @property
     def edges(self) -> list[tuple[int, int]]:
@@ -59,6 +80,15 @@ class LayerGraph:
                 "edges": [list(e) for e in self.edges]}
 
 
+def walk(model: nn.Module, input_shape: tuple[int, ...], batch_size: int = 1) -> LayerGraph:
+    """`model`'s graph at `batch_size` x `input_shape`: torch.fx's, else its modules' (module_graph). A forward
+    that fails raises what it raised."""
+    try:
+        return layer_graph(model, input_shape, batch_size)
+    except Untraceable as e:
+        return module_graph(model, input_shape, batch_size, str(e))
+
+
 def layer_graph(model: nn.Module, input_shape: tuple[int, ...], batch_size: int = 1) -> LayerGraph:
     """Trace `model` with torch.fx and run one forward pass of zeros of `batch_size` x `input_shape`."""
     try:
@@ -68,14 +98,102 @@ def layer_graph(model: nn.Module, input_shape: tuple[int, ...], batch_size: int 
     ids = {node: i for i, node in enumerate(traced.graph.nodes)}
     nodes = [Node(ids[n], n.name, n.op, _kind(traced, n), str(n.target), None,
                   inputs=[ids[a] for a in n.all_input_nodes]) for n in traced.graph.nodes]
-    _Measure(traced, nodes, ids).run_once(probe_input(model, input_shape, batch_size))
+    measure = _Measure(traced, nodes, ids)
+    measure.run_once(probe_input(model, input_shape, batch_size))
     _count_params(traced, nodes, ids)
     for fx_node in traced.graph.nodes:
         if fx_node.op == "call_module":
             m = traced.get_submodule(fx_node.target)
             nodes[ids[fx_node]].depthwise = (isinstance(m, nn.Conv2d) and m.groups > 1
                                              and m.groups == m.in_channels == m.out_channels)
-    return LayerGraph(nodes, batch_size, traced)
+    saved = measure.saved.total if measure.saved is not None else None
+    return LayerGraph(nodes, batch_size, traced, saved_bytes=saved)
+
+
+def module_graph(model: nn.Module, input_shape: tuple[int, ...], batch_size: int, why: str) -> LayerGraph:
+    """The fallback walk: one forward pass through forward hooks. An nn.Sequential becomes a chain of its
+    children (what Sequential.forward runs, repeats included), each composite child holding the leaf modules
+    it ran as `parts`; any other model a chain of its leaf modules in call order, not `exact` (the functional
+    operations between them are not seen). `why`: fx's reason, kept in `untraceable`."""
+    sequential = isinstance(model, nn.Sequential)
+    units = list(model._modules.items()) if sequential else \
+        [(name, m) for name, m in model.named_modules() if not list(m.children())]
+    leaves = [(name, m) for name, m in model.named_modules() if not list(m.children())]
+    x = probe_input(model, input_shape, batch_size)
+    nodes = [Node(0, "input", "placeholder", "placeholder", "x", tuple(x.shape), out_bytes=x.numel() * x.element_size())]
+    saved = SavedBytes(model) if x.device.type == "meta" else None
+    stack: list[tuple[Node, float, int]] = []  # the unit being run: (its node, FLOPs and saved bytes before it)
+
+    def node(name: str, m: nn.Module, args) -> Node:
+        return Node(0, name, "call_module", type(m).__name__, name, None,
+                    depthwise=isinstance(m, nn.Conv2d) and m.groups > 1 and m.groups == m.in_channels == m.out_channels,
+                    in_shapes=[tuple(t.shape) for t in args if isinstance(t, torch.Tensor)])
+
+    def done(n: Node, out: Any, flops_before: float, saved_before: int) -> None:
+        n.flops = int(counter.get_total_flops() - flops_before)
+        n.saved_bytes = saved.total - saved_before if saved is not None else None
+        n.shape = tuple(out.shape) if isinstance(out, torch.Tensor) else None
+        n.out_bytes = sum(t.numel() * t.element_size() for t in _tensors(out))
+
+    def unit_pre(name: str):
+        def hook(m: nn.Module, args) -> None:
+            stack.append((node(name, m, args), counter.get_total_flops(), saved.total if saved else 0))
+        return hook
+
+    def unit_post(m: nn.Module, args, out) -> None:
+        n, f0, s0 = stack.pop()
+        done(n, out, f0, s0)
+        n.id, n.inputs = len(nodes), [len(nodes) - 1]
+        nodes.append(n)
+
+    def leaf_pre(name: str):
+        def hook(m: nn.Module, args) -> None:
+            leaf_open.append((node(name, m, args), counter.get_total_flops(), saved.total if saved else 0))
+        return hook
+
+    def leaf_post(m: nn.Module, args, out) -> None:
+        n, f0, s0 = leaf_open.pop()
+        done(n, out, f0, s0)
+        stack[-1][0].parts.append(n)
+
+    leaf_open: list[tuple[Node, float, int]] = []
+    unit_modules = {id(m) for _, m in units}
+    handles = [h for name, m in {id(m): (name, m) for name, m in units}.values()
+               for h in (m.register_forward_pre_hook(unit_pre(name)), m.register_forward_hook(unit_post))]
+    if sequential:  # a composite child's leaves, each priced on its own
+        handles += [h for name, m in leaves if id(m) not in unit_modules
+                    for h in (m.register_forward_pre_hook(leaf_pre(name)), m.register_forward_hook(leaf_post))]
+    was_training = model.training
+    if saved is None or batch_size == 1:
+        model.eval()  # as fx's walk: train-mode BN rejects a batch of one with 1x1 maps
+    try:
+        with FlopCounterMode(display=False) as counter, saved or torch.no_grad():
+            model(x)
+    finally:
+        for h in handles:
+            h.remove()
+        model.train(was_training)
+    if sequential and len(nodes) - 1 == len(units):  # a module in two places runs (and is named) once per place
+        for n, (name, _m) in zip(nodes[1:], units):
+            n.name = n.target = name
+    nodes.append(Node(len(nodes), "output", "output", "output", "output", None, inputs=[len(nodes) - 1]))
+    seen: set[int] = set()
+    for n in nodes[1:-1]:
+        for part in n.parts or [n]:
+            for prm in model.get_submodule(part.target).parameters():
+                if id(prm) not in seen:
+                    seen.add(id(prm))
+                    part.params += prm.numel()
+                    part.param_bytes += prm.numel() * prm.element_size()
+        if n.parts:
+            n.params, n.param_bytes = sum(p.params for p in n.parts), sum(p.param_bytes for p in n.parts)
+            for prm in model.get_submodule(n.target).parameters():  # a block's own, outside any leaf
+                if id(prm) not in seen:
+                    seen.add(id(prm))
+                    n.params += prm.numel()
+                    n.param_bytes += prm.numel() * prm.element_size()
+    return LayerGraph(nodes, batch_size, None, "modules", why, saved.total if saved is not None else None,
+                      exact=sequential)
 
 
 def cut_points(graph: LayerGraph) -> list[int]:
@@ -135,9 +253,10 @@ class _Measure(fx.Interpreter):
 
     def run_once(self, x: torch.Tensor) -> None:
         was_training = self.module.training
-        self.module.eval()  # as forward_flops: train-mode BN rejects a batch of one with 1x1 maps
         # on meta tensors autograd's saved tensors cost nothing: count them (elsewhere they would be allocated)
         self.saved = SavedBytes(self.module) if x.device.type == "meta" else None
+        if self.saved is None or x.shape[0] == 1:
+            self.module.eval()  # as forward_flops: train-mode BN rejects a batch of one with 1x1 maps
         try:
             with self.saved or torch.no_grad():
                 self.run(x)

@@ -10,13 +10,12 @@ Kinds and their features (batch first, square or not):
     pool     n, c, h, w (input), k, stride                         MaxPool2d, AvgPool2d, Adaptive*Pool2d
     eltwise  elements (largest input or output), inputs            activations, add, mul, cat, pad, dropout ...
     view     -                                                     flatten, view, reshape, getitem on shapes ...
-A module fx cannot trace symbolically is walked with forward hooks instead (`trace_ops(..., fallback=True)`):
+A module fx cannot trace symbolically is walked by its modules instead (perf/graph.module_graph, forward hooks):
 its leaf modules become ops and the functional operations between them are not seen (the notes say so).
 """
 
 from __future__ import annotations
 
-import contextlib
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -26,8 +25,7 @@ from torch import nn
 
 from scaletrain.errors import UserError
 from scaletrain.perf.footprint import out_of_memory
-from scaletrain.perf.graph import LayerGraph, Untraceable, layer_graph
-from scaletrain.perf.saved import SavedBytes
+from scaletrain.perf.graph import LayerGraph, walk
 
 
 _NORMS = ("BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "GroupNorm", "LayerNorm", "InstanceNorm2d", "SyncBatchNorm")
@@ -74,13 +72,11 @@ class Workload:
 
 
 def trace_ops(model: nn.Module, input_shape: tuple[int, ...], batch_size: int) -> Workload:
-    """The ops of one forward pass of `batch_size` samples; fx first, module hooks where fx cannot trace."""
+    """The ops of one forward pass of `batch_size` samples, from the one walk over the model (perf/graph.walk:
+    torch.fx, else its modules through forward hooks)."""
     shape = "x".join(str(d) for d in (batch_size, *input_shape))
     try:
-        try:
-            graph = layer_graph(model, input_shape, batch_size)
-        except Untraceable as e:
-            return _hooks_workload(model, input_shape, batch_size, str(e))
+        graph = walk(model, input_shape, batch_size)
     except UserError:
         raise
     except Exception as e:  # the user's forward itself fails: nothing to price
@@ -90,10 +86,17 @@ def trace_ops(model: nn.Module, input_shape: tuple[int, ...], batch_size: int) -
                             "--batch-size or --image-size") from None
         raise UserError(f"the model's forward fails on a batch of {shape} ({type(e).__name__}: {first}): "
                         "fix the model, or its --image-size / --in-channels") from None
-    return _fx_workload(model, graph, input_shape, batch_size)
+    ops = _fx_ops(model, graph) if graph.traced_by == "fx" else _module_ops(model, graph)
+    params = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    pbytes = sum(p.numel() * p.element_size() for p in model.parameters() if p.requires_grad)
+    notes = [] if graph.traced_by == "fx" else [
+        f"torch.fx cannot trace the model ({graph.untraceable}): its modules were walked through forward hooks, "
+        "and functional operations between them are not priced"]
+    return Workload(ops, batch_size, tuple(input_shape), params, pbytes,
+                    "fx" if graph.traced_by == "fx" else "hooks", notes, saved_bytes=graph.saved_bytes)
 
 
-def _fx_workload(model: nn.Module, graph: LayerGraph, input_shape, batch_size: int) -> Workload:
+def _fx_ops(model: nn.Module, graph: LayerGraph) -> list[Op]:
     nodes = graph.nodes
     ops: list[Op] = []
     grad: dict[int, bool] = {}  # does the node's output carry a gradient (some parameter upstream)?
@@ -110,52 +113,20 @@ def _fx_workload(model: nn.Module, graph: LayerGraph, input_shape, batch_size: i
             features["grad_in"] = int(upstream)
         ops.append(Op(n.name, kind, features, n.flops, n.out_bytes, numels, upstream,
                       n.target if module is not None else "", kind != "view"))
-    params = sum(p.numel() for p in model.parameters() if p.requires_grad)
-    pbytes = sum(p.numel() * p.element_size() for p in model.parameters() if p.requires_grad)
-    saved = None if any(n.saved_bytes is None for n in nodes) else sum(n.saved_bytes for n in nodes)
-    return Workload(ops, batch_size, tuple(input_shape), params, pbytes, "fx", saved_bytes=saved)
+    return ops
 
 
-def _hooks_workload(model: nn.Module, input_shape, batch_size: int, why: str) -> Workload:
-    from scaletrain.perf.flops import counting, probe_input
-
-    records: list[tuple[str, nn.Module, list, Any, int]] = []
-    leaves = [(name, m) for name, m in model.named_modules() if not list(m.children())]
-    handles = []
-    flops_before: dict[int, float] = {}
-
-    for i, (name, m) in enumerate(leaves):
-        def pre(_m, inputs, i=i):
-            flops_before[i] = counter.get_total_flops()
-
-        def post(_m, inputs, out, i=i, name=name):
-            shapes = [tuple(t.shape) for t in inputs if isinstance(t, torch.Tensor)]
-            records.append((name, _m, shapes, out, int(counter.get_total_flops() - flops_before[i])))
-        handles += [m.register_forward_pre_hook(pre), m.register_forward_hook(post)]
-    x = probe_input(model, input_shape, batch_size)
-    # the bytes autograd saves, counted as the fx walk counts them (perf/saved.py): on meta tensors, at no cost
-    saved = SavedBytes(model) if x.device.type == "meta" else None
-    try:
-        with counting(model) as counter, saved or contextlib.nullcontext():
-            model(x)
-    finally:
-        for h in handles:
-            h.remove()
+def _module_ops(model: nn.Module, graph: LayerGraph) -> list[Op]:
+    """A module walk's leaf modules as ops, in call order; all but the first need their input's gradient."""
     ops = []
-    for j, (name, m, shapes, out, flops) in enumerate(records):
-        shape = tuple(out.shape) if isinstance(out, torch.Tensor) else None
-        kind, features = classify(type(m).__name__, m, shapes, shape)
+    for j, n in enumerate(x for x in graph.leaves() if x.op == "call_module"):
+        m = model.get_submodule(n.target)
+        kind, features = classify(n.kind, m, n.in_shapes or [], n.shape)
         if "grad_in" in features:
             features["grad_in"] = int(j > 0)
-        out_bytes = out.numel() * out.element_size() if isinstance(out, torch.Tensor) else 0
-        ops.append(Op(name, kind, features, flops, out_bytes,
-                      [p.numel() for p in m.parameters() if p.requires_grad], j > 0, name, kind != "view"))
-    params = sum(p.numel() for p in model.parameters() if p.requires_grad)
-    pbytes = sum(p.numel() * p.element_size() for p in model.parameters() if p.requires_grad)
-    note = (f"torch.fx cannot trace the model ({why}): its leaf modules were timed through forward hooks, "
-            "and functional operations between them are not priced")
-    return Workload(ops, batch_size, tuple(input_shape), params, pbytes, "hooks", [note],
-                    saved_bytes=saved.total if saved is not None else None)
+        ops.append(Op(n.name, kind, features, n.flops, n.out_bytes,
+                      [p.numel() for p in m.parameters() if p.requires_grad], j > 0, n.target, kind != "view"))
+    return ops
 
 
 def classify(kind: str, module: nn.Module | None, in_shapes: list, out_shape) -> tuple[str, dict[str, int]]:
