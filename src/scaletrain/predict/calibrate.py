@@ -45,10 +45,9 @@ LOOP_RUN = {"batch_size": 32, "image_size": 32, "samples": 2048}
 # batches on 2 ranks separate the exposed communication that grows with the step's compute (ranks out of
 # step) from the part that does not
 LOOP_RUNS = (("refnet", 1, 32, 3, 0, None), ("plain", 1, 32, 3, 0, None), ("memory", 1, 32, 3, 0, None),
-             ("refnet", 1, 32, 2, 0, 1), ("refnet", 2, 32, 2, 0, None), ("refnet", 2, 8, 1, 0, None),
-             ("refnet", 1, 32, 2, 1, None))
-# the last, with one loader worker decoding the calibration's 64-pixel JPEG folder beside the rank's threads:
-# how much a busy worker slows the step's compute when threads already fill the cores
+             ("refnet", 1, 32, 2, 0, 1), ("refnet", 2, 32, 2, 0, None), ("refnet", 2, 8, 1, 0, None))
+# (a run with one loader worker beside the rank's threads once priced a worker's interference; predict no
+# longer reads it: the CPU-demand rule was closer in every recorded study, docs/predict.md)
 
 
 def plan(quick: bool, device: torch.device, cores: int) -> dict[str, Any]:

@@ -133,9 +133,6 @@ class DatasheetPredictor:
             return 0.0
         return 1.0 / rate
 
-    def worker_interference(self) -> None:
-        return None
-
     def handoff(self) -> tuple[float, float]:
         return 0.0, 0.0
 

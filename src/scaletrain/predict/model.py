@@ -53,9 +53,9 @@ class Setting:
     train_samples: int = 0
     sample_s: float = 0.0  # loader seconds per sample (decode + augment + collate)
     sample_bytes: int = 0  # one sample's tensor bytes
-    worker_interference: float | None = None  # compute seconds a busy loader worker costs per second of its work
     stages: int | None = None  # --stages (a pipeline's; None: every rank a stage): its strategy reads it
     cpu_compute: bool = True  # forward and backward run on the CPU's cores (False: on an accelerator)
+    stretch: bool = True  # processes sharing cores stretch compute (predictor.CORRECTIONS "core_stretch")
 
     @property
     def world(self) -> int:
@@ -119,11 +119,11 @@ def compute_stretch(s: Setting, loader_cpu_s: float, compute_s: float) -> float:
     """How much slower compute runs because processes share cores: ranks' threads and busy loader workers
     against the cores there are (1 = not at all).
 
-    Loader workers on cores the ranks' threads already fill: with a calibrated `worker_interference` k,
-    compute grows by k x the workers' CPU seconds per step (a worker preempting one thread of a parallel
-    region stalls the whole team at its next barrier, so k is above 1); without it, by the CPU time
-    needed over the cores there are. On an accelerator, compute shares no cores: 1."""
-    if not s.cpu_compute:
+    Loader workers: compute stretches by the CPU time a step needs on the node (every rank's compute on its
+    threads and its loader's work) over the cores there are. (A calibrated interference per second of a
+    worker's work priced workers on full cores worse than this rule in every recorded study:
+    docs/predict.md, "What each correction is worth".) On an accelerator, compute shares no cores: 1."""
+    if not s.cpu_compute or not s.stretch:
         return 1.0
     threads = s.nproc * s.rank_threads
     cores = s.cores
@@ -133,13 +133,9 @@ def compute_stretch(s: Setting, loader_cpu_s: float, compute_s: float) -> float:
     over = max(1.0, threads / max(1, cores))
     if s.workers and loader_cpu_s > 0 and compute_s > 0:
         ranks = s.nproc if not s.shared_cores else s.nproc * s.nnodes
-        if s.worker_interference is not None:
-            if threads + ranks * s.workers > cores:
-                over += s.worker_interference * loader_cpu_s / compute_s
-        else:
-            # CPU seconds a step needs on the node: every rank's compute on its threads and its loader's work
-            demand = ranks * (compute_s * s.rank_threads + loader_cpu_s)
-            over = max(over, demand / (cores * compute_s))
+        # CPU seconds a step needs on the node: every rank's compute on its threads and its loader's work
+        demand = ranks * (compute_s * s.rank_threads + loader_cpu_s)
+        over = max(over, demand / (cores * compute_s))
     return over
 
 

@@ -124,13 +124,13 @@ def predict_config(p: Predictor, cfg, *, shared_cores: int | None = None, cores:
                   ps_servers=cfg.ps_servers, bucket_cap_mb=None if auto_cap else cfg.bucket_cap_mb,
                   optimizer=cfg.optimizer, cores=cores,
                   shared_cores=shared_cores, threads=cfg.threads, train_samples=facts["samples"],
-                  cpu_compute=p.hardware is None or p.hardware.kind == "cpu", stages=cfg.stages)
+                  cpu_compute=p.hardware is None or p.hardware.kind == "cpu", stages=cfg.stages,
+                  stretch="core_stretch" not in getattr(p, "without", ()))
     w = workload(cfg, facts, cfg.batch_size)
     threads = s.rank_threads
     ops = p.op_costs(w, cfg.precision, threads)
     loss = p.loss_s(cfg.batch_size, facts["classes"], cfg.precision, threads)
     s.sample_s = p.loader_sample_s(cfg.dataset, facts["image_size"], facts["source_pixels"], cfg.batch_size)
-    s.worker_interference = p.worker_interference()
     handoff, startup = p.handoff()
     loop = p.loop(cfg.nproc)
     opt_law = p.optimizer_law(cfg.optimizer, threads)
@@ -155,7 +155,7 @@ def predict_config(p: Predictor, cfg, *, shared_cores: int | None = None, cores:
     eff = batch_efficiency(p, cfg, facts, ops, threads)
     lim, note = M.limit(step["phases_s"], eff)
     check = plausibility(w, step["phases_s"], p.peak_flops(cfg.precision), steps, p.hardware,
-                         sum(mem.values()), p.device_memory())
+                         sum(mem.values()), p.device_memory(), oversubscribed(s))
     per_op = [{"name": op.name, "kind": op.kind, "source": c.source, "forward_s": c.forward_s,
                "backward_s": c.backward_s} for op, c in zip(w.ops, ops) if op.kind != "view"]
     sources = {}
@@ -174,17 +174,22 @@ def predict_config(p: Predictor, cfg, *, shared_cores: int | None = None, cores:
 
 
 def _refnet_memory(p: Predictor) -> int:
+    cal = p.cal["loop"]
+    return _refnet_bytes(cal["image_size"], cal["batch_size"])
+
+
+@functools.lru_cache(maxsize=8)
+def _refnet_bytes(image_size: int, batch: int) -> int:
+    """The memory model's bytes of the calibration's reference run (the reference network at its batch)."""
     import torch
 
     from scaletrain.predict import refnet
 
-    cal = p.cal["loop"]
     with torch.device("meta"):  # as the point's own workload: the bytes autograd saves (perf/saved.py)
-        net = refnet.build(10, 3, cal["image_size"])
-    w = cal_workload(net, (3, cal["image_size"], cal["image_size"]), cal["batch_size"])
-    act = w.activation_bytes
-    s = M.Setting(batch_size=cal["batch_size"])
-    return sum(M.memory(s, w.params, act, 4 * 3 * cal["image_size"] ** 2 * cal["batch_size"]).values())
+        net = refnet.build(10, 3, image_size)
+    w = cal_workload(net, (3, image_size, image_size), batch)
+    s = M.Setting(batch_size=batch)
+    return sum(M.memory(s, w.params, w.activation_bytes, 4 * 3 * image_size ** 2 * batch).values())
 
 
 def batch_efficiency(p: Predictor, cfg, facts, ops: list[M.OpCost], threads: int) -> float:
@@ -198,11 +203,23 @@ def batch_efficiency(p: Predictor, cfg, facts, ops: list[M.OpCost], threads: int
     return min(1.0, large / small) if small > 0 else 1.0
 
 
+def oversubscribed(s: M.Setting) -> tuple[int, int] | None:
+    """(threads, cores) when the ranks' intra-op thread teams on a node's CPU cores (every host's, for testbed
+    hosts sharing a machine) are more than its cores; None otherwise, on an accelerator, or with one thread per
+    rank (processes of one thread share cores by time slices: the stretch prices that)."""
+    if not s.cpu_compute or s.rank_threads < 2:
+        return None
+    threads = s.nproc * s.rank_threads * (s.nnodes if s.shared_cores else 1)
+    cores = s.shared_cores or s.cores
+    return (threads, cores) if threads > cores else None
+
+
 PLAUSIBLE = (0.01, 1.0)  # the fractions of the peak FLOP rate a step's forward + backward may imply
 
 
 def plausibility(w: Workload, phases: dict[str, float], peak: float | None, steps_per_epoch: int,
-                 hardware, memory_bytes: int = 0, device_bytes: int | None = None) -> dict[str, Any]:
+                 hardware, memory_bytes: int = 0, device_bytes: int | None = None,
+                 oversubscription: tuple[int, int] | None = None) -> dict[str, Any]:
     """The FLOP rate the predicted forward + backward imply against the device's peak (a data sheet's, or
     the fastest op the calibration measured), and a flag with its likely cause when the point is outside
     PLAUSIBLE, an epoch holds no full step or a rank's memory is more than its device has."""
@@ -217,6 +234,11 @@ def plausibility(w: Workload, phases: dict[str, float], peak: float | None, step
                 "GiB: it would not run (lower --batch-size or --image-size, or split the model)")
     elif steps_per_epoch < 1:
         flag = "an epoch holds no full step: the dataset has fewer samples than one global batch"
+    elif oversubscription is not None:
+        threads, cores = oversubscription
+        flag = (f"{threads} intra-op threads on {cores} cores: oversubscribed thread teams wait on each other at "
+                "every barrier, which the stretch by threads / cores does not price (2 ranks x 2 threads on 2 "
+                "cores ran 2-16x slower than it here): the step time is a floor; give --threads cores / ranks")
     elif fraction is not None and fraction > PLAUSIBLE[1]:
         cause = ("the profile's peak or efficiencies are wrong" if hardware is not None else
                  "the calibration's laws are used far outside the shapes it measured")

@@ -23,6 +23,36 @@ LARGE_BATCH = 256  # the batch a device's per-sample efficiency is judged agains
 GROUP_BOUND = 2.0  # a group's loop factor stays within this ratio of the pooled factor (Predictor._group_factors)
 _LAWS: dict[tuple, LayerTimes] = {}
 
+CORRECTIONS = {
+    "loop_factors": "forward and backward: the ops' isolated times x the loop factors fitted to the reference "
+                    "runs (off: the ops' sums)",
+    "group_factors": "one loop factor for compute-bound ops and one for memory-bound ops (off: one pooled factor)",
+    "group_bound": f"each group's factor held within {GROUP_BOUND:g}x of the pooled one (off: as fitted)",
+    "rank_slowdown": "more ranks per node: the factors x how much slower the same network ran there than alone "
+                     "(off: x 1)",
+    "probe_drift": "the reference runs corrected by the speed probe for the machine's change of speed since the "
+                   "op grid (off: taken as measured)",
+    "optimizer_residual": "the optimizer's law + what the reference run's optimizer phase took beyond it (off: the "
+                          "law alone)",
+    "loop_overheads": "h2d and other as the reference run measured them (off: 0)",
+    "comm_residual": "exposed communication the bucket model does not explain: a constant + a share of compute, "
+                     "from the 2-rank reference runs (off: 0)",
+    "comm_slope": "the residual's share of compute (off: its mean as a constant)",
+    "core_stretch": "ranks' threads and busy loader workers beyond the cores stretch compute by the CPU time "
+                    "needed over the cores there are (off: no stretch)",
+    "loader_handoff": "a loader worker's per-batch hand-over and its first-batch start-up (off: 0)",
+}
+"""Every correction the calibration basis stacks on the ops' isolated times, by name: `Predictor(...,
+without=...)` leaves the named ones out, so that benchmarks/corrections.py shows what each one is worth on
+recorded runs (docs/predict.md, "What each correction is worth")."""
+
+
+def check_corrections(names) -> frozenset[str]:
+    unknown = sorted(set(names) - set(CORRECTIONS))
+    if unknown:
+        raise UserError(f"no correction named {', '.join(unknown)}: the corrections are {', '.join(CORRECTIONS)}")
+    return frozenset(names)
+
 
 class Predictor:
     """Everything one calibration predicts with, cached per precision and threads."""
@@ -30,9 +60,10 @@ class Predictor:
     hardware = None  # the calibration basis: predict/datasheet.py is the other
 
     def __init__(self, calibration: dict[str, Any], network: dict[str, Any],
-                 probe: dict[str, Any] | None = None) -> None:
+                 probe: dict[str, Any] | None = None, without: frozenset[str] = frozenset()) -> None:
         self.cal, self.network = calibration, network
         self.probe = probe  # probe.speed_now()'s result, or None
+        self.without = check_corrections(without)  # CORRECTIONS left out (an ablation)
         self._times: dict[tuple[str, int], LayerTimes] = {}
         self._loops: dict[int, M.Loop] = {}
         self.notes: list[str] = []
@@ -105,28 +136,12 @@ class Predictor:
         return a + b * (source_pixels or image_size * image_size) + c * image_size * image_size + \
             (d[0] / max(1, batch) if d else 0.0)
 
-    def worker_interference(self) -> float | None:
-        """Seconds a busy loader worker adds to the step's compute per second of its own work, when the
-        rank's threads already fill the cores: the calibration's reference run with one worker on a JPEG
-        folder against the same run without (None when the calibration has no such run)."""
-        runs = [r for r in self.cal["loop"]["runs"] if "error" not in r and r.get("phases_mean_s")
-                and r["nproc"] == 1 and r.get("model", "refnet") == "refnet"]
-        busy = [r for r in runs if r.get("workers")]
-        idle = [r for r in runs if not r.get("workers")]
-        if not busy or not idle:
-            return None
-        keys = ("forward", "backward", "optimizer", "other")
-        extra = sum(busy[0]["phases_mean_s"][k] - idle[0]["phases_mean_s"][k] for k in keys)
-        loader = busy[0]["batch_size"] * self.loader_sample_s("imagefolder", self.cal["loop"]["image_size"],
-                                                              busy[0].get("source_pixels"), busy[0]["batch_size"])
-        return max(0.0, extra / loader) if loader > 0 else None
-
     def handoff(self) -> tuple[float, float]:
         """(seconds per batch a worker adds handing a batch over, first-batch start-up seconds), beyond the
         calibrated 64-pixel folder's per-sample cost: start-up scaled to this batch later."""
         sample_s_64 = self.loader_sample_s("imagefolder", 64, 64 * 64)
         rows = self.cal["loader"]["workers"]
-        if not rows:
+        if not rows or "loader_handoff" in self.without:
             return 0.0, 0.0
         r1 = next((r for r in rows if r["workers"] == 1), rows[0])
         handoff = max(0.0, r1["per_batch_s"] - r1["batch_size"] * sample_s_64)
@@ -169,23 +184,32 @@ class Predictor:
             ph = main["phases_mean_s"]
             scale = {"forward": 1.0, "backward": 1.0}
             alone = self._alone(runs, main) if nproc != min(runs) else None
-            if alone is not None:  # the same network, batch and threads per rank on one rank: the ratio alone
+            if "rank_slowdown" in self.without:
+                pass
+            elif alone is not None:  # the same network, batch and threads per rank on one rank: the ratio alone
                 scale = {d: ph[d] / alone["phases_mean_s"][d] if alone["phases_mean_s"][d] else 1.0 for d in scale}
             elif nproc != min(runs):  # an older calibration: against what the one-rank factors predict
                 for d in scale:
                     predicted = base[d][0] * mine[d]["compute"] + base[d][1] * mine[d]["memory"]
                     scale[d] = ph[d] * mine["drift"] / predicted if predicted else 1.0
+            if "loop_factors" in self.without:
+                base = {d: (1.0, 1.0) for d in ("forward", "backward")}
+            off = self.without
             loop = M.Loop(forward=base["forward"][0] * scale["forward"],
                           backward=base["backward"][0] * scale["backward"],
                           forward_memory=base["forward"][1] * scale["forward"],
                           backward_memory=base["backward"][1] * scale["backward"],
-                          optimizer_s=max(0.0, ph["optimizer"] - mine["optimizer_law_s"]), h2d_s=ph["h2d"],
-                          other_s=ph["other"])
-            if nproc > 1:
+                          optimizer_s=0.0 if "optimizer_residual" in off else
+                          max(0.0, ph["optimizer"] - mine["optimizer_law_s"]),
+                          h2d_s=0.0 if "loop_overheads" in off else ph["h2d"],
+                          other_s=0.0 if "loop_overheads" in off else ph["other"])
+            if nproc > 1 and "comm_residual" not in off:
                 points = [(r["phases_mean_s"]["forward"] + r["phases_mean_s"]["backward"],
                            max(0.0, r["phases_mean_s"]["comm_exposed"] - self._plain_comm(r)))
                           for r in runs[nproc] if r.get("model", "refnet") == "refnet"]
                 loop.comm_s, loop.comm_per_compute = _affine(points)
+                if "comm_slope" in off:
+                    loop.comm_s, loop.comm_per_compute = statistics.fmean(y for _, y in points), 0.0
             self._loops[nproc] = loop
         return self._loops[nproc]
 
@@ -207,13 +231,13 @@ class Predictor:
             a = np.array([[ref[d]["compute"], ref[d]["memory"]] for ref, _ in refs])
             y = np.array([ph[d] * ref["drift"] for ref, ph in refs])
             single = float(y.sum() / a.sum()) if a.sum() > 0 else 1.0
-            if len({r.get("model", "refnet") for r in runs}) < 2:
+            if len({r.get("model", "refnet") for r in runs}) < 2 or "group_factors" in self.without:
                 out[d] = (single, single)
                 continue
             coef, _ = nnls(a, y)
             # three noisy runs can pull the fit far (a memory factor of 6 when one run ran slow): each
             # group's factor is held within GROUP_BOUND of the pooled one
-            lo, hi = single / GROUP_BOUND, single * GROUP_BOUND
+            lo, hi = (single / GROUP_BOUND, single * GROUP_BOUND) if "group_bound" not in self.without else (0, math.inf)
             out[d] = tuple(float(min(hi, max(lo, c))) for c in coef) if min(coef) > 0 else (single, single)
         return out
 
@@ -223,7 +247,7 @@ class Predictor:
         pr = self.cal.get("probe") or {}
         t = str(nearest_threads(self.cal, threads))
         grid, loop = (pr.get("mean_s") or {}).get(t), (pr.get("loop_mean_s") or {}).get(t)
-        return grid / loop if grid and loop else 1.0
+        return grid / loop if grid and loop and "probe_drift" not in self.without else 1.0
 
     def _plain_comm(self, run: dict[str, Any]) -> float:
         """The exposed communication the bucket model alone gives the reference run."""

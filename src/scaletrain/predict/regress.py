@@ -153,10 +153,17 @@ class LayerTimes:
             while len(_FITTED) > _FITTED_KEPT:
                 del _FITTED[next(iter(_FITTED))]
         self.laws: dict[tuple[str, str], Law | None] = _FITTED[digest]
+        self._priced: dict[tuple, tuple[float, float, str]] = {}  # the same op again (every point of a grid)
 
     def times(self, kind: str, f: dict[str, int]) -> tuple[float, float, str]:
         """(forward s, backward s, "measured" | "regression" | "none")."""
-        row = self.exact.get((kind, _key(f)))
+        key = (kind, _key(f))
+        if key not in self._priced:
+            self._priced[key] = self._times(kind, f, key)
+        return self._priced[key]
+
+    def _times(self, kind: str, f: dict[str, int], key: tuple) -> tuple[float, float, str]:
+        row = self.exact.get(key)
         if row is not None:
             return row["forward_s"], row["backward_s"], "measured"
         fwd, bwd = self.laws.get((kind, "forward_s")), self.laws.get((kind, "backward_s"))

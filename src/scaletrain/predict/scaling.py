@@ -18,13 +18,14 @@ LADDER_NODES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 
 def predict_grid(spec, cal: dict[str, Any], network: dict[str, Any], hw, basis: str, *,
                  global_batch: int | None = None, shared_cores: int | None = None, cores: int | None = None,
-                 probe: dict[str, Any] | None = None,
+                 probe: dict[str, Any] | None = None, without: frozenset[str] = frozenset(),
                  progress: Callable[[str, int, int], None] | None = None) -> dict[str, Any]:
     """Every point of the spec predicted; `probe` (probe.speed_now()) scales the calibrated compute;
-    `progress(point, done, points)` told after each (a model is traced, one forward pass, per batch size)."""
+    `progress(point, done, points)` told after each (a model is traced, one forward pass, per batch size);
+    `without`: corrections of a calibration basis left out (predictor.CORRECTIONS: an ablation)."""
     from scaletrain.study.grid import points
 
-    predictor = make_predictor(cal, network, hw, probe)
+    predictor = make_predictor(cal, network, hw, probe, without)
     grid = points(spec)
     out, skipped = [], []
     for i, point in enumerate(grid, 1):
@@ -56,16 +57,21 @@ def predict_grid(spec, cal: dict[str, Any], network: dict[str, Any], hw, basis: 
             "calibration_device": cal["device"] if cal else None, "hardware": _hardware_facts(hw),
             "network": network, "skipped": skipped,
             "axes": spec.axes, "global_batch": global_batch, "shared_cores": shared_cores, "cores_per_node": cores,
-            "regression": predictor.regression_errors(), "speed_probe": probe, "points": out, "scaling": scaling, "notes": notes}
+            "regression": predictor.regression_errors(), "speed_probe": probe,
+            "corrections_off": sorted(without), "points": out, "scaling": scaling, "notes": notes}
 
 
-def make_predictor(cal: dict[str, Any] | None, network: dict[str, Any], hw, probe: dict[str, Any] | None = None):
-    """The basis's predictor: a calibration's (Predictor), or a data sheet's (datasheet.DatasheetPredictor)."""
+def make_predictor(cal: dict[str, Any] | None, network: dict[str, Any], hw, probe: dict[str, Any] | None = None,
+                   without: frozenset[str] = frozenset()):
+    """The basis's predictor: a calibration's (Predictor), or a data sheet's (datasheet.DatasheetPredictor,
+    which stacks none of a calibration's corrections)."""
     if hw is not None:
         from scaletrain.predict.datasheet import DatasheetPredictor
 
+        if without:
+            raise UserError("corrections are a calibration basis's: a data sheet has none to leave out")
         return DatasheetPredictor(hw, network)
-    return Predictor(cal, network, probe)
+    return Predictor(cal, network, probe, without)
 
 
 def _hardware_facts(hw) -> dict[str, Any] | None:

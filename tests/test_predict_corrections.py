@@ -1,0 +1,90 @@
+"""Each correction the calibration basis stacks on the ops' isolated times earns its place (issue 24: "each one
+that stays must show, in a test or the validation, what removing it costs").
+
+tests/data/corrections-2026-11-26: a full calibration of this 2-core VM (2026-11-26 03:47) and two studies run
+after it with 3 interleaved repeats: lenet5 and resnet20 (neither a reference network of the calibration) x
+1-2 ranks x batch 32/64 at one thread per rank (ho-study2), and the same models x 1-2 ranks at two threads
+per rank (corr-threads2: two ranks oversubscribe the two cores). Each correction is left out in turn
+(predict/ablation.py, as benchmarks/corrections.py does) and the error of the phases it prices is compared
+with and without it. Recorded runs and one calibration: deterministic, no timing here."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from scaletrain.errors import UserError
+from scaletrain.predict.predictor import CORRECTIONS, Predictor
+
+DATA = Path(__file__).parent / "data" / "corrections-2026-11-26"
+HELD_OUT, THREADS = str(DATA / "ho-study2"), str(DATA / "corr-threads2")
+
+
+@pytest.fixture(scope="module")
+def rows():
+    from scaletrain.predict.ablation import ablation
+
+    return {r["without"]: r for r in ablation(DATA / "calibration.json", [HELD_OUT, THREADS])}
+
+
+def _phase(rows, name, study):
+    v = rows[name]["studies"][study]
+    return v["phase_error_with"], v["phase_error"]
+
+
+@pytest.mark.parametrize("name, study", [
+    ("group_factors", "ho-study2"), ("group_bound", "ho-study2"), ("optimizer_residual", "ho-study2"),
+    ("loop_overheads", "ho-study2"), ("comm_residual", "ho-study2"), ("comm_slope", "ho-study2"),
+    ("core_stretch", "corr-threads2"),
+])
+def test_leaving_a_correction_out_makes_the_phases_it_prices_worse(rows, name, study):
+    with_it, without = _phase(rows, name, str(DATA / study))
+    assert without > with_it, f"{name}: its phases' median |error| {with_it:.1%} with it, {without:.1%} without"
+
+
+def test_leaving_out_the_slowdown_of_two_ranks_worsens_the_ratios_measured_side_by_side(rows):
+    """The 1-to-2-rank speedups: without the slowdown of a rank on a full machine every ratio is further off."""
+    for study in (HELD_OUT, THREADS):
+        with_it = rows[None]["studies"][study]["ratios"]["median_abs_error"]
+        assert rows["rank_slowdown"]["studies"][study]["ratios"]["median_abs_error"] > with_it + 0.02
+
+
+def test_a_correction_the_runs_do_not_exercise_changes_nothing(rows):
+    """The held-out study runs no loader workers: leaving out the workers' corrections predicts the same."""
+    base = rows[None]["studies"][HELD_OUT]["predicted_s"]
+    assert rows["loader_handoff"]["studies"][HELD_OUT]["predicted_s"] == pytest.approx(base, rel=1e-12)
+    assert rows["rank_slowdown"]["studies"][HELD_OUT]["predicted_s"] != pytest.approx(base, rel=1e-6)
+
+
+def test_an_unknown_correction_is_one_line_naming_them_all():
+    with pytest.raises(UserError, match="no correction named loop_factor: the corrections are loop_factors"):
+        Predictor({"device": {"cores": 2}}, {}, without=frozenset({"loop_factor"}))
+    assert len(CORRECTIONS) == 11
+
+
+def test_oversubscribed_thread_teams_are_flagged_not_priced():
+    """Two ranks of two threads on two cores measured 2-16x slower than the stretch by threads / cores: such a
+    point is flagged (the step time a floor), and one thread per rank, time-sliced, is not."""
+    import contextlib
+    import io
+
+    from scaletrain.predict import calibration
+    from scaletrain.predict.cli import predict_spec
+    from scaletrain.predict.scaling import predict_grid
+    from scaletrain.validate.load import load_measured
+    from scaletrain.validate.match import validate
+
+    cal = calibration.load(DATA / "calibration.json")
+    network = {"intra": cal["network"]["fits"], "inter": None, "source": "calibration"}
+    with contextlib.redirect_stdout(io.StringIO()):
+        prediction = predict_grid(predict_spec(str(DATA / "corr-threads2" / "study.toml"), {}, {}), cal, network,
+                                  None, "recorded")
+        single = predict_grid(predict_spec(str(DATA / "ho-study2" / "study.toml"), {}, {}), cal, network, None, "")
+    flags = {p["id"]: p["plausibility"]["flag"] for p in prediction["points"]}
+    assert [k for k, f in flags.items() if f] == ["nproc2-model_lenet5", "nproc2-model_resnet20"]
+    assert "4 intra-op threads on 2 cores" in flags["nproc2-model_resnet20"]
+    assert not any(p["plausibility"]["flag"] for p in single["points"])  # 2 ranks x 1 thread: priced
+    measured = validate(prediction, load_measured([DATA / "corr-threads2"]))["points"]
+    assert all(p["measured"]["step_time_s"] > 1.9 * p["predicted"]["step_time_s"]
+               for p in measured if p["config"]["nproc"] == 2)
