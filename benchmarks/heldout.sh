@@ -3,8 +3,9 @@
 # refnet's), 1-2 ranks, batch 32/64, one thread per rank, 3 interleaved repeats.
 #   sh benchmarks/heldout.sh study OUT              # the measured runs (about 12 min on 2 cores)
 #   sh benchmarks/heldout.sh validate CAL STUDY OUT  # predict them from calibration CAL, validate (seconds)
+# SAMPLES=6144 sh benchmarks/heldout.sh ...: longer runs (3x: about 25 min), the same for both commands
 set -e
-GRID="--model lenet5,resnet20 --nproc 1,2 --batch-size 32,64 --dataset synthetic --synthetic-samples 2048
+GRID="--model lenet5,resnet20 --nproc 1,2 --batch-size 32,64 --dataset synthetic --synthetic-samples ${SAMPLES:-2048}
       --image-size 32 --epochs 1 --no-augment --tensorboard off --eval-every 1"
 ST=${SCALETRAIN:-.venv/bin/scaletrain}
 case "$1" in

@@ -249,3 +249,15 @@ def test_without_a_calibration_predict_says_how_much_less_right_a_quick_one_is(t
     assert made == [True] and said.index("measuring a quick one") < said.index("predicted scaling")
     assert "a quick calibration predicted step times with a median error of 29%" in said
     assert "run `scaletrain calibrate` once for a full one" in said
+
+
+def test_fsdp_on_a_data_sheet_names_the_host_cost_it_does_not_price(tmp_path, monkeypatch):
+    """One H200 ran FSDP at one rank 2.2x slower than predicted: about 1.8 ms of host work per unit and step,
+    which one measurement of one machine cannot price; the prediction says so, with the model's units."""
+    monkeypatch.setenv("SCALETRAIN_CACHE", str(tmp_path / "cache"))
+    out = tmp_path / "fsdp"
+    assert main(["predict", "--out", str(out), "--model", "resnet20", "--batch-size", "64", "--strategy",
+                 "allreduce,fsdp", "--nproc", "2", "--hardware", "dgx-a100-80gb"]) == 0
+    notes = json.loads((out / "prediction.json").read_text())["notes"]
+    (note,) = [n for n in notes if "fsdp" in n]
+    assert "host work per unit" in note and "resnet20's" in note and "not priced" in note

@@ -23,6 +23,11 @@ from scaletrain.config import TrainConfig
 from scaletrain.dist.rank import RankInfo
 
 
+HOST_UNIT_NOTE_S = 1.8e-3
+"""FSDP's host seconds per unit and step measured on one H200 node (ResNet-50, 2026-11-26): named in a data
+sheet's notes, not priced (one measurement of one machine; docs/predict-validation.md)."""
+
+
 class Fsdp(Strategy):
     """Every rank holds 1/world of each unit's parameters, gradients and optimizer state."""
 
@@ -44,6 +49,12 @@ class Fsdp(Strategy):
         comm = {"bytes_per_step": int(1.5 * sum(units) * 2 * (s.world - 1) / s.world), "buckets": len(units),
                 "comm_total_s": f + b, "comm_hidden_s": 0.0, "overlap_ratio": 0.0 if s.world > 1 else None}
         memory = {k: pricing.memory.get(k, 0) // s.world for k in ("parameters", "gradients", "optimizer")}
+        if getattr(pricing.predictor, "hardware", None) is not None and units:
+            pricing.predictor.notes.append(
+                f"--strategy fsdp on a data sheet: FSDP's host work per unit and step (its hooks, the copies into "
+                f"and out of the flat parameters) is not priced; one H200 node measured about "
+                f"{HOST_UNIT_NOTE_S * 1e3:.1f} ms per unit (docs/predict-validation.md): {cfg.model}'s {len(units)} "
+                f"units may add up to {HOST_UNIT_NOTE_S * len(units) * 1e3:.0f} ms to each step")
         return Cost(0.0, comm, phases={"forward": pricing.phases["forward"] + f,
                                        "backward": pricing.phases["backward"] + b},
                     memory={**memory, "buckets": max(units)})
