@@ -15,7 +15,7 @@ from scaletrain.predict import model as M
 from scaletrain.predict.ops import trace_ops
 from scaletrain.predict.regress import LayerTimes, fit
 
-from predict_fixtures import fake_calibration, law_forward
+from predict_fixtures import NETWORK, fake_calibration, law_forward
 
 
 @pytest.mark.parametrize("name", ["resnet20", "lenet5", "vgg11", "mlp", "alexnet", "resnet18"])
@@ -206,3 +206,20 @@ def test_calibrate_cross_validates_each_law_once_and_predict_reads_it(monkeypatc
     assert stored.times("linear", other) == fresh.times("linear", other)
     with pytest.raises(AssertionError, match="cross-validated again"):  # a record for other rows is not used
         LayerTimes(rows[:-1], records)
+
+
+def test_backward_sums_the_gradients_of_a_tensor_read_twice():
+    """A residual block's input is read by its body and its shortcut: autograd adds the two gradients, one
+    element-wise add the size of the tensor, in backward only. A chain (lenet5) has none."""
+    from scaletrain.predict.ops import trace_ops
+    from scaletrain.predict.predictor import Predictor
+
+    chain = trace_ops(build_model("lenet5", num_classes=10, in_channels=3, image_size=32), (3, 32, 32), 8)
+    res = trace_ops(build_model("resnet20", num_classes=10, in_channels=3, image_size=32), (3, 32, 32), 8)
+    assert not any(op.backward_only for op in chain.ops)
+    sums = [op for op in res.ops if op.backward_only]
+    assert len(sums) == 9 and all(op.kind == "eltwise" and op.features["inputs"] == 2 for op in sums)
+    assert sums[0].features["elements"] == 8 * 16 * 32 * 32  # the stem's output, read by block 1 and its shortcut
+    costs = Predictor(fake_calibration(), NETWORK).op_costs(res, "fp32", 1)
+    accumulate = [c for op, c in zip(res.ops, costs) if op.backward_only]
+    assert all(c.forward_s == 0.0 and c.backward_s > 0 for c in accumulate)

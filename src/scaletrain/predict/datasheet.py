@@ -87,6 +87,8 @@ def op_cost(op: Op, hw: Hardware, precision: str) -> M.OpCost:
     fwd_bytes, bwd_bytes = op_bytes(op, precision)
     bwd_flops = op.flops * (2 if op.needs_input_grad else 1)
     fwd = roofline_time(op.flops, fwd_bytes, hw, peak)
+    if op.backward_only:  # a sum of gradients in backward: one element-wise add
+        return M.OpCost(0.0, fwd, grads, "roofline", group)
     bwd = roofline_time(bwd_flops, bwd_bytes, hw, peak, kernels=2 if group == "compute" else 1)
     return M.OpCost(fwd, bwd, grads, "roofline", group)
 

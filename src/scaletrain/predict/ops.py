@@ -48,6 +48,9 @@ class Op:
     module: str = ""  # qualified module name (call_module nodes), for DDP's gradient order
     # whether autograd keeps its output (or input) for backward: what the memory model counts
     saves_activation: bool = True
+    # backward's sum of the gradients a tensor read by several ops gets (autograd adds them as they arrive):
+    # no forward, an element-wise add of the tensor's size per extra reader in backward
+    backward_only: bool = False
 
 
 @dataclass
@@ -113,6 +116,10 @@ def _fx_ops(model: nn.Module, graph: LayerGraph) -> list[Op]:
             features["grad_in"] = int(upstream)
         ops.append(Op(n.name, kind, features, n.flops, n.out_bytes, numels, upstream,
                       n.target if module is not None else "", kind != "view"))
+        readers = sum(m.inputs.count(n.id) for m in nodes if m.op != "output")
+        if readers > 1 and grad[n.id] and n.shape is not None:  # its gradient arrives from several readers
+            ops.append(Op(n.name, "eltwise", {"elements": math.prod(n.shape) * (readers - 1), "inputs": 2},
+                          needs_input_grad=True, saves_activation=False, backward_only=True))
     return ops
 
 

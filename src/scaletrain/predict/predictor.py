@@ -293,6 +293,9 @@ class Predictor:
                 costs.append(M.OpCost(0.0, 0.0, grads, "none", "memory"))
                 continue
             fwd, bwd, source = lt.times(op.kind, op.features)
+            if op.backward_only:  # a sum of gradients: one element-wise add each, in backward
+                costs.append(M.OpCost(0.0, k * fwd, grads, source, GROUP[op.kind]))
+                continue
             costs.append(M.OpCost(k * fwd, k * bwd, grads, source, GROUP[op.kind]))
         return costs
 
