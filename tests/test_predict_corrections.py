@@ -88,3 +88,29 @@ def test_oversubscribed_thread_teams_are_flagged_not_priced():
     measured = validate(prediction, load_measured([DATA / "corr-threads2"]))["points"]
     assert all(p["measured"]["step_time_s"] > 1.9 * p["predicted"]["step_time_s"]
                for p in measured if p["config"]["nproc"] == 2)
+
+
+def test_the_held_out_models_as_recorded_are_predicted_within_the_targets_medians():
+    """The model as it is, against the held-out study with 3x longer runs (tests/data/corrections-2026-11-26/
+    ho-study3: lenet5 and resnet20 x 1-2 ranks x batch 32/64, 3 interleaved repeats, 2026-11-26) from the
+    calibration made before it: the figures the closing note quotes, held so that a change of the model that
+    makes them worse fails here. The issue's medians are met (ratios 5%, step time 7%); its p90s are not."""
+    import contextlib
+    import io
+
+    from scaletrain.predict import calibration
+    from scaletrain.predict.cli import predict_spec
+    from scaletrain.predict.scaling import predict_grid
+    from scaletrain.validate.load import load_measured
+    from scaletrain.validate.match import validate
+
+    cal = calibration.load(DATA / "calibration.json")
+    network = {"intra": cal["network"]["fits"], "inter": None, "source": "calibration"}
+    with contextlib.redirect_stdout(io.StringIO()):
+        prediction = predict_grid(predict_spec(str(DATA / "ho-study3" / "study.toml"), {}, {}), cal, network,
+                                  None, "recorded")
+    v = validate(prediction, load_measured([DATA / "ho-study3"]))
+    step, ratios = v["summary"], v["ratio_summary"]
+    assert step["count"] == 8 and ratios["count"] == 12
+    assert step["median_abs_error"] <= 0.05 and ratios["median_abs_error"] <= 0.05
+    assert ratios["by_axis"]["batch_size"]["median_abs_error"] <= 0.03
