@@ -51,7 +51,7 @@ def op_elements(op: Op) -> tuple[int, int]:
     f, out = op.features, op.out_bytes // TRACED_BYTES
     if op.kind == "conv":
         return f["n"] * f["cin"] * f["h"] * f["w"], out
-    if op.kind in ("dwconv", "pool"):
+    if op.kind in ("dwconv", "pool", "avgpool"):
         return f["n"] * f["c"] * f["h"] * f["w"], out
     if op.kind == "linear":
         return f["n"] * f["fin"], out
@@ -71,7 +71,7 @@ def op_bytes(op: Op, precision: str) -> tuple[float, float]:
         return (x + y) * a + w, (2 * y + x * (1 + int(op.needs_input_grad))) * a + 2 * w
     if op.kind == "norm":
         return 3 * x * a + w, 5 * x * a + 2 * w
-    if op.kind == "pool":
+    if op.kind in ("pool", "avgpool"):
         return (x + y) * a, (x + 2 * y) * a
     if op.kind == "eltwise":
         return (x + y) * a, 3 * y * a

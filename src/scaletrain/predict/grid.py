@@ -63,7 +63,7 @@ def _draw(kind: str, rng: random.Random) -> dict[str, int] | None:
         hw = rng.choice([1, 16, 36, 49, 64, 144, 196, 256, 576, 784, 1024, 3136])
         f = {"n": batch, "c": c, "hw": hw}
         return f if batch * c * hw <= CAP_ELEMENTS else None
-    if kind == "pool":
+    if kind in ("pool", "avgpool"):
         c = rng.choice([6, 16, 32, 64, 128, 256, 512])
         side = rng.choice([4, 8, 14, 16, 28, 32, 56, 64])
         k = rng.choice([2, 3])
@@ -76,4 +76,4 @@ def _draw(kind: str, rng: random.Random) -> dict[str, int] | None:
     raise ValueError(kind)
 
 
-COUNTS = {"conv": 150, "dwconv": 30, "linear": 40, "norm": 40, "pool": 25, "eltwise": 30}
+COUNTS = {"conv": 150, "dwconv": 30, "linear": 40, "norm": 40, "pool": 25, "avgpool": 20, "eltwise": 30}

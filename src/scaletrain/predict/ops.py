@@ -7,7 +7,8 @@ Kinds and their features (batch first, square or not):
     linear   n (all leading dims), fin, fout, grad_in              Linear
 (grad_in: 1 when backward computes the gradient towards the op's input, 0 for a first layer.)
     norm     n, c, hw                                              BatchNorm1d/2d, GroupNorm, LayerNorm
-    pool     n, c, h, w (input), k, stride                         MaxPool2d, AvgPool2d, Adaptive*Pool2d
+    pool     n, c, h, w (input), k, stride                         MaxPool2d, AdaptiveMaxPool2d
+    avgpool  n, c, h, w (input), k, stride                         AvgPool2d, AdaptiveAvgPool2d
     eltwise  elements (largest input or output), inputs            activations, add, mul, cat, pad, dropout ...
     view     -                                                     flatten, view, reshape, getitem on shapes ...
 A module fx cannot trace symbolically is walked by its modules instead (perf/graph.module_graph, forward hooks):
@@ -151,7 +152,8 @@ def classify(kind: str, module: nn.Module | None, in_shapes: list, out_shape) ->
         return "norm", {"n": x[0], "c": x[1], "hw": math.prod(x[2:]) if len(x) > 2 else 1}
     if kind in _POOLS and x is not None and len(x) == 4 and out_shape is not None and len(out_shape) == 4:
         k, stride = _pool_window(module, x, out_shape)
-        return "pool", {"n": x[0], "c": x[1], "h": x[2], "w": x[3], "k": k, "stride": stride}
+        return "avgpool" if "Avg" in kind else "pool", {"n": x[0], "c": x[1], "h": x[2], "w": x[3], "k": k,
+                                                        "stride": stride}
     if kind in _VIEWS or out_shape is None:
         return "view", {}
     sizes = [math.prod(s) for s in in_shapes] + [math.prod(out_shape)]
@@ -187,6 +189,9 @@ def build_op(kind: str, f: dict[str, int]) -> tuple[nn.Module, list[torch.Tensor
         return nn.BatchNorm1d(f["c"]), [torch.randn(f["n"], f["c"], f["hw"]) if f["hw"] > 1 else torch.randn(f["n"], f["c"])]
     if kind == "pool":
         return nn.MaxPool2d(f["k"], f["stride"]), [torch.randn(f["n"], f["c"], f["h"], f["w"])]
+    if kind == "avgpool":  # an odd window keeps the map's size at stride 1, as models pad it
+        return (nn.AvgPool2d(f["k"], f["stride"], padding=f["k"] // 2 if f["k"] % 2 else 0),
+                [torch.randn(f["n"], f["c"], f["h"], f["w"])])
     if kind == "eltwise":
         if f["inputs"] >= 2:
             return _Add(), [torch.randn(f["elements"]), torch.randn(f["elements"])]

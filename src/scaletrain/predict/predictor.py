@@ -292,7 +292,9 @@ class Predictor:
             if op.kind == "view":
                 costs.append(M.OpCost(0.0, 0.0, grads, "none", "memory"))
                 continue
-            fwd, bwd, source = lt.times(op.kind, op.features)
+            # a calibration made before average pooling was its own kind (2026-11-26) prices it as max pooling
+            kind = "pool" if op.kind == "avgpool" and not lt.has("avgpool") else op.kind
+            fwd, bwd, source = lt.times(kind, op.features)
             if op.backward_only:  # a sum of gradients: one element-wise add each, in backward
                 costs.append(M.OpCost(0.0, k * fwd, grads, source, GROUP[op.kind]))
                 continue

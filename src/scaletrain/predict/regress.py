@@ -42,7 +42,7 @@ def work(kind: str, f: dict[str, int]) -> float:
         return f["n"] * f["fin"] * f["fout"]
     if kind == "norm":
         return f["n"] * f["c"] * f["hw"]
-    if kind == "pool":
+    if kind in ("pool", "avgpool"):
         return f["n"] * f["c"] * f["h"] * f["w"]
     return f["elements"] * f["inputs"]
 
@@ -171,6 +171,10 @@ class LayerTimes:
             return 0.0, 0.0, "none"
         backward = bwd.seconds(kind, f) if bwd is not None else 0.0
         return fwd.seconds(kind, f), backward, "regression"
+
+    def has(self, kind: str) -> bool:
+        """Whether the calibration timed ops of `kind` (a law or a measured row)."""
+        return self.laws.get((kind, "forward_s")) is not None or any(k == kind for k, _ in self.exact)
 
     def errors(self) -> dict[str, dict[str, Any]]:
         return {f"{kind}/{key.removesuffix('_s')}": {"cv_median_abs_error": law.cv_error, "points": law.points}
