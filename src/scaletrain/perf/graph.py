@@ -135,34 +135,31 @@ def module_graph(model: nn.Module, input_shape: tuple[int, ...], batch_size: int
         n.shape = tuple(out.shape) if isinstance(out, torch.Tensor) else None
         n.out_bytes = sum(t.numel() * t.element_size() for t in _tensors(out))
 
-    def unit_pre(name: str):
+    def opens(name: str, frames: list[tuple[Node, float, int]]):
         def hook(m: nn.Module, args) -> None:
-            stack.append((node(name, m, args), counter.get_total_flops(), saved.total if saved else 0))
+            frames.append((node(name, m, args), counter.get_total_flops(), saved.total if saved else 0))
         return hook
 
-    def unit_post(m: nn.Module, args, out) -> None:
-        n, f0, s0 = stack.pop()
-        done(n, out, f0, s0)
+    def closes(frames: list[tuple[Node, float, int]], keep):
+        def hook(m: nn.Module, args, out) -> None:
+            n, f0, s0 = frames.pop()
+            done(n, out, f0, s0)
+            keep(n)
+        return hook
+
+    def add_unit(n: Node) -> None:
         n.id, n.inputs = len(nodes), [len(nodes) - 1]
         nodes.append(n)
 
-    def leaf_pre(name: str):
-        def hook(m: nn.Module, args) -> None:
-            leaf_open.append((node(name, m, args), counter.get_total_flops(), saved.total if saved else 0))
-        return hook
-
-    def leaf_post(m: nn.Module, args, out) -> None:
-        n, f0, s0 = leaf_open.pop()
-        done(n, out, f0, s0)
-        stack[-1][0].parts.append(n)
-
-    leaf_open: list[tuple[Node, float, int]] = []
+    leaf_open: list[tuple[Node, float, int]] = []  # a composite unit's leaf being run
     unit_modules = {id(m) for _, m in units}
     handles = [h for name, m in {id(m): (name, m) for name, m in units}.values()
-               for h in (m.register_forward_pre_hook(unit_pre(name)), m.register_forward_hook(unit_post))]
+               for h in (m.register_forward_pre_hook(opens(name, stack)),
+                         m.register_forward_hook(closes(stack, add_unit)))]
     if sequential:  # a composite child's leaves, each priced on its own
         handles += [h for name, m in leaves if id(m) not in unit_modules
-                    for h in (m.register_forward_pre_hook(leaf_pre(name)), m.register_forward_hook(leaf_post))]
+                    for h in (m.register_forward_pre_hook(opens(name, leaf_open)),
+                              m.register_forward_hook(closes(leaf_open, lambda n: stack[-1][0].parts.append(n))))]
     was_training = model.training
     if saved is None or batch_size == 1:
         model.eval()  # as fx's walk: train-mode BN rejects a batch of one with 1x1 maps
