@@ -98,6 +98,7 @@ class DatasheetPredictor:
 
     cal = None
     probe = None
+    without: frozenset[str] = frozenset()  # a data sheet stacks none of a calibration's corrections
 
     def __init__(self, hardware: Hardware, network: dict[str, Any]) -> None:
         self.hardware, self.network = hardware, network

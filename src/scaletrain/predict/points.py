@@ -125,7 +125,7 @@ def predict_config(p: Predictor, cfg, *, shared_cores: int | None = None, cores:
                   optimizer=cfg.optimizer, cores=cores,
                   shared_cores=shared_cores, threads=cfg.threads, train_samples=facts["samples"],
                   cpu_compute=p.hardware is None or p.hardware.kind == "cpu", stages=cfg.stages,
-                  stretch="core_stretch" not in getattr(p, "without", ()))
+                  stretch="core_stretch" not in p.without)
     w = workload(cfg, facts, cfg.batch_size)
     threads = s.rank_threads
     ops = p.op_costs(w, cfg.precision, threads)
