@@ -224,3 +224,22 @@ def test_timed_hook_records_every_bucket_and_keeps_the_reduction(one_rank_group)
     assert all(b.ready_cpu is not None for b in buckets)  # the CPU clock at ready splits backward's CPU time
     for p, q in zip(model.parameters(), reference.parameters()):
         assert torch.equal(p.grad, q.grad)  # timing changes nothing about the gradients
+
+
+def _offsets(rank, world, fake_kernel):
+    from multirank import group
+
+    from scaletrain.profiler import step_profiler
+
+    with group():
+        if fake_kernel:  # as if each rank ran under its own kernel (another node)
+            step_profiler._kernel_id = lambda: f"node-{rank}"
+        return step_profiler._clock_offset(world)
+
+
+def test_ranks_on_one_machine_share_its_clock_exactly(ranks):
+    # a barrier-aligned reading would carry the barrier's exit skew (a pipeline timeline once showed stage 1
+    # starting before the stage it waits for); one kernel is one clock
+    assert ranks.run(_offsets, 2, False) == [0.0, 0.0]
+    other = ranks.run(_offsets, 2, True)  # another node's: the median of a few readings, near zero here
+    assert other[0] == 0.0 and abs(other[1]) < 0.05

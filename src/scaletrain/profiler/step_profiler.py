@@ -17,6 +17,7 @@ intra-op threads included), giving each step's and each phase's CPU time.
 from __future__ import annotations
 
 import contextlib
+import statistics
 import time
 from collections import deque
 from pathlib import Path
@@ -300,12 +301,30 @@ def _device_of(model: torch.nn.Module | None) -> torch.device:
 
 
 def _clock_offset(world_size: int) -> float:
-    """Seconds to add to this host's clock to get rank 0's (ranks on other nodes may disagree)."""
+    """Seconds to add to this host's clock to get rank 0's. Ranks under one kernel (one machine, its
+    network namespaces too) share one clock: zero, exactly. Others: the median over a few barrier-aligned
+    readings (a single reading carries the barrier's exit skew, a millisecond or more on busy cores)."""
     if world_size == 1 or not dist.is_initialized():
         return 0.0
-    dist.barrier()  # everyone reads its clock at (nearly) the same moment
-    times = gather_objects(time.time())
-    return times[0] - times[current_rank()]
+    readings = []
+    for _ in range(_CLOCK_READINGS):
+        dist.barrier()  # everyone reads its clock at (nearly) the same moment
+        readings.append(gather_objects((_kernel_id(), time.time())))
+    rank = current_rank()
+    if readings[0][rank][0] is not None and readings[0][rank][0] == readings[0][0][0]:
+        return 0.0
+    return statistics.median(r[0][1] - r[rank][1] for r in readings)
+
+
+_CLOCK_READINGS = 5
+
+
+def _kernel_id() -> str | None:
+    """This kernel's boot id: processes that share it read one clock."""
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return None
 
 
 def _merged_spans(spans: list[tuple]) -> list[list]:
