@@ -3,6 +3,8 @@ of ops, corrected for the machine's drift; and the exposed communication that gr
 
 from __future__ import annotations
 
+import statistics
+
 import pytest
 
 from predict_fixtures import NETWORK, calibrated_here, fake_calibration
@@ -144,3 +146,27 @@ def test_the_slowdown_of_a_full_machine_is_the_same_network_alone_at_the_same_th
     assert two.forward == pytest.approx(one.forward * 1.2) and two.backward == pytest.approx(one.backward * 1.1)
     assert two.forward_memory == pytest.approx(one.forward_memory * 1.2)
     assert (older.forward, older.backward) != pytest.approx((two.forward, two.backward))
+
+
+def test_the_slowdown_pairs_the_rounds_the_calibration_ran_alternately():
+    """Rounds run alternately (alone r0, full r0, alone r1, ...): each round's ratio cancels the machine's
+    drift between rounds, and the slowdown is the geometric mean of the rounds' ratios (x4/3 and x1.05 here:
+    x1.183), not the ratio of the two medians (x1.171)."""
+    cal = fake_calibration()
+    base = cal["loop"]["runs"][0]
+
+    def run(nproc, forwards):
+        rounds = [{**base["phases_mean_s"], "forward": f, "backward": 0.05} for f in forwards]
+        return {**base, "nproc": nproc, "threads": 1, "batch_size": 32, "phases_runs_s": rounds,
+                "phases_mean_s": {**base["phases_mean_s"], "forward": statistics.median(forwards),
+                                  "backward": 0.05}}
+
+    alone, full = run(1, [0.030, 0.040]), run(2, [0.040, 0.042])
+    cal["loop"]["runs"] = [{**base, "batch_size": 32}, alone, full]
+    p = Predictor(cal, NETWORK)
+    assert p.loop(2).forward == pytest.approx(p.loop(1).forward * (4 / 3 * 1.05) ** 0.5)
+    assert p.loop(2).backward == pytest.approx(p.loop(1).backward)
+    one_round = {**full, "phases_runs_s": full["phases_runs_s"][:1]}  # one pair: the medians, as before
+    cal["loop"]["runs"] = [{**base, "batch_size": 32}, alone, one_round]
+    q = Predictor(cal, NETWORK)
+    assert q.loop(2).forward == pytest.approx(q.loop(1).forward * 0.041 / 0.035)

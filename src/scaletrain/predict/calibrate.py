@@ -45,7 +45,8 @@ LOOP_RUN = {"batch_size": 32, "image_size": 32, "samples": 2048}
 # batches on 2 ranks separate the exposed communication that grows with the step's compute (ranks out of
 # step) from the part that does not
 LOOP_RUNS = (("refnet", 1, 32, 3, 0, None), ("plain", 1, 32, 3, 0, None), ("memory", 1, 32, 3, 0, None),
-             ("refnet", 1, 32, 2, 0, 1), ("refnet", 2, 32, 2, 0, None), ("refnet", 2, 8, 1, 0, None))
+             ("refnet", 1, 32, 4, 0, 1), ("refnet", 2, 32, 4, 0, None), ("refnet", 2, 8, 1, 0, None))
+PAIRED = (3, 4)  # LOOP_RUNS' slowdown pair, run alternately (r0 of each, then r1, ...): the ratio pairs by round
 # (a run with one loader worker beside the rank's threads once priced a worker's interference; predict no
 # longer reads it: the CPU-demand rule was closer in every recorded study, docs/predict.md)
 
@@ -104,13 +105,7 @@ def calibrate(*, quick: bool, device: torch.device, cores: int, work_dir: Path,
     loader = _loader(work_dir / "loader", quick, tick)
     network = _network(work_dir / "commbench", quick)
     tick("network")
-    loop = []
-    for net, n, batch, repeats, workers, threads in LOOP_RUNS:
-        folder = work_dir / "loader" / "digits-64" if workers else None
-        loop.append(_loop_runs(work_dir / f"loop-{net}-{n}-{batch}-{workers}-{threads or 0}", net, n, batch,
-                               1 if quick else repeats, quick, folder, threads))
-        tick(f"loop {net} {n} rank(s), batch {batch}" + (f", {workers} worker" if workers else "")
-             + (f", {threads} thread" if threads else ""))
+    loop = _loop(work_dir, quick, tick)
     after_loop = probe.measure(p["threads"], device)
     torch.set_num_threads(max(p["threads"]))
     fits = regress.fit_records(layers)  # each law cross-validated once, here: predict reads its error
@@ -295,16 +290,48 @@ def _network(work: Path, quick: bool) -> dict[str, Any]:
 
 
 # ------------------------------------------------------------------ the loop, for real
-def _loop_runs(out: Path, net: str, nproc: int, batch: int, repeats: int, quick: bool,
-               folder: Path | None = None, threads: int | None = None) -> dict[str, Any]:
-    """`repeats` runs of one loop setting, their phases' medians (one process varies ~10% here)."""
-    runs = [_loop_run(out / f"r{k}", net, nproc, batch, quick, folder, threads) for k in range(repeats)]
+def _loop(work_dir: Path, quick: bool, tick: Callable[[str], None]) -> list[dict[str, Any]]:
+    """LOOP_RUNS' summaries in their order; the PAIRED settings run alternately, one round at a time, so that
+    the machine's drift over a minute falls on both sides of their ratio alike."""
+    def runs_of(i: int, k: int) -> dict[str, Any]:
+        net, n, batch, _repeats, workers, threads = LOOP_RUNS[i]
+        folder = work_dir / "loader" / "digits-64" if workers else None
+        return _loop_run(work_dir / f"loop-{net}-{n}-{batch}-{workers}-{threads or 0}" / f"r{k}", net, n, batch,
+                         quick, folder, threads)
+
+    def told(i: int) -> None:
+        net, n, batch, _repeats, workers, threads = LOOP_RUNS[i]
+        tick(f"loop {net} {n} rank(s), batch {batch}" + (f", {workers} worker" if workers else "")
+             + (f", {threads} thread" if threads else ""))
+
+    rounds = {i: 1 if quick else LOOP_RUNS[i][3] for i in range(len(LOOP_RUNS))}
+    done: dict[int, list[dict[str, Any]]] = {}
+    for i in range(len(LOOP_RUNS)):
+        if i in PAIRED:
+            if i == PAIRED[0]:
+                paired = {j: [] for j in PAIRED}
+                for k in range(max(rounds[j] for j in PAIRED)):
+                    for j in PAIRED:
+                        paired[j].append(runs_of(j, k))
+                done.update(paired)
+                for j in PAIRED:
+                    told(j)
+            continue
+        done[i] = [runs_of(i, k) for k in range(rounds[i])]
+        told(i)
+    return [_summary(done[i]) for i in range(len(LOOP_RUNS))]
+
+
+def _summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Runs of one loop setting: their phases' medians (one process varies ~10% here), and each run's phases
+    (`phases_runs_s`, by round: a ratio of two settings run alternately pairs them up)."""
     good = [r for r in runs if "error" not in r]
     if not good:
         return runs[0]
     first = good[0]
     median = {k: float(np.median([r["phases_mean_s"][k] for r in good])) for k in first["phases_mean_s"]}
     return {**first, "phases_mean_s": median, "runs": len(good),
+            "phases_runs_s": [r["phases_mean_s"] if "error" not in r else None for r in runs],
             "step_time_mean_s": float(np.median([r["step_time_mean_s"] for r in good])),
             "step_time_runs_s": [r["step_time_mean_s"] for r in good],
             "peak_memory_bytes": float(np.median([r["peak_memory_bytes"] for r in good]))}

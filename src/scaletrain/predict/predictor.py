@@ -187,7 +187,7 @@ class Predictor:
             if "rank_slowdown" in self.without:
                 pass
             elif alone is not None:  # the same network, batch and threads per rank on one rank: the ratio alone
-                scale = {d: ph[d] / alone["phases_mean_s"][d] if alone["phases_mean_s"][d] else 1.0 for d in scale}
+                scale = {d: _slowdown(main, alone, d) for d in scale}
             elif nproc != min(runs):  # an older calibration: against what the one-rank factors predict
                 for d in scale:
                     predicted = base[d][0] * mine[d]["compute"] + base[d][1] * mine[d]["memory"]
@@ -329,3 +329,16 @@ def _affine(points: list[tuple[float, float]]) -> tuple[float, float]:
     slope = max(0.0, (y1 - y0) / (x1 - x0))
     const = max(0.0, statistics.fmean(y - slope * x for x, y in points))
     return const, slope
+
+
+def _slowdown(many: dict[str, Any], alone: dict[str, Any], phase: str) -> float:
+    """How much slower `phase` ran on many ranks than alone: the geometric mean of the rounds' ratios where
+    the calibration ran the two alternately (round k with round k: the drift between rounds cancels), else
+    the ratio of the two medians (older calibrations)."""
+    pairs = [(m[phase], a[phase]) for m, a in zip(many.get("phases_runs_s") or [], alone.get("phases_runs_s") or [])
+             if m and a and m[phase] > 0 and a[phase] > 0]
+    if len(pairs) >= 2:
+        return math.exp(statistics.fmean(math.log(m / a) for m, a in pairs))
+    a = alone["phases_mean_s"][phase]
+    return many["phases_mean_s"][phase] / a if a else 1.0
+
