@@ -71,7 +71,7 @@ def calibrate(*, quick: bool, device: torch.device, cores: int, work_dir: Path,
             shapes[op.kind].append(op.features)
     layer_jobs = [(prec, t, kind, f) for prec in p["precisions"] for t in p["threads"]
                   for kind in shapes for f in shapes[kind]]
-    total = len(layer_jobs) + len(OPTIMIZERS) * len(p["threads"]) + 4 + 1 + len(LOOP_RUNS) + 1
+    total = len(layer_jobs) + len(OPTIMIZERS) * len(p["threads"]) + 4 + 1 + sum(loop_rounds(quick)) + 1
     done = 0
 
     def tick(what: str) -> None:
@@ -296,15 +296,13 @@ def _loop(work_dir: Path, quick: bool, tick: Callable[[str], None]) -> list[dict
     def runs_of(i: int, k: int) -> dict[str, Any]:
         net, n, batch, _repeats, workers, threads = LOOP_RUNS[i]
         folder = work_dir / "loader" / "digits-64" if workers else None
-        return _loop_run(work_dir / f"loop-{net}-{n}-{batch}-{workers}-{threads or 0}" / f"r{k}", net, n, batch,
-                         quick, folder, threads)
-
-    def told(i: int) -> None:
-        net, n, batch, _repeats, workers, threads = LOOP_RUNS[i]
+        run = _loop_run(work_dir / f"loop-{net}-{n}-{batch}-{workers}-{threads or 0}" / f"r{k}", net, n, batch,
+                        quick, folder, threads)
         tick(f"loop {net} {n} rank(s), batch {batch}" + (f", {workers} worker" if workers else "")
-             + (f", {threads} thread" if threads else ""))
+             + (f", {threads} thread" if threads else "") + f", run {k + 1}/{loop_rounds(quick)[i]}")
+        return run
 
-    rounds = {i: 1 if quick else LOOP_RUNS[i][3] for i in range(len(LOOP_RUNS))}
+    rounds = loop_rounds(quick)
     done: dict[int, list[dict[str, Any]]] = {}
     for i in range(len(LOOP_RUNS)):
         if i in PAIRED:
@@ -314,12 +312,14 @@ def _loop(work_dir: Path, quick: bool, tick: Callable[[str], None]) -> list[dict
                     for j in PAIRED:
                         paired[j].append(runs_of(j, k))
                 done.update(paired)
-                for j in PAIRED:
-                    told(j)
             continue
         done[i] = [runs_of(i, k) for k in range(rounds[i])]
-        told(i)
     return [_summary(done[i]) for i in range(len(LOOP_RUNS))]
+
+
+def loop_rounds(quick: bool) -> list[int]:
+    """How many runs each of LOOP_RUNS makes (one each in a quick calibration)."""
+    return [1 if quick else setting[3] for setting in LOOP_RUNS]
 
 
 def _summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
