@@ -60,7 +60,7 @@ def test_a_correction_the_runs_do_not_exercise_changes_nothing(rows):
 def test_an_unknown_correction_is_one_line_naming_them_all():
     with pytest.raises(UserError, match="no correction named loop_factor: the corrections are loop_factors"):
         Predictor({"device": {"cores": 2}}, {}, without=frozenset({"loop_factor"}))
-    assert len(CORRECTIONS) == 11
+    assert len(CORRECTIONS) == 12
 
 
 def test_oversubscribed_thread_teams_are_flagged_not_priced():

@@ -33,7 +33,7 @@ from scaletrain.dist.allocator import settle
 from scaletrain.predict import grid, probe, refnet, regress
 from scaletrain.predict.calibration import FORMAT, KIND
 from scaletrain.predict.ops import build_op
-from scaletrain.predict.timing import median_time, time_op
+from scaletrain.predict.timing import harness_excess, median_time, time_op
 
 OPTIMIZERS = ("sgd", "nesterov", "adamw", "adagrad")
 REFNET = "scaletrain.predict.refnet:build"
@@ -71,7 +71,7 @@ def calibrate(*, quick: bool, device: torch.device, cores: int, work_dir: Path,
             shapes[op.kind].append(op.features)
     layer_jobs = [(prec, t, kind, f) for prec in p["precisions"] for t in p["threads"]
                   for kind in shapes for f in shapes[kind]]
-    total = len(layer_jobs) + len(OPTIMIZERS) * len(p["threads"]) + 4 + 1 + sum(loop_rounds(quick)) + 1
+    total = len(layer_jobs) + (len(OPTIMIZERS) + 1) * len(p["threads"]) + 4 + 1 + sum(loop_rounds(quick)) + 1
     done = 0
 
     def tick(what: str) -> None:
@@ -99,6 +99,11 @@ def calibrate(*, quick: bool, device: torch.device, cores: int, work_dir: Path,
         for name in OPTIMIZERS:
             optimizer += _optimizer_rows(name, threads, device, quick)
             tick(f"optimizer {name} {threads}t")
+    harness = {}
+    for threads in p["threads"]:
+        torch.set_num_threads(threads)
+        harness[str(threads)] = harness_excess(device, repeats=5 if quick else 9)
+        tick(f"timing's own overhead {threads}t")
     probes.append(probe.measure(p["threads"], device))
     after_grid = probes[-1]
     torch.set_num_threads(max(p["threads"]))
@@ -114,7 +119,8 @@ def calibrate(*, quick: bool, device: torch.device, cores: int, work_dir: Path,
             "torch_version": torch.__version__, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             "seconds": round(time.time() - started, 1), "quick": quick,
             "device": _device_info(device, cores), "threads": p["threads"], "precisions": p["precisions"],
-            "layers": layers, "fits": fits, "optimizer": optimizer, "loader": loader, "network": network,
+            "layers": layers, "fits": fits, "harness": harness, "optimizer": optimizer, "loader": loader,
+            "network": network,
             "loop": {"runs": loop, "refnet": REFNET, "nets": {k: f"scaletrain.predict.refnet:{v}"
                                                                  for k, v in refnet.NETS.items()}, **LOOP_RUN},
             "memory": {"baseline_rss_bytes": loop[0].get("peak_memory_bytes")},

@@ -41,6 +41,8 @@ CORRECTIONS = {
     "core_stretch": "ranks' threads and busy loader workers beyond the cores stretch compute by the CPU time "
                     "needed over the cores there are (off: no stretch)",
     "loader_handoff": "a loader worker's per-batch hand-over and its first-batch start-up (off: 0)",
+    "harness_excess": "each op's isolated time less what timing it alone adds (an autocast context per forward, "
+                      "an autograd engine start per backward), measured on a chain of tiny ops (off: as timed)",
 }
 """Every correction the calibration basis stacks on the ops' isolated times, by name: `Predictor(...,
 without=...)` leaves the named ones out, so that benchmarks/corrections.py shows what each one is worth on
@@ -295,15 +297,26 @@ class Predictor:
             # a calibration made before average pooling was its own kind (2026-11-26) prices it as max pooling
             kind = "pool" if op.kind == "avgpool" and not lt.has("avgpool") else op.kind
             fwd, bwd, source = lt.times(kind, op.features)
+            fwd, bwd = self.in_chain(fwd, bwd, threads)
             if op.backward_only:  # a sum of gradients: one element-wise add each, in backward
                 costs.append(M.OpCost(0.0, k * fwd, grads, source, GROUP[op.kind]))
                 continue
             costs.append(M.OpCost(k * fwd, k * bwd, grads, source, GROUP[op.kind]))
         return costs
 
+    def in_chain(self, forward_s: float, backward_s: float, threads: int) -> tuple[float, float]:
+        """An op's seconds timed alone, as it costs among a step's ops: less what timing it alone adds
+        (calibrate's `harness`, timing.harness_excess), never below the tiniest op's cost in a chain nor
+        above the time as timed. A calibration made before 2026-11-26 has no `harness`: as timed."""
+        h = (self.cal.get("harness") or {}).get(str(nearest_threads(self.cal, threads)))
+        if not h or "harness_excess" in self.without:
+            return forward_s, backward_s
+        return (max(forward_s - h["forward_s"], min(forward_s, h["chain_forward_s"])),
+                max(backward_s - h["backward_s"], min(backward_s, h["chain_backward_s"])))
+
     def loss_s(self, batch: int, classes: int, precision: str, threads: int, now: bool = True) -> tuple[float, float]:
         lt = self.times(precision, threads)
-        f, b, _ = lt.times("eltwise", {"elements": batch * classes, "inputs": 1})
+        f, b = self.in_chain(*lt.times("eltwise", {"elements": batch * classes, "inputs": 1})[:2], threads)
         k = self.speed(threads) if now else 1.0
         return 3 * k * f, 3 * k * b  # log-softmax, gather, mean: about three element-wise passes each way
 

@@ -67,3 +67,31 @@ def time_op(module: nn.Module, inputs: list[torch.Tensor], *, precision: str = "
     backward_s = median_time(lambda: torch.autograd.grad(out, wrt, grad, retain_graph=True), repeats, min_batch_s,
                              sync)
     return forward_s, backward_s
+
+
+HARNESS_CHAIN = 32  # tiny ops in the chain that stands for a real step's
+
+
+def harness_excess(device: torch.device | None = None, repeats: int = 9) -> dict[str, float]:
+    """What timing an op alone adds to its seconds, per direction: a tiny op (ReLU on 16x64) timed as
+    `time_op` times it, against the same op's share of a chain of HARNESS_CHAIN of them run as a step runs
+    them (one forward, one `backward()` for the whole chain). Alone, each call pays what a step pays once:
+    the autocast context per forward, an autograd engine start per backward. {forward_s, backward_s: the
+    excess (0 or more); chain_forward_s, chain_backward_s: the tiny op's cost in the chain}."""
+    device = device or torch.device("cpu")
+    sync = torch.cuda.synchronize if device.type == "cuda" else None
+    x = torch.randn(16, 64, device=device)
+    alone_f, alone_b = time_op(nn.ReLU(), [x], device=device, repeats=repeats, min_batch_s=0.02)
+    chain = nn.Sequential(*[nn.ReLU() for _ in range(HARNESS_CHAIN)]).to(device)
+    leaf = x.clone().requires_grad_(True)
+    grad = torch.ones_like(x)
+    ops = HARNESS_CHAIN + 1  # the chain and the product that makes its input a non-leaf
+
+    def forward() -> torch.Tensor:
+        return chain(leaf * 1.0)
+
+    forward_s = median_time(forward, repeats, 0.02, sync)
+    step_s = median_time(lambda: forward().backward(grad), repeats, 0.02, sync)
+    chain_f, chain_b = forward_s / ops, max(step_s - forward_s, 0.0) / ops
+    return {"forward_s": max(alone_f - chain_f, 0.0), "backward_s": max(alone_b - chain_b, 0.0),
+            "chain_forward_s": chain_f, "chain_backward_s": chain_b}
