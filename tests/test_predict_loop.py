@@ -8,6 +8,7 @@ import statistics
 import pytest
 
 from predict_fixtures import NETWORK, calibrated_here, fake_calibration
+from scaletrain.models.registry import build_model
 from scaletrain.predict import model as M
 from scaletrain.predict import refnet
 from scaletrain.predict.kinds import GROUP
@@ -170,3 +171,24 @@ def test_the_slowdown_pairs_the_rounds_the_calibration_ran_alternately():
     cal["loop"]["runs"] = [{**base, "batch_size": 32}, alone, one_round]
     q = Predictor(cal, NETWORK)
     assert q.loop(2).forward == pytest.approx(q.loop(1).forward * 0.041 / 0.035)
+
+
+def test_an_op_timed_alone_is_priced_without_what_timing_it_alone_adds():
+    """calibrate's `harness`: a tiny op alone paid 13 us forward and 71 us backward more than its share of a
+    chain of such ops (an autocast context per call, an autograd engine start per backward). Each op is priced
+    that much less, never below the tiny op's cost in the chain nor above the time as timed; lenet5's dozen
+    small ops feel it, a network of large ops hardly does. Without `harness` (older calibrations): as timed."""
+    cal = fake_calibration()
+    h = {"forward_s": 13e-6, "backward_s": 71e-6, "chain_forward_s": 10e-6, "chain_backward_s": 7e-6}
+    cal["harness"] = {"1": h, "2": h}
+    p, older = Predictor(cal, NETWORK), Predictor(fake_calibration(), NETWORK)
+    assert p.in_chain(1e-3, 2e-3, 1) == pytest.approx((1e-3 - 13e-6, 2e-3 - 71e-6))
+    assert p.in_chain(15e-6, 40e-6, 2) == (10e-6, 7e-6)  # a tiny op: its cost in a chain
+    assert p.in_chain(5e-6, 5e-6, 1) == (5e-6, 5e-6)  # faster than the chain's tiny op: as timed
+    assert older.in_chain(1e-3, 2e-3, 1) == (1e-3, 2e-3)
+    assert Predictor(cal, NETWORK, without=frozenset({"harness_excess"})).in_chain(1e-3, 2e-3, 1) == (1e-3, 2e-3)
+    lenet = trace_ops(build_model("lenet5", num_classes=10, in_channels=3, image_size=32), (3, 32, 32), 32)
+    pairs = [(a.backward_s, b.backward_s) for a, b in zip(older.op_costs(lenet, "fp32", 1), p.op_costs(lenet, "fp32", 1))
+             if a.backward_s > 0]
+    assert len(pairs) >= 10  # every op that has a backward is cheaper: by the excess, or down to the chain's cost
+    assert all(b == pytest.approx(a - 71e-6) or (b == 7e-6 and a < 78e-6) for a, b in pairs)

@@ -57,6 +57,7 @@ def ablation(calibration: str | Path, studies: list[str | Path]) -> list[dict[st
                                           without=without)
             v = validate(prediction, measured[s])
             per[s] = {"step": v["summary"], "ratios": v["ratio_summary"],
+                      "ids": [p["id"] for p in v["points"]],
                       "predicted_s": [p["predicted"]["step_time_s"] for p in v["points"]], "points": v["points"]}
             points += v["points"]
             ratio_rows += v["ratios"]

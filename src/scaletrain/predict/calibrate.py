@@ -102,7 +102,7 @@ def calibrate(*, quick: bool, device: torch.device, cores: int, work_dir: Path,
     harness = {}
     for threads in p["threads"]:
         torch.set_num_threads(threads)
-        harness[str(threads)] = harness_excess(device, repeats=5 if quick else 9)
+        harness[str(threads)] = harness_excess(device, rounds=5 if quick else 9)
         tick(f"timing's own overhead {threads}t")
     probes.append(probe.measure(p["threads"], device))
     after_grid = probes[-1]

@@ -72,16 +72,17 @@ def time_op(module: nn.Module, inputs: list[torch.Tensor], *, precision: str = "
 HARNESS_CHAIN = 32  # tiny ops in the chain that stands for a real step's
 
 
-def harness_excess(device: torch.device | None = None, repeats: int = 9) -> dict[str, float]:
+def harness_excess(device: torch.device | None = None, rounds: int = 9) -> dict[str, float]:
     """What timing an op alone adds to its seconds, per direction: a tiny op (ReLU on 16x64) timed as
     `time_op` times it, against the same op's share of a chain of HARNESS_CHAIN of them run as a step runs
     them (one forward, one `backward()` for the whole chain). Alone, each call pays what a step pays once:
-    the autocast context per forward, an autograd engine start per backward. {forward_s, backward_s: the
-    excess (0 or more); chain_forward_s, chain_backward_s: the tiny op's cost in the chain}."""
+    the autocast context per forward, an autograd engine start per backward. The two are timed alternately,
+    `rounds` times, and each figure is the median over the rounds of its difference (a few microseconds
+    between figures that drift by as much). {forward_s, backward_s: the excess (0 or more);
+    chain_forward_s, chain_backward_s: the tiny op's cost in the chain}."""
     device = device or torch.device("cpu")
     sync = torch.cuda.synchronize if device.type == "cuda" else None
     x = torch.randn(16, 64, device=device)
-    alone_f, alone_b = time_op(nn.ReLU(), [x], device=device, repeats=repeats, min_batch_s=0.02)
     chain = nn.Sequential(*[nn.ReLU() for _ in range(HARNESS_CHAIN)]).to(device)
     leaf = x.clone().requires_grad_(True)
     grad = torch.ones_like(x)
@@ -90,8 +91,13 @@ def harness_excess(device: torch.device | None = None, repeats: int = 9) -> dict
     def forward() -> torch.Tensor:
         return chain(leaf * 1.0)
 
-    forward_s = median_time(forward, repeats, 0.02, sync)
-    step_s = median_time(lambda: forward().backward(grad), repeats, 0.02, sync)
-    chain_f, chain_b = forward_s / ops, max(step_s - forward_s, 0.0) / ops
-    return {"forward_s": max(alone_f - chain_f, 0.0), "backward_s": max(alone_b - chain_b, 0.0),
+    rows = []
+    for _ in range(rounds):
+        alone_f, alone_b = time_op(nn.ReLU(), [x], device=device, repeats=3)
+        forward_s = median_time(forward, 3, 0.01, sync)
+        step_s = median_time(lambda: forward().backward(grad), 3, 0.01, sync)
+        chain_f, chain_b = forward_s / ops, max(step_s - forward_s, 0.0) / ops
+        rows.append((alone_f - chain_f, alone_b - chain_b, chain_f, chain_b))
+    excess_f, excess_b, chain_f, chain_b = (statistics.median(column) for column in zip(*rows))
+    return {"forward_s": max(excess_f, 0.0), "backward_s": max(excess_b, 0.0),
             "chain_forward_s": chain_f, "chain_backward_s": chain_b}
