@@ -180,7 +180,8 @@ def group(timeout_s: float = 60):
 
 def train_config(*argv: str):
     """The TrainConfig `scaletrain train ARGV` would run (no progress bar; threads per rank as the CLI's)."""
-    from scaletrain.cli import build_parser, train_config as from_args
+    from scaletrain.cli import build_parser
+    from scaletrain.train.cli import train_config as from_args
 
     return from_args(build_parser().parse_args(["train", "--no-progress", *argv]))
 

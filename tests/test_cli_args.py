@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 import scaletrain
-from scaletrain.cli import build_parser, main, train_config
+from scaletrain.cli import build_parser, main
+from scaletrain.train.cli import train_config
 from scaletrain.config.flags import add_train_args, field_help, listed
 from scaletrain.config import SECTIONS, TrainConfig, field_names, save_toml
 from scaletrain.errors import UserError

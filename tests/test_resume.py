@@ -14,7 +14,8 @@ import torch
 import multirank
 from conftest import assert_ok, scaletrain
 from scaletrain.dist.launch import preflight as launch
-from scaletrain.cli import build_parser, main, train_config
+from scaletrain.cli import build_parser, main
+from scaletrain.train.cli import train_config
 from scaletrain.config import TrainConfig, load_toml
 from scaletrain.train.optim import LRSchedule, build_optimizer, build_scheduler, resume_optimizer
 

@@ -9,6 +9,7 @@ import os
 import time
 from pathlib import Path
 
+from scaletrain.command import Command
 from scaletrain.errors import UserError
 
 DEFAULT_SIZES = "1K,4K,16K,64K,256K,1M,4M,16M,64M"
@@ -190,3 +191,9 @@ def _report(rows_path: Path, out: Path) -> int:
         console.print(fits_line(strategy, fit))
     console.print(f"results: {out / 'commbench.json'}")
     return 0
+
+
+COMMANDS = (
+    Command("commbench", "time all-reduce strategies over sizes and ranks, against the alpha-beta model",
+            add_commbench_args, run_commbench),
+)

@@ -9,6 +9,7 @@ import sys
 import time
 from pathlib import Path
 
+from scaletrain.command import Command
 from scaletrain.dist.rank import slurm_node_flags
 from scaletrain.errors import UserError
 
@@ -152,3 +153,10 @@ def _other(node, facts) -> int:
         print(f"doctor: {label}: {problem}", file=sys.stderr)
     print(node_line(label, v), flush=True)
     return max(v["code"], 1 if problem else 0)
+
+
+COMMANDS = (
+    Command("doctor", "pre-flight checks of a multi-node launch: hosts, ports, versions, "
+            "clocks, shared run directory, links",
+            add_doctor_args, run_doctor),
+)

@@ -8,6 +8,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from scaletrain.command import Command
 from scaletrain.config import PRECISIONS
 from scaletrain.errors import UserError
 
@@ -150,3 +151,10 @@ def summary_table(doc: dict[str, Any]):
 
 def _ms(seconds: float | None) -> str:
     return "-" if seconds is None else f"{seconds * 1e3:.3g}"
+
+
+COMMANDS = (
+    Command("graph", "the model's graph (layers, blocks, modules) with shapes, FLOPs, "
+            "times and cut points",
+            add_graph_args, run_graph),
+)

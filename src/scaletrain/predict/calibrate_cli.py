@@ -6,6 +6,7 @@ import argparse
 import json
 from pathlib import Path
 
+from scaletrain.command import Command
 from scaletrain.errors import UserError
 
 
@@ -104,3 +105,9 @@ def _is_kind(path: Path, kind: str) -> bool:
     except (OSError, ValueError):
         return False
     return isinstance(data, dict) and data.get("kind") == kind
+
+
+COMMANDS = (
+    Command("calibrate", "measure this machine once for the performance model",
+            add_calibrate_args, run_calibrate),
+)

@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from scaletrain.command import Command
 from scaletrain.errors import UserError
 from scaletrain.units import parse_latency, parse_rate  # noqa: F401 (predict's own flags; re-exported)
 
@@ -322,3 +323,9 @@ def predict_spec(config: str | None, axes: dict[str, list[Any]], train: dict[str
         train.setdefault("master_port", 29500)
         train.setdefault("master_addr", "node0")
     return StudySpec(axes={n: axes[n] for n in names if n in axes}, train=train, repeats=1)
+
+
+COMMANDS = (
+    Command("predict", "predict step time, scaling and memory before running",
+            add_predict_args, run_predict),
+)

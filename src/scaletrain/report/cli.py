@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from scaletrain.command import Command
 from scaletrain.console.width import output_console
 from scaletrain.errors import UserError
 from scaletrain.report import compare, tables
@@ -75,3 +76,11 @@ def run_compare(args: argparse.Namespace) -> int:
         path = build.render_compare(cmp, a, b, args.html)
         console.print(f"comparison: {path}", soft_wrap=True, highlight=False)
     return 0
+
+
+COMMANDS = (
+    Command("report", "rebuild the report of a run or study from its files",
+            add_report_args, run_report),
+    Command("compare", "put two runs or studies side by side",
+            add_compare_args, run_compare),
+)

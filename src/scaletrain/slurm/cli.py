@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from scaletrain.command import Command
 from scaletrain.slurm.options import SLURM_FLAGS, add_options, options_from_args
 
 EXAMPLE = ("examples:\n"
@@ -71,3 +72,10 @@ def run_slurm(args: argparse.Namespace) -> int:
 
 
 __all__ = ["add_slurm_args", "run_slurm"]
+
+
+COMMANDS = (
+    Command("slurm", "write and submit an sbatch job of a train or study command (requeued "
+            "on preemption)",
+            add_slurm_args, run_slurm),
+)

@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from scaletrain.command import Command
 from scaletrain.errors import UserError
 from scaletrain.units import parse_rate
 
@@ -174,3 +175,10 @@ def run_split(args: argparse.Namespace) -> int:
 def _default_out(model: str) -> str:
     name = model.replace(":", "_").replace("/", "_").replace(".", "_")[:60]
     return str(Path("runs") / f"split-{name}-{time.strftime('%Y%m%d-%H%M%S')}")
+
+
+COMMANDS = (
+    Command("split", "split a model into pipeline stages: the best split beside uniform, "
+            "parameter-count and time-balanced ones",
+            add_split_args, run_split),
+)

@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
+from scaletrain.command import Command
 from scaletrain.config import config_fields
 from scaletrain.errors import UserError
 from scaletrain.study.grid import (AXES, STUDY_OWNED, StudySpec, Threads, fair_threads, load_spec_file, parse_axis,
@@ -251,3 +252,9 @@ def _dry_run(console, study: StudyDir, spec: StudySpec, grid: list, threads: Thr
 
 
 __all__ = ["add_study_args", "spec_from_args", "run_study"]
+
+
+COMMANDS = (
+    Command("study", "run a grid of training launches and report their scaling",
+            add_study_args, run_study),
+)

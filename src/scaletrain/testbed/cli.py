@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 
+from scaletrain.command import Command
 from scaletrain.errors import UserError
 
 
@@ -113,3 +114,9 @@ def _run(console, net, args, make_testbed) -> int:
         if made:
             net.down()  # made for this command: removed on success, failure and Ctrl-C alike
     return code
+
+
+COMMANDS = (
+    Command("testbed", "a virtual cluster: hosts as network namespaces, shaped links",
+            add_testbed_args, run_testbed),
+)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from scaletrain.command import Command
 from scaletrain.console.width import output_console
 from scaletrain.errors import UserError
 from scaletrain.report.tables import rich_table
@@ -60,3 +61,9 @@ def run_validate(args: argparse.Namespace) -> int:
         say(ratio_line(result))
     say(f"validation: {written[0]}" + (f" (plots in {written[0].parent / 'plots'})" if len(written) > 1 else ""))
     return 0
+
+
+COMMANDS = (
+    Command("validate", "compare a prediction with measured runs or studies",
+            add_validate_args, run_validate),
+)

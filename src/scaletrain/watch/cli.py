@@ -8,6 +8,7 @@ import sys
 import time
 from pathlib import Path
 
+from scaletrain.command import Command
 from scaletrain.errors import UserError
 
 PIPED_WIDTH = 140  # columns of a frame written to a file or a pipe (a terminal uses its own width)
@@ -75,3 +76,10 @@ def run_watch(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         pass
     return 0
+
+
+COMMANDS = (
+    Command("watch", "a live view of a running job from its run directory (terminal, or a "
+            "self-refreshing HTML page)",
+            add_watch_args, run_watch),
+)
