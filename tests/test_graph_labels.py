@@ -8,7 +8,6 @@ from scaletrain.graph import labels
 def test_numbers_read_short():
     assert [labels.count(n) for n in (0, 999, 1234, 2_600_000_000)] == ["0", "999", "1.23K", "2.6G"]
     assert labels.count(None) == "-" and labels.flops(28_300_000) == "28.3M FLOPs"
-    assert labels.ms(0.0123) == "12.3 ms" and labels.ms(None) == "-" and labels.ms(2e-7) == "2.0e-04 ms"
     assert labels.shape([32, 16, 8, 8]) == "32x16x8x8" and labels.shape(None) == "(not one tensor)"
 
 

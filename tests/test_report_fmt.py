@@ -1,10 +1,10 @@
-"""report.fmt: numbers as people read them; missing is '-', never 0."""
+"""scaletrain/fmt.py: numbers as people read them, the one formatting module; missing is '-', never 0."""
 
 from __future__ import annotations
 
 import pytest
 
-from scaletrain.report import fmt
+from scaletrain import fmt
 
 
 def test_formats():
@@ -17,6 +17,14 @@ def test_formats():
     assert fmt.rate(0.434) == "0.434/s" and fmt.rate(12.34) == "12.3/s" and fmt.rate(1234.4, "samples") == \
         "1,234 samples/s"  # a slow run's rate is never rounded to 0
     assert fmt.number(0.0431) == "0.0431" and fmt.number(99.4) == "99.4" and fmt.number(None) == "-"
+
+
+def test_times_in_milliseconds_and_in_the_unit_that_shows_them():
+    assert fmt.ms(0.0123) == "12.3 ms" and fmt.ms(0.0123, unit=False) == "12.3" and fmt.ms(None) == "-"
+    assert fmt.ms_sig(0.0123) == "12.3 ms" and fmt.ms_sig(2e-7) == "2.0e-04 ms" and fmt.ms_sig(1.234e-5, unit=False) \
+        == "0.0123" and fmt.ms_sig(None) == "-"  # one layer's time: three significant digits over many decades
+    assert (fmt.span(1.5), fmt.span(0.0123), fmt.span(4.2e-5), fmt.span(-0.002, "+")) == \
+        ("1.500 s", "12.3 ms", "42 us", "-2.0 ms")
 
 
 def test_value_by_kind():

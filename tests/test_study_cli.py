@@ -25,7 +25,8 @@ from scaletrain.study.grid import resolve_spec
 from scaletrain.dist.env import JOIN_VARS
 from scaletrain.study.runner import (StudyDir, check_study_dir, error_line, run_state,
                                      train_command, write_spec)
-from scaletrain.study.view import flag_lines, hms, plan_table, results_table
+from scaletrain.fmt import hms
+from scaletrain.study.view import flag_lines, plan_table, results_table
 
 HAS_REPORT = hasattr(report_package, "write_study_report")  # helper B's; the study calls it at the end
 CONTRACT_KEYS = {"id", "axes", "config", "runs", "status", "epoch_time_s", "epoch_time_std_s", "samples_per_s",

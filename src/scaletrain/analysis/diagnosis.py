@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from scaletrain import fmt
 from scaletrain.analysis import levers
 
 DEFAULT_THRESHOLDS = {"diag_input": 0.15, "diag_comm": 0.15, "diag_straggler": 0.10,
@@ -35,10 +36,6 @@ def _n(count: int, word: str) -> str:
     return f"{count} {word}{'s' if count != 1 else ''}"
 
 
-def _ms(seconds: float) -> str:
-    return f"{seconds * 1000:.1f} ms"
-
-
 def diagnose(run: dict[str, Any], stragglers: dict[str, Any], config: dict[str, Any],
              thresholds: dict[str, float]) -> list[dict[str, Any]]:
     """Findings for a run's means (`phases_mean_s`, `step_time_mean_s`, `overlap_ratio`) and, on CPU,
@@ -52,7 +49,7 @@ def diagnose(run: dict[str, Any], stragglers: dict[str, Any], config: dict[str, 
     if data >= thresholds["diag_input"]:
         with_workers = f" with {workers} loader worker{'s' if workers != 1 else ''} per rank" if workers is not None else ""
         findings.append({"kind": "input-bound", "share": data,
-                         "message": f"{data:.0%} of each step ({_ms(phases['data_wait'])} of {_ms(step)}) "
+                         "message": f"{data:.0%} of each step ({fmt.ms(phases['data_wait'])} of {fmt.ms(step)}) "
                                     f"waits for data{with_workers}",
                          "lever": levers.input_lever(config)})
     start = run.get("epoch_start")
@@ -71,7 +68,7 @@ def diagnose(run: dict[str, Any], stragglers: dict[str, Any], config: dict[str, 
         overlap = run.get("overlap_ratio")
         hidden = f"; {overlap:.0%} of the communication is hidden behind backward" if overlap is not None else ""
         findings.append({"kind": "communication-bound", "share": comm,
-                         "message": f"{comm:.0%} of each step ({_ms(phases['comm_exposed'])}) waits for gradient "
+                         "message": f"{comm:.0%} of each step ({fmt.ms(phases['comm_exposed'])}) waits for gradient "
                                     f"communication after backward{hidden}",
                          "lever": levers.comm_lever(config, overlap)})
     waits = pipeline_bound(phases, step, config, thresholds)
@@ -83,7 +80,7 @@ def diagnose(run: dict[str, Any], stragglers: dict[str, Any], config: dict[str, 
         share = s["lag_mean_s"] / step
         findings.append({"kind": "straggler", "share": share, "rank": s["rank"],
                          "message": f"rank {s['rank']} was the slowest in {s['share']:.0%} of steps, by "
-                                    f"{_ms(s['lag_mean_s'])} ({share:.0%} of a step) on average; the others wait for it",
+                                    f"{fmt.ms(s['lag_mean_s'])} ({share:.0%} of a step) on average; the others wait for it",
                          "lever": levers.straggler_lever(s["rank"], config)})
     cpu = oversubscribed(run.get("cpu"), phases, step, thresholds, config)
     if cpu is not None:
@@ -92,7 +89,7 @@ def diagnose(run: dict[str, Any], stragglers: dict[str, Any], config: dict[str, 
         compute_s = phases["forward"] + phases["backward"] + phases["optimizer"]
         share = compute_s / step
         findings.append({"kind": "compute-bound", "share": share,
-                         "message": f"{share:.0%} of each step ({_ms(compute_s)} of {_ms(step)}) is forward, "
+                         "message": f"{share:.0%} of each step ({fmt.ms(compute_s)} of {fmt.ms(step)}) is forward, "
                                     "backward and optimizer compute; data and communication are not the limit",
                          "lever": levers.compute_lever(config, comm)})
     return _ordered(findings)
@@ -113,8 +110,8 @@ def pipeline_bound(phases: dict[str, float], step: float, config: dict[str, Any]
     theory = (k - 1) / (m + k - 1)
     measured = bubble / step
     return {"kind": "pipeline-bound", "share": share,
-            "message": f"{share:.0%} of each step waits in the pipeline: {_ms(bubble)} bubble ({measured:.0%}, "
-                       f"theory (K-1)/(M+K-1) = {theory:.0%} for K={k}, M={m}) and {_ms(p2p)} send/receive",
+            "message": f"{share:.0%} of each step waits in the pipeline: {fmt.ms(bubble)} bubble ({measured:.0%}, "
+                       f"theory (K-1)/(M+K-1) = {theory:.0%} for K={k}, M={m}) and {fmt.ms(p2p)} send/receive",
             "lever": levers.pipeline_lever(config, k, m, theory, measured)}
 
 
@@ -153,8 +150,8 @@ def oversubscribed(cpu: dict[str, Any] | None, phases: dict[str, float], step: f
                and s["ratio"] > thresholds["diag_cpu_spread"] and s["p90_s"] - s["p10_s"] >= SPREAD_MATTERS * step]
     if spreads:
         evidence.append("spread")
-        measured.append(", ".join(f"{phase} p90 is {s['ratio']:.1f}x its p10 ({_ms(s['p90_s'])} vs "
-                                  f"{_ms(s['p10_s'])}, rank {s['rank']})" for phase, s in spreads))
+        measured.append(", ".join(f"{phase} p90 is {s['ratio']:.1f}x its p10 ({fmt.ms(s['p90_s'])} vs "
+                                  f"{fmt.ms(s['p10_s'])}, rank {s['rank']})" for phase, s in spreads))
     if not evidence:
         return None
     head = f"{_n(ranks, 'rank')} x {_n(threads, 'thread')} on {_n(cores, 'core')}" if "threads" in evidence else ""

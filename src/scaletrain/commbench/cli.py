@@ -110,14 +110,15 @@ def _check_ranks(nproc: int, size: int, nnodes: int, ps: bool) -> None:
     """Refuse more ranks on this node than its cores and memory hold, before any is started: each rank holds
     its message and a copy; a parameter server two of every worker's."""
     from scaletrain.dist.device import machine_cores
-    from scaletrain.perf.footprint import available_bytes, human
+    from scaletrain import fmt
+    from scaletrain.perf.footprint import available_bytes
 
     cores, available = machine_cores(), available_bytes("cpu")
     per_rank = RANK_BYTES + 2 * size * (1 + (nnodes if ps else 0))
     most = RANKS_PER_CORE * cores if available is None else min(RANKS_PER_CORE * cores, available // per_rank)
     if nproc > most:
-        memory = "" if available is None else (f", {human(available)} of memory available and at least "
-                                               f"{human(per_rank)} a rank")
+        memory = "" if available is None else (f", {fmt.size(available)} of memory available and at least "
+                                               f"{fmt.size(per_rank)} a rank")
         fix = f"give --nproc {most} or fewer" if most >= 2 else "give smaller --sizes"
         raise UserError(f"--nproc {nproc} is more ranks than this machine holds ({cores} cores, at most "
                         f"{RANKS_PER_CORE} ranks a core{memory}): {fix}")

@@ -17,7 +17,7 @@ from typing import Callable
 from rich.console import Console
 
 from scaletrain.console.pace import Pace
-from scaletrain.report import fmt
+from scaletrain import fmt
 
 Update = Callable[[str, int, "int | None"], None]
 

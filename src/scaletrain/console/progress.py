@@ -10,7 +10,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from scaletrain.console.pace import Pace
 from scaletrain.console.phase import write_line
-from scaletrain.report import fmt
+from scaletrain import fmt
 
 
 class SilentBar:

@@ -9,7 +9,7 @@ from rich.console import Console
 from rich.table import Table
 
 from scaletrain.console.width import output_console
-from scaletrain.report import fmt
+from scaletrain import fmt
 from scaletrain.rundir import RunDir
 
 

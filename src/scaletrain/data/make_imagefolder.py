@@ -21,12 +21,13 @@ _MAX_ROTATION_DEG = 8.0  # digits stay legible (a 6 does not become a 9) under s
 
 def _check_image_fits(image_size: int) -> None:
     """One image in memory: the digit resized, its shifted copy and the encoder's rows (8-bit grayscale each)."""
-    from scaletrain.perf.footprint import available_bytes, human
+    from scaletrain import fmt
+    from scaletrain.perf.footprint import available_bytes
 
     need, available = 3 * image_size ** 2, available_bytes("cpu")
     if available is not None and need > available:
-        raise UserError(f"--image-size {image_size} needs {human(need)} of memory per image, and "
-                        f"{human(available)} is available: use a smaller --image-size")
+        raise UserError(f"--image-size {image_size} needs {fmt.size(need)} of memory per image, and "
+                        f"{fmt.size(available)} is available: use a smaller --image-size")
 
 
 def _check_out(out: Path) -> None:

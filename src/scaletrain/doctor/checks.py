@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections import Counter
 
+from scaletrain import fmt
 from scaletrain.doctor.gathered import Check, Expect, Gathered
 
 ORDER = ("reachable", "rendezvous port", "node ranks", "interface", "versions", "clock", "run directory",
@@ -189,15 +190,6 @@ def versions(g: Gathered) -> list[Check]:
                                                         f"{f.scaletrain}{nccl}")]
 
 
-def _time(seconds: float, sign: str = "") -> str:
-    """A duration in the unit that shows it: 1.500 s, 12.3 ms, 42 us."""
-    if abs(seconds) >= 1:
-        return f"{seconds:{sign}.3f} s"
-    if abs(seconds) >= 1e-3:
-        return f"{seconds * 1e3:{sign}.1f} ms"
-    return f"{seconds * 1e6:{sign}.0f} us"
-
-
 def clock(g: Gathered, expect: Expect) -> list[Check]:
     """Every member's clock within the tolerance of node 0's (offset from store round trips)."""
     if not g.clock:
@@ -206,7 +198,7 @@ def clock(g: Gathered, expect: Expect) -> list[Check]:
     off = {r: c for r, c in g.clock.items() if abs(c["offset_s"]) > tol}
     if off:
         return [Check("clock", "fail", _nodes(g, off),
-                      "; ".join(f"{_time(c['offset_s'], '+')} from node 0" for c in off.values())
+                      "; ".join(f"{fmt.span(c['offset_s'], '+')} from node 0" for c in off.values())
                       + f" (tolerance {tol:g} s)",
                       "synchronise the clocks (chrony or ntpd: `chronyc tracking` shows the offset)")]
     others = {r: c for r, c in g.clock.items() if r != 0}
@@ -214,7 +206,7 @@ def clock(g: Gathered, expect: Expect) -> list[Check]:
         return [Check("clock", "pass", _all(g, g.clock), "one node: no clock to compare")]
     r, c = max(others.items(), key=lambda rc: abs(rc[1]["offset_s"]))
     return [Check("clock", "pass", _all(g, g.clock),
-                  f"largest offset {_time(c['offset_s'], '+')} ({g.label(r)}, +/- {_time(c['rtt_s'] / 2)}), "
+                  f"largest offset {fmt.span(c['offset_s'], '+')} ({g.label(r)}, +/- {fmt.span(c['rtt_s'] / 2)}), "
                   f"tolerance {tol:g} s")]
 
 

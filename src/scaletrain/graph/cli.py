@@ -8,6 +8,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from scaletrain import fmt
 from scaletrain.command import Command
 from scaletrain.config import PRECISIONS
 from scaletrain.errors import UserError
@@ -140,17 +141,14 @@ def summary_table(doc: dict[str, Any]):
     cuts = set(doc["cut_points"])
     for n in doc["nodes"][:MAX_ROWS]:
         table.add_row(str(n["id"]), n["name"], labels.shape(n["out_shape"]), labels.count(n["params"]),
-                      labels.count(n["flops"]), _ms(n["forward_s"]), _ms(n["backward_s"]),
+                      labels.count(n["flops"]), fmt.ms_sig(n["forward_s"], unit=False),
+                      fmt.ms_sig(n["backward_s"], unit=False),
                       "cut" if n["id"] in cuts else "")
     if len(doc["nodes"]) > MAX_ROWS:
         table.add_row("", f"... {len(doc['nodes']) - MAX_ROWS} more in graph.json", *[""] * 6)
-    table.add_row("", "total", "", labels.count(t["params"]), labels.count(t["flops"]), _ms(t["forward_s"]),
-                  _ms(t["backward_s"]), "", style="bold")
+    table.add_row("", "total", "", labels.count(t["params"]), labels.count(t["flops"]),
+                  fmt.ms_sig(t["forward_s"], unit=False), fmt.ms_sig(t["backward_s"], unit=False), "", style="bold")
     return table
-
-
-def _ms(seconds: float | None) -> str:
-    return "-" if seconds is None else f"{seconds * 1e3:.3g}"
 
 
 COMMANDS = (

@@ -6,6 +6,8 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
+from scaletrain import fmt
+
 _ABBREV = {"BatchNorm2d": "BN", "BatchNorm1d": "BN", "AdaptiveAvgPool2d": "AvgPool", "AdaptiveMaxPool2d": "MaxPool",
            "MaxPool2d": "MaxPool", "AvgPool2d": "AvgPool", "Conv2d": "Conv", "Linear": "Linear"}
 
@@ -22,14 +24,6 @@ def count(n: float | None) -> str:
 
 def flops(n: float | None) -> str:
     return "-" if n is None else f"{count(n)} FLOPs"
-
-
-def ms(seconds: float | None) -> str:
-    """Seconds as milliseconds with three significant digits; None (no calibration) as '-'."""
-    if seconds is None:
-        return "-"
-    value = seconds * 1e3
-    return f"{value:.3g} ms" if value >= 0.01 or value == 0 else f"{value:.1e} ms"
 
 
 def shape(s: list[int] | tuple[int, ...] | None) -> str:
@@ -53,5 +47,5 @@ def lines(node: dict[str, Any]) -> list[str]:
     out = [node["name"], kinds(node["kinds"]), shape(node["out_shape"]),
            f"{count(node['params'])} params, {flops(node['flops'])}"]
     if node.get("forward_s") is not None:
-        out.append(f"fwd {ms(node['forward_s'])}, bwd {ms(node['backward_s'])}")
+        out.append(f"fwd {fmt.ms_sig(node['forward_s'])}, bwd {fmt.ms_sig(node['backward_s'])}")
     return out

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from scaletrain import fmt
 from scaletrain.graph import labels
 
 BOX_W, BOX_H = 2.5, 0.95  # one node's box, inches (five lines of 7.5 pt text)
@@ -226,7 +227,7 @@ def _title(doc: dict[str, Any], chars: int) -> str:
     totals = f"{labels.count(t['params'])} params, {labels.flops(t['flops'])}"
     timed = t.get("forward_s") is not None
     if timed:
-        totals += f", predicted fwd {labels.ms(t['forward_s'])}, bwd {labels.ms(t['backward_s'])} per step"
+        totals += f", predicted fwd {fmt.ms_sig(t['forward_s'])}, bwd {fmt.ms_sig(t['backward_s'])} per step"
     legend = ["red border and 'cut': exactly one tensor crosses after it, a pipeline may cut there",
               f"orange bar: {'predicted time' if timed else 'FLOPs'} against the largest node's; "
               "blue: convolutions, green: linear layers"]

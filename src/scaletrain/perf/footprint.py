@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import torch
 
+from scaletrain import fmt
 from scaletrain.errors import UserError
 from scaletrain.perf.memory import activations_at, data_parallel_copies
 from scaletrain.perf.precision import param_bytes
@@ -63,8 +64,8 @@ def check_forward_fits(factory, batch_size: int, in_channels: int, image_size: i
     params, largest, _saved = meta
     weights, data = 4 * params, 4 * batch_size * in_channels * image_size ** 2 + largest
     if weights + data > available:
-        raise UserError(f"{what} needs at least {human(weights + data)} of memory here (parameters {human(weights)}, "
-                        f"the input and its largest activation {human(data)}) but {human(available)} is "
+        raise UserError(f"{what} needs at least {fmt.size(weights + data)} of memory here (parameters "
+                        f"{fmt.size(weights)}, the input and its largest activation {fmt.size(data)}) but {fmt.size(available)} is "
                         f"available: {hint}")
 
 
@@ -106,14 +107,6 @@ def available_bytes(device_type: str) -> int | None:
         return None
 
 
-def human(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
-        if n < 1024 or unit == "PiB":
-            return f"{n:.3g} {unit}" if unit != "B" else f"{int(n)} B"
-        n /= 1024
-    return f"{n:.3g} PiB"
-
-
 def check_fits(need: Footprint, processes: int, available: int | None, device_type: str, hint: str) -> None:
     """Refuse a request whose floor estimate exceeds the memory there is (per GPU; shared RAM on a CPU)."""
     if available is None:
@@ -121,9 +114,9 @@ def check_fits(need: Footprint, processes: int, available: int | None, device_ty
     total = need.total * (1 if device_type == "cuda" else processes)
     if total <= available:
         return
-    parts = [f"{name} {human(v)}" for name, v in (("parameters and optimizer state", need.params),
+    parts = [f"{name} {fmt.size(v)}" for name, v in (("parameters and optimizer state", need.params),
                                                   ("activations", need.activations),
                                                   ("dataset in memory", need.dataset)) if v]
     where = "per GPU" if device_type == "cuda" else f"for {processes} process{'es' if processes > 1 else ''}"
-    raise UserError(f"this run needs at least {human(total)} of memory {where} ({', '.join(parts)} each) but "
-                    f"{human(available)} is available: {hint}")
+    raise UserError(f"this run needs at least {fmt.size(total)} of memory {where} ({', '.join(parts)} each) but "
+                    f"{fmt.size(available)} is available: {hint}")

@@ -13,7 +13,8 @@ from typing import Any
 
 from rich.console import Console
 
-from scaletrain.report import fmt, plots
+from scaletrain import fmt
+from scaletrain.report import plots
 from scaletrain.report.html import Section, page, write_page
 from scaletrain.report.output import check_report_dir, writing
 from scaletrain.report.series import PHASE_LABELS, Line, phase_names

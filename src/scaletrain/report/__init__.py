@@ -1,7 +1,7 @@
 """Reports of runs and studies, rebuilt from their files: tables, PNG plots, one self-contained HTML page.
 
-The builders are imported on first use: `scaletrain.report.fmt` (numbers as people read them, used by the
-trainer's console too) must not pull in matplotlib."""
+The builders are imported on first use: the trainer's console imports the package's modules it shares with the
+report, and must not pull in matplotlib. Numbers as people read them: scaletrain/fmt.py."""
 
 from __future__ import annotations
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from scaletrain.report import fmt
+from scaletrain import fmt
 from scaletrain.report.series import PHASE_LABELS, phase_names
 
 

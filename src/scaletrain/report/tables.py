@@ -11,7 +11,7 @@ from typing import Any
 from rich.table import Table
 from rich.text import Text
 
-from scaletrain.report import fmt
+from scaletrain import fmt
 from scaletrain.report.compare import SUMMARY_FACTS, Row
 from scaletrain.report.series import PHASE_LABELS, phase_names
 from scaletrain.study.results import above_ideal, scaling_flags

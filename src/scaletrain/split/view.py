@@ -8,7 +8,7 @@ from rich.console import Console
 from rich.table import Table
 
 from scaletrain.console.width import output_console
-from scaletrain.report import fmt
+from scaletrain import fmt
 
 CAPTION = ("auto: the optimal split; uniform: equal block counts; params: balanced parameter counts "
            "(DeepSpeed's default); time: balanced forward + backward (torchgpipe's balance_by_time)")

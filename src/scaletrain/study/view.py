@@ -8,17 +8,9 @@ from rich import box
 from rich.markup import escape
 from rich.table import Table
 
-from scaletrain.report import fmt
+from scaletrain import fmt
 from scaletrain.study.grid import Threads
 from scaletrain.study.results import above_ideal, on_gpu, run_epoch_time, scaling_flags, threads_per_rank
-
-
-def hms(seconds: float | None) -> str:
-    """1:02:03 for 3723 s."""
-    if seconds is None:
-        return "-"
-    s = int(round(seconds))
-    return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}"
 
 
 def _secs(seconds: float | None) -> str:
@@ -42,7 +34,7 @@ def run_line(point_id: str, k: int, repeats: int, record: dict[str, Any], elapse
     t = run_epoch_time(s)
     rate = f", {fmt.rate(s['samples_per_s'], 'samples')}" if s.get("samples_per_s") is not None else ""
     top1 = f", top-1 {100 * s['top1']:.1f}%" if s.get("top1") is not None else ""
-    return f"[green]✓[/] {label}: epoch {hms(t)} ({_secs(t)} s){rate}{top1}  [dim]({elapsed_s:.0f} s)[/]"
+    return f"[green]✓[/] {label}: epoch {fmt.hms(t)} ({_secs(t)} s){rate}{top1}  [dim]({elapsed_s:.0f} s)[/]"
 
 
 def running_line(what: str, snap, log: str) -> str:
@@ -109,7 +101,7 @@ def results_table(entries: list[dict[str, Any]], axes: list[str], title: str, ca
         if above_ideal(e.get("efficiency")):
             efficiency = f"[red]{efficiency} ![/]"
         t.add_row(*[str(e["axes"].get(a, "-")) for a in axes], threads_text(e), *[status] * show_status,
-                  hms(e["epoch_time_s"]), _secs(e["epoch_time_s"]), *[_secs(e.get("epoch_time_std_s"))] * show_std,
+                  fmt.hms(e["epoch_time_s"]), _secs(e["epoch_time_s"]), *[_secs(e.get("epoch_time_std_s"))] * show_std,
                   rate,
                   _ratio(e.get("speedup")), _ratio(e.get("ideal_speedup")), efficiency, _diagnosis(e))
     return t
@@ -136,4 +128,4 @@ def plan_table(points: list[Any], done: dict[str, list[str]], repeats: int, titl
     return t
 
 
-__all__ = ["hms", "axes_text", "run_label", "run_line", "threads_text", "threads_line", "results_table", "flag_lines", "plan_table"]
+__all__ = ["axes_text", "run_label", "run_line", "threads_text", "threads_line", "results_table", "flag_lines", "plan_table"]

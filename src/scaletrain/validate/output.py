@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from scaletrain.errors import UserError
-from scaletrain.report import fmt
+from scaletrain import fmt
 from scaletrain.report.output import check_report_dir, writing
 from scaletrain.report.series import PHASE_LABELS
 from scaletrain.report.tables import Grid

@@ -11,7 +11,7 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
-from scaletrain.report import fmt
+from scaletrain import fmt
 from scaletrain.watch.state import Snapshot, ago
 
 STYLES = {"running": "bold green", "completed": "bold blue", "waiting": "bold cyan", "stalled": "bold red",
@@ -65,8 +65,8 @@ def progress_line(s: Snapshot) -> str:
 
 
 def throughput_line(s: Snapshot) -> str:
-    recent = (f"{fmt.number(s.samples_per_s_recent)} recent (last {s.recent_steps} steps, {_ms(s.step_time_recent_s)} "
-              "per step)") if s.samples_per_s_recent is not None else "recent: not measured"
+    recent = (f"{fmt.number(s.samples_per_s_recent)} recent (last {s.recent_steps} steps, "
+              f"{fmt.ms(s.step_time_recent_s)} per step)") if s.samples_per_s_recent is not None else "recent: not measured"
     mean = (f"{fmt.number(s.samples_per_s_mean)} mean ({s.mean_source})" if s.samples_per_s_mean is not None
             else "mean: no steady-state step yet")
     return f"{recent}   {mean}"
@@ -87,13 +87,14 @@ def phase_table(s: Snapshot) -> Table:
     for r in s.ranks:
         phases = r.get("phases_mean_s") or {}
         share = r.get("slowest_share")
-        t.add_row(str(r["rank"]), str(r["steps"]), _ms(r["step_time_mean_s"], unit=False),
-                  *(_ms(phases.get(name), unit=False) for name in s.phases), _ms(r["step_time_p90_s"], unit=False),
+        t.add_row(str(r["rank"]), str(r["steps"]), fmt.ms(r["step_time_mean_s"], unit=False),
+                  *(fmt.ms(phases.get(name), unit=False) for name in s.phases),
+                  fmt.ms(r["step_time_p90_s"], unit=False),
                   "-" if share is None else f"{share:.0%}")
     if s.run_phases and s.step_time_mean_s:
         t.add_section()
-        t.add_row("mean", "", _ms(s.step_time_mean_s, unit=False),
-                  *(_ms(s.run_phases[name], unit=False) for name in s.phases), "", "", style="bold")
+        t.add_row("mean", "", fmt.ms(s.step_time_mean_s, unit=False),
+                  *(fmt.ms(s.run_phases[name], unit=False) for name in s.phases), "", "", style="bold")
         t.add_row("share", "", "100%", *(f"{s.run_phases[name] / s.step_time_mean_s:.0%}" for name in s.phases),
                   "", "", style="dim")
     if not s.ranks:
@@ -112,10 +113,10 @@ def stragglers(s: Snapshot) -> Text:
     text = Text("stragglers: ", style="bold")
     counts = ", ".join(f"rank {r} {c}" for r, c in st["slowest_counts"].items())
     text.append(f"slowest in {st['steps_compared']} steps compared: {counts}; spread of work across ranks "
-                f"{_ms(st['spread_mean_s'])} per step")
+                f"{fmt.ms(st['spread_mean_s'])} per step")
     for r in st.get("repeated") or []:
         text.append(f"\n  rank {r['rank']} is repeatedly the slowest: {r['share']:.0%} of steps, "
-                    f"{_ms(r['lag_mean_s'])} behind the others on average", style="yellow")
+                    f"{fmt.ms(r['lag_mean_s'])} behind the others on average", style="yellow")
     return text
 
 
@@ -129,9 +130,3 @@ def diagnosis(s: Snapshot) -> Text:
         text.append(f"\n  {f['kind']}", style="bold yellow" if f["kind"] != "compute-bound" else "bold")
         text.append(f": {f['message']}\n      -> {f['lever']}")
     return text
-
-
-def _ms(seconds: float | None, unit: bool = True) -> str:
-    if seconds is None:
-        return "-"
-    return f"{seconds * 1000:.1f}" + (" ms" if unit else "")

@@ -1,4 +1,5 @@
-"""Numbers as people read them, one function per kind; a missing value is "-", never 0."""
+"""Numbers as people read them, one function per kind, for every command's console, report and page (the one
+formatting module: it imports nothing, so every layer may use it); a missing value is "-", never 0."""
 
 from __future__ import annotations
 
@@ -10,6 +11,34 @@ def duration(seconds: float | None) -> str:
     if seconds is None:
         return DASH
     return f"{seconds * 1000:.1f} ms" if abs(seconds) < 1 else f"{seconds:.2f} s"
+
+
+def ms(seconds: float | None, unit: bool = True) -> str:
+    """Milliseconds with one decimal: a step's or a phase's time in a table (`12.3 ms`, or `12.3` in a column
+    headed by its unit)."""
+    if seconds is None:
+        return DASH
+    return f"{seconds * 1000:.1f}" + (" ms" if unit else "")
+
+
+def ms_sig(seconds: float | None, unit: bool = True) -> str:
+    """Milliseconds with three significant digits, for times that span many decades (one layer's forward:
+    `0.0123 ms`, `1.23e-03 ms` under 0.01 ms)."""
+    if seconds is None:
+        return DASH
+    value = seconds * 1e3
+    text = f"{value:.3g}" if value >= 0.01 or value == 0 else f"{value:.1e}"
+    return text + (" ms" if unit else "")
+
+
+def span(seconds: float, sign: str = "") -> str:
+    """A duration in the unit that shows it: `1.500 s`, `12.3 ms`, `42 us`; sign "+" writes the sign (an
+    offset)."""
+    if abs(seconds) >= 1:
+        return f"{seconds:{sign}.3f} s"
+    if abs(seconds) >= 1e-3:
+        return f"{seconds * 1e3:{sign}.1f} ms"
+    return f"{seconds * 1e6:{sign}.0f} us"
 
 
 def hms(seconds: float | None) -> str:
