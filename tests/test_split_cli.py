@@ -14,7 +14,7 @@ from scaletrain.models import build_model
 from scaletrain.predict import calibration
 from scaletrain.split import costs as costs_module
 from scaletrain.predict.cli import parse_rate
-from scaletrain.split.cli import parse_bytes
+from scaletrain.units import size_flag
 from scaletrain.split.partition import BlockCost, evaluate
 from scaletrain.split.plan import choose, load_split, micro_batch
 from scaletrain.split.stages import blocked
@@ -204,10 +204,11 @@ def test_host_copy_rate_is_measured_and_said():
 
 
 def test_sizes_and_rates():
-    assert parse_bytes("512MiB") == 512 * 2**20 and parse_bytes("2GiB") == 2 * 2**30 and parse_bytes("1000") == 1000
-    assert parse_bytes("1.5G") == 3 * 2**29 and parse_bytes("2GB") == 2 * 10**9
+    flag = "--memory-per-stage"
+    assert size_flag("512MiB", flag) == 512 * 2**20 and size_flag("2GiB", flag) == 2 * 2**30
+    assert size_flag("1.5G", flag) == 3 * 2**29 and size_flag("2GB", flag) == 2 * 10**9 and size_flag("1000", flag) == 1000
     assert parse_rate("10Gbit/s") == parse_rate("10gbit") == 10e9 / 8
-    for bad in ("", "-1MiB", "12 parsecs"):
-        with pytest.raises(UserError):
-            parse_bytes(bad)
+    for bad in ("", "-1MiB", "12 parsecs", "0"):
+        with pytest.raises(UserError, match="--memory-per-stage .*: give a positive size such as 512MiB"):
+            size_flag(bad, flag)
     assert micro_batch(32, 4) == 8

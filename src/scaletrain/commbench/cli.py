@@ -61,9 +61,10 @@ def _comma_list(flag: str, text: str, parse, example: str, noun: str, unit: str 
 
 
 def _size(item: str) -> int:
-    from scaletrain.commbench.model import parse_size
+    from scaletrain.units import parse_size
 
     size = parse_size(item)
+    size -= size % 4  # whole float32 elements
     if size < 4:  # the buffer holds float32 elements
         raise UserError(f"--sizes: {item!r} is less than 4 bytes: a message holds whole float32 elements "
                         "(4 bytes each); give sizes such as 4,1K,64M")

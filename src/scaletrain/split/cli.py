@@ -4,17 +4,13 @@ time-balanced ones; prints them and writes split.json (docs/split.md)."""
 from __future__ import annotations
 
 import argparse
-import re
 import time
 from pathlib import Path
 from typing import Any
 
 from scaletrain.command import Command
 from scaletrain.errors import UserError
-from scaletrain.units import parse_rate
-
-BYTE_UNITS = {"": 1, "b": 1, "k": 2**10, "kb": 10**3, "kib": 2**10, "m": 2**20, "mb": 10**6, "mib": 2**20,
-              "g": 2**30, "gb": 10**9, "gib": 2**30, "t": 2**40, "tb": 10**12, "tib": 2**40}
+from scaletrain.units import parse_rate, size_flag
 
 
 def add_split_args(p: argparse.ArgumentParser) -> None:
@@ -46,14 +42,6 @@ def add_split_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--image-size", type=int, default=32)
     p.add_argument("--in-channels", type=int, default=3)
     p.add_argument("--num-classes", type=int, default=10)
-
-
-def parse_bytes(text: str, flag: str = "--memory-per-stage") -> int:
-    """`512MiB`, `2GiB`, `1.5G`, `1000000` -> bytes (K/M/G alone are binary; KB/MB/GB decimal)."""
-    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([a-zA-Z]*)\s*", text or "")
-    if not m or m.group(2).lower() not in BYTE_UNITS or float(m.group(1)) <= 0:
-        raise UserError(f"{flag} {text!r}: give a positive size such as 512MiB, 2GiB or 1500000000")
-    return int(float(m.group(1)) * BYTE_UNITS[m.group(2).lower()])
 
 
 def _check(args: argparse.Namespace) -> None:
@@ -129,7 +117,7 @@ def run_split(args: argparse.Namespace) -> int:
     out = Path(args.out or _default_out(args.model))
     check_out(out, "split")
     micro = plan.micro_batch(args.batch_size, args.microbatches)
-    limit = parse_bytes(args.memory_per_stage) if args.memory_per_stage else None
+    limit = size_flag(args.memory_per_stage, "--memory-per-stage") if args.memory_per_stage else None
     cal, where = _calibration(args)
     rate, latency, link_source = _link(args, cal)
     source, costs_note = _costs_source(args.costs, where)
