@@ -16,10 +16,10 @@ from scaletrain.cli import main
 from scaletrain.dist.hostfacts import HostFacts, Interface, fake_versions
 from scaletrain.dist.launch.preflight import free_port
 from scaletrain.doctor import checks, links
-from scaletrain.doctor.cli import parse_rate
 from scaletrain.doctor.gathered import Expect, Gathered
 from scaletrain.doctor.table import document, node_line, summary_line, verdict
 from scaletrain.errors import UserError
+from scaletrain.units import parse_rate
 
 GBIT = 1e9 / 8
 EXPECT = Expect(link_rate="1gbit", link_bytes_per_s=GBIT)
@@ -282,10 +282,10 @@ def test_fake_versions_and_link_rates_parse_or_say_what_is_wrong():
     assert fake_versions("") == {}
     with pytest.raises(UserError, match="NAME=VERSION"):
         fake_versions("cuda=12")
-    assert parse_rate("1gbit") == GBIT and parse_rate("100Mbit") == 100e6 / 8
+    assert parse_rate("1gbit", "--link-rate") == GBIT and parse_rate("100Mbit", "--link-rate") == 100e6 / 8
     for bad in ("fast", "1gb", "-1gbit", "0mbit"):
         with pytest.raises(UserError, match="--link-rate"):
-            parse_rate(bad)
+            parse_rate(bad, "--link-rate")
 
 
 @pytest.mark.parametrize("argv, message", [

@@ -12,6 +12,7 @@ from pathlib import Path
 from scaletrain.command import Command
 from scaletrain.dist.rank import slurm_node_flags
 from scaletrain.errors import UserError
+from scaletrain.units import parse_rate
 
 
 def add_doctor_args(p: argparse.ArgumentParser) -> None:
@@ -86,20 +87,13 @@ def check_args(args: argparse.Namespace):
         raise UserError(f"--gpus-per-node must be 0 (none expected) or more (got {args.gpus_per_node})")
     if args.json and args.node_rank == 0 and not Path(args.json).absolute().parent.is_dir():
         raise UserError(f"--json {args.json}: the folder {Path(args.json).parent} does not exist: create it first")
-    rate = parse_rate(args.link_rate) if args.link_rate else None
+    rate = parse_rate(args.link_rate, "--link-rate") if args.link_rate else None
     node = Node(nnodes=args.nnodes, rank=args.node_rank, master_addr=args.master_addr, master_port=port,
                 probe_port=probe or None, local_addr=args.local_addr, timeout_s=args.timeout, out=args.out)
     expect = Expect(link_rate=args.link_rate, link_bytes_per_s=rate, min_link_fraction=args.min_link_fraction,
                     clock_tolerance_s=args.clock_tolerance, min_free_bytes=int(args.min_free_gb * 1e9),
                     gpus_per_node=args.gpus_per_node)
     return node, expect
-
-
-def parse_rate(text: str) -> float:
-    """--link-rate in bytes per second, from bits per second (1gbit, 100mbit), as testbed's --rate."""
-    from scaletrain.testbed.plan import rate_bytes
-
-    return rate_bytes(text, "--link-rate")
 
 
 def run_doctor(args: argparse.Namespace) -> int:

@@ -11,7 +11,6 @@ tearing down is deleting them.
 
 from __future__ import annotations
 
-import math
 import re
 from dataclasses import asdict, dataclass
 
@@ -61,20 +60,10 @@ def make_testbed(hosts: int, rate: str, delay: str) -> Testbed:
 
 
 def rate_bytes(rate: str, flag: str = "--rate") -> float:
-    """A link rate in bits per second (`1gbit`, `100mbit`: tc's units of bits) in bytes per second, read by
-    predict's parser. tc's `bps` units are bytes per second (`1gbps` is 8 Gbit/s) and refused: most people
-    mean bits by them."""
+    """--rate (tc's bits per second: `1gbit`, `100mbit`) in bytes per second, by the one rate parser."""
     from scaletrain.units import parse_rate
 
-    try:
-        value = parse_rate(rate)
-    except (UserError, ValueError):
-        value = 0.0
-    if not 0 < value < math.inf:
-        hint = " ('bps' is bytes per second to tc, bits to most: write bit)" if "bps" in str(rate).lower() else ""
-        raise UserError(f"{flag} {rate!r} is not a rate in bits per second{hint}: write e.g. 1gbit, 100mbit, 25gbit "
-                        "(units bit, kbit, mbit, gbit, tbit)")
-    return value
+    return parse_rate(rate, flag)
 
 
 def has_delay(delay: str) -> bool:
