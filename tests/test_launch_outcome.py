@@ -6,8 +6,9 @@ import json
 import pytest
 
 from scaletrain.config import build_config
-from scaletrain.dist.launch.outcome import print_resume_hint, rank_namer, read_summary
-from scaletrain.rundir import RunDir
+from scaletrain.dist.launch.outcome import print_resume_hint, rank_namer
+from scaletrain.errors import UserError
+from scaletrain.rundir import RunDir, read_summary
 
 
 def test_ranks_of_an_all_reduce_run_are_plain_ranks():
@@ -47,12 +48,16 @@ def test_no_hint_without_a_checkpoint_or_on_another_node(tmp_path, capsys):
     assert capsys.readouterr().err == ""
 
 
-def test_read_summary_gives_an_empty_dict_for_what_is_not_a_summary(tmp_path):
+def test_a_polling_reader_gets_none_for_what_is_not_a_summary_and_a_strict_one_a_line(tmp_path):
+    """rundir.read_summary, the one reader of summary.json: a launcher or a study polling a run that may be
+    mid-write reads it leniently; report and validate strictly, with one line naming the damaged file."""
     run = RunDir(tmp_path)
-    assert read_summary(run) == {}  # missing
+    assert read_summary(run.root, strict=False) is None and read_summary(run.root) is None  # missing
     run.summary.write_text('{"status": "stop')
-    assert read_summary(run) == {}  # cut off
+    assert read_summary(run.root, strict=False) is None  # cut off
+    with pytest.raises(UserError, match=r"summary.json is not valid JSON \(.*line 1\): the file is damaged; fix"):
+        read_summary(run.root)
     run.summary.write_text("[1, 2]")
-    assert read_summary(run) == {}  # not an object
+    assert read_summary(run.root, strict=False) is None  # not an object
     run.summary.write_text(json.dumps({"status": "stopped"}))
-    assert read_summary(run) == {"status": "stopped"}
+    assert read_summary(run.root, strict=False) == read_summary(run.root) == {"status": "stopped"}

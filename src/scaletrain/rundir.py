@@ -167,15 +167,39 @@ def remove_stale_temps(run: RunDir) -> list[Path]:
     return stale
 
 
-def _finished(run: RunDir) -> bool:
-    """A summary that is not a failure marks a run that must not be overwritten."""
+def read_summary(root: Path | str, strict: bool = True,
+                 fix: str = "fix that value, or rerun the run") -> dict[str, Any] | None:
+    """A run's summary.json, the one reader of it (train/summary.py is its one writer); None when the run wrote
+    none. strict: its values checked against report/schema.SUMMARY, and a damaged file one line naming it and
+    `fix`. Not strict (a launcher or a study polling runs that may be mid-write): None also when it cannot be
+    read or holds no JSON object."""
+    path = Path(root) / "summary.json"
+    if not strict:
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError):
+            return None
+        return data if isinstance(data, dict) else None
+    if not path.is_file():
+        return None
+    from scaletrain.report import schema
+
     try:
-        data = json.loads(run.summary.read_text())
-        return not isinstance(data, dict) or data.get("status") != "failed"
-    except FileNotFoundError:
+        data = json.loads(path.read_text())
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        where = f" ({e.msg}, line {e.lineno})" if isinstance(e, json.JSONDecodeError) else ""
+        raise UserError(f"{path} is not valid JSON{where}: the file is damaged; {fix}") from None
+    schema.check(data, schema.SUMMARY, str(path), fix)
+    return data
+
+
+def _finished(run: RunDir) -> bool:
+    """A summary that is not a failure marks a run that must not be overwritten (one that cannot be read is
+    kept too: it may be a finished run's, damaged)."""
+    if not run.summary.exists():
         return False
-    except (OSError, ValueError):
-        return True
+    data = read_summary(run.root, strict=False)
+    return data is None or data.get("status") != "failed"
 
 
 def create(run: RunDir) -> None:

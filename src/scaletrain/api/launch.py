@@ -120,7 +120,7 @@ def _grid(settings: dict[str, Any], axis_names: tuple[str, ...], where: str) -> 
 def _ended(code: int, out: Path) -> Run:
     """The run after its launch returned `code`: read back, or the launcher's one line raised."""
     from scaletrain.dist.launch.local import PREEMPTED
-    from scaletrain.report.load import read_summary
+    from scaletrain.rundir import read_summary
 
     if code in (0, PREEMPTED):  # completed or stopped; preempted: checkpointed, `resume=True` continues it
         return load_run(out)

@@ -34,6 +34,7 @@ from scaletrain.predict import grid, probe, refnet, regress
 from scaletrain.predict.calibration import FORMAT, KIND
 from scaletrain.predict.ops import build_op
 from scaletrain.predict.timing import harness_excess, median_time, time_op
+from scaletrain.rundir import read_summary
 
 OPTIMIZERS = ("sgd", "nesterov", "adamw", "adagrad")
 REFNET = "scaletrain.predict.refnet:build"
@@ -356,11 +357,10 @@ def _loop_run(out: Path, net: str, nproc: int, batch: int, quick: bool, folder: 
            "--no-augment", "--no-progress", "--tensorboard", "off", "--out", str(out),
            *(["--threads", str(threads)] if threads else [])]
     result = _run(cmd)
-    summary_path = out / "summary.json"
-    if result.returncode != 0 or not summary_path.is_file():
+    s = read_summary(out, strict=False) if result.returncode == 0 else None
+    if s is None:
         return {"model": net, "nproc": nproc, "batch_size": batch, "workers": int(bool(folder)),
                 "error": _last_line(result)}
-    s = json.loads(summary_path.read_text())
     return {"model": net, "nproc": nproc, "batch_size": batch, "workers": int(bool(folder)),
             "dataset": "imagefolder" if folder else "synthetic", "source_pixels": 64 * 64 if folder else None,
             "threads": s.get("threads_per_rank"),

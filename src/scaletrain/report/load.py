@@ -15,7 +15,7 @@ from scaletrain.analysis import RANK_FILE, RUN_FACTS, analyze_run, load_records
 from scaletrain.errors import UserError
 from scaletrain.report import schema
 from scaletrain.analysis.throughput import steady_samples_per_s, warmup_steps
-from scaletrain.rundir import read_jsonl
+from scaletrain.rundir import read_jsonl, read_summary
 
 # the profiler's keys of summary.json (docs/run-directory.md), recomputed from metrics files when possible
 ANALYSIS_KEYS = ("phases_mean_s", "step_time_mean_s", "overlap_ratio", "comm_total_mean_s", "comm_hidden_mean_s",
@@ -83,7 +83,7 @@ def load_run(path: str | Path) -> Run:
     if kind_of(root) != "run":
         raise UserError(f"{root} is a study, not a run: give one of its runs (points/<id>/r0) or report the study")
     notes: list[str] = []
-    summary = read_summary(root)
+    summary = read_summary(root, fix=FIX_SUMMARY)
     if summary is None:
         notes.append("no summary.json (the run did not finish): everything shown comes from the metrics files")
     records = load_records(root, notes=notes)
@@ -99,12 +99,6 @@ def load_run(path: str | Path) -> Run:
     _check_lines(epochs, root / "epochs.jsonl", schema.EPOCH_RECORD)
     analysis, source = _analysis(records, config, summary)
     return Run(root, config, summary, records, epochs, analysis, source, notes)
-
-
-def read_summary(root: str | Path) -> dict[str, Any] | None:
-    """A run's summary.json, its values checked (schema.SUMMARY); None when the run wrote none."""
-    path = Path(root) / "summary.json"
-    return _read_checked_json(path, schema.SUMMARY, FIX_SUMMARY) if path.is_file() else None
 
 
 def analyzer() -> Callable[..., dict[str, Any]] | None:

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from scaletrain.errors import UserError
+from scaletrain.rundir import read_summary
 from scaletrain.slurm import jobs, submit
 from scaletrain.slurm.command import train_argv
 from scaletrain.slurm.options import SlurmOptions
@@ -22,7 +23,7 @@ from scaletrain.slurm.train_job import SCRIPT_SETS_PORT, check_cluster, check_he
 from scaletrain.study.grid import PER_RUN, Point, Threads, fair_threads, load_spec_file, points, resolve_spec, \
     validate_points
 from scaletrain.study.results import study_entries
-from scaletrain.study.runner import StudyDir, check_study_dir, error_line, read_summary, recorded_spec, run_state, \
+from scaletrain.study.runner import StudyDir, check_study_dir, error_line, recorded_spec, run_state, \
     write_results, write_spec
 
 
@@ -147,11 +148,11 @@ def run_record(study: StudyDir, point_id: str, k: int) -> dict[str, Any]:
     state = run_state(run)
     record: dict[str, Any] = {"dir": study.relative(run), "status": "pending", "summary": None, "error": None}
     if state == "completed":
-        record |= {"status": "completed", "summary": read_summary(run)}
+        record |= {"status": "completed", "summary": read_summary(run, strict=False)}
     elif state == "failed":
         log = study.log(point_id, k)
         text = log.read_text(errors="replace") if log.is_file() else ""
-        record |= {"status": "failed", "summary": read_summary(run), "error": error_line(text, read_summary(run), 1)}
+        record |= {"status": "failed", "summary": read_summary(run, strict=False), "error": error_line(text, read_summary(run, strict=False), 1)}
     return record
 
 

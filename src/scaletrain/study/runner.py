@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import shlex
 import signal
@@ -17,7 +16,7 @@ from typing import Any
 from scaletrain.config import TrainConfig
 from scaletrain.config.flags import as_flags
 from scaletrain.errors import UserError
-from scaletrain.rundir import check_out, replace_atomic, write_json_atomic
+from scaletrain.rundir import check_out, read_summary, replace_atomic, write_json_atomic
 from scaletrain.study.grid import PER_RUN, Point, StudySpec, load_spec_file, resolve_spec, spec_difference, spec_toml
 
 """Variables that make `scaletrain train` join an outer launch instead of starting its own."""
@@ -80,18 +79,9 @@ def write_results(study: StudyDir, entries: list[dict[str, Any]]) -> None:
     write_json_atomic(study.results, entries)
 
 
-def read_summary(run: Path) -> dict[str, Any] | None:
-    """summary.json of a run, or None when absent or unreadable (a run killed while writing it)."""
-    try:
-        data = json.loads((run / "summary.json").read_text())
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
-
-
 def run_state(run: Path) -> str:
     """`completed`, `failed` (its summary says so), `unfinished` (started, stopped or interrupted) or `new`."""
-    summary = read_summary(run) or {}
+    summary = read_summary(run, strict=False) or {}
     if summary.get("status") == "completed":
         return "completed"
     # an interrupted run (Ctrl-C, SIGTERM: "interrupted (SIGINT)") is resumed, not counted as failed
@@ -105,7 +95,7 @@ def initial_record(study: StudyDir, point_id: str, k: int) -> dict[str, Any]:
     run = study.run(point_id, k)
     done = run_state(run) == "completed"
     return {"dir": study.relative(run), "status": "completed" if done else "pending",
-            "summary": read_summary(run) if done else None, "error": None}
+            "summary": read_summary(run, strict=False) if done else None, "error": None}
 
 
 def train_command(cfg: TrainConfig, run: Path) -> list[str]:
@@ -183,13 +173,13 @@ def run_point(study: StudyDir, point: Point, k: int, env: Mapping[str, str],
     run = study.run(point.id, k)
     log = study.log(point.id, k)
     code = launch(train_command(point.config, run), log, env, waiting)
-    summary = read_summary(run)
+    summary = read_summary(run, strict=False)
     if code == 0 and summary is not None and summary.get("status") == "completed":
         return {"dir": study.relative(run), "status": "completed", "summary": summary, "error": None}
     return {"dir": study.relative(run), "status": "failed", "summary": summary,
             "error": error_line(log.read_text(errors="replace"), summary, code)}
 
 
-__all__ = ["StudyDir", "check_study_dir", "recorded_spec", "write_spec", "write_results", "read_summary", "run_state",
+__all__ = ["StudyDir", "check_study_dir", "recorded_spec", "write_spec", "write_results", "run_state",
            "initial_record", "train_command", "error_line", "launch", "stop",
            "terminate_as_interrupt", "run_point"]

@@ -13,6 +13,7 @@ from typing import Any
 from scaletrain.errors import UserError
 from scaletrain.report import schema
 from scaletrain.report.load import kind_of, load_study, read_toml
+from scaletrain.rundir import read_summary
 from scaletrain.validate.match import FORMAT, MeasuredRun
 
 PREDICTION_FILE = "prediction.json"
@@ -75,16 +76,11 @@ def read_run(run_dir: Path, label: str, point: str | None = None, point_config: 
         if notes is not None:
             notes.append(f"{label}: {why}: skipped")
 
-    summary_file = run_dir / "summary.json"
     if not run_dir.is_dir():
         return skip("not run yet (no run directory)")
-    if not summary_file.is_file():
+    summary = read_summary(run_dir)
+    if summary is None:
         return skip("no summary.json (still running, or killed before the end)")
-    try:
-        summary = json.loads(summary_file.read_text())
-    except (UnicodeDecodeError, json.JSONDecodeError):
-        raise UserError(f"{summary_file} is not valid JSON: the file is damaged; rerun the run") from None
-    schema.check(summary, schema.SUMMARY, str(summary_file), "fix that value, or rerun the run")
     status = summary.get("status")
     if status not in USABLE:
         error = f": {summary['error']}" if summary.get("error") else ""

@@ -15,9 +15,9 @@ from scaletrain.comm.registry import strategy_class
 from scaletrain.config import TrainConfig
 from scaletrain.dist import failure
 from scaletrain.dist.launch import spawned
-from scaletrain.dist.launch.outcome import print_resume_hint, print_summary, rank_namer, read_summary
+from scaletrain.dist.launch.outcome import print_resume_hint, print_summary, rank_namer
 from scaletrain.errors import UserError
-from scaletrain.rundir import RunDir
+from scaletrain.rundir import RunDir, read_summary
 from scaletrain.train import restarts, summary
 
 
@@ -67,7 +67,7 @@ def launch_local(cfg: TrainConfig, run: RunDir, port: int) -> int:
                             f"this node reaches {cfg.master_addr}:{port} (firewall, address)") from None
         finally:
             watchdog.stop()
-    status = read_summary(run).get("status")
+    status = (read_summary(run.root, strict=False) or {}).get("status")
     if cfg.node_rank == 0:
         print_summary(run)
         if status in ("stopped", "preempted"):

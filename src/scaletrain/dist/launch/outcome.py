@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import sys
 
 from scaletrain.comm.registry import strategy_class
@@ -32,14 +31,6 @@ def print_resume_hint(run: RunDir, cfg: TrainConfig, stopped: str | None = None)
            "preempted": "preempted: checkpointed at the step it had reached (exit 75)"}.get(
         stopped or "", "the run can continue from its last checkpoint")
     print(f"{why}: scaletrain train --resume --out {run.root}", file=sys.stderr)
-
-
-def read_summary(run: RunDir) -> dict:
-    try:
-        data = json.loads(run.summary.read_text())
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
 
 
 def print_summary(run: RunDir) -> None:
