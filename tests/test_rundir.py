@@ -206,3 +206,17 @@ def test_run_dir_paths(tmp_path):
     assert run.config.name == "config.toml" and run.summary.name == "summary.json"
     assert run.epochs.name == "epochs.jsonl" and run.metrics(3).name == "metrics-rank3.jsonl"
     assert {run.config.parent, run.checkpoint.parent, run.metrics(0).parent} == {tmp_path}
+
+
+def test_the_one_jsonl_writer_writes_whole_lines_in_one_call(tmp_path):
+    """rundir.JsonlAppender / append_jsonl: each write is whole lines in one call (O_APPEND), so two writers on
+    one file interleave by line, never inside one; read_jsonl reads back what they wrote."""
+    from scaletrain.rundir import JsonlAppender, append_jsonl, read_jsonl
+
+    path = tmp_path / "x.jsonl"
+    with JsonlAppender(path) as a, JsonlAppender(path) as b:
+        a.write({"who": "a", "i": 0})
+        b.write({"who": "b", "i": 0}, {"who": "b", "i": 1})
+        a.write({"who": "a", "i": 1})
+    append_jsonl(path, {"who": "c", "i": 0})
+    assert [(r["who"], r["i"]) for r in read_jsonl(path)] == [("a", 0), ("b", 0), ("b", 1), ("a", 1), ("c", 0)]

@@ -236,6 +236,35 @@ def _umask() -> int:
     return mask
 
 
+class JsonlAppender:
+    """A JSON-lines file open for appending: each `write` is one write call of whole lines (O_APPEND), so lines
+    from several processes never interleave, and what a killed process had written stays whole. The one JSONL
+    writer (metrics, epochs, restarts, commbench rows); about 10 us a line, no fsync."""
+
+    def __init__(self, path: Path | str) -> None:
+        self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o666)
+
+    def write(self, *records: dict[str, Any]) -> None:
+        os.write(self._fd, "".join(json.dumps(r) + "\n" for r in records).encode())
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+    def __enter__(self) -> "JsonlAppender":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def append_jsonl(path: Path | str, *records: dict[str, Any]) -> None:
+    """`records` at the end of the JSON-lines file `path`, in one write call."""
+    with JsonlAppender(path) as out:
+        out.write(*records)
+
+
 def read_jsonl(path: Path, notes: list[str] | None = None) -> list[dict[str, Any]]:
     """JSON lines ([] for a missing file). A damaged line is one clear error; with `notes`, a cut-off
     last line (what a run killed mid-write leaves) is left out and said in `notes` instead."""

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import time
 from typing import Any
 
@@ -14,6 +13,7 @@ from scaletrain.dist.rank import RankInfo
 from scaletrain.dist.device import choose_device, cpu_threads_per_rank
 from scaletrain.dist.group import current_rank, current_world_size, init_process_group, shutdown
 from scaletrain.perf.wire import allreduce_bytes, ps_push_bytes, ps_server_bytes, ring_bytes
+from scaletrain.rundir import append_jsonl
 
 
 def worker_main(strategies: list[str], sizes: list[int], seconds: float, out: str) -> None:
@@ -27,9 +27,7 @@ def worker_main(strategies: list[str], sizes: list[int], seconds: float, out: st
         ring_groups = (dist.new_group(), dist.new_group()) if "ring" in strategies else (None, None)
         rows = [_measure(s, size, seconds, device, ring_groups) for s in strategies for size in sizes]
         if rank.rank == 0:
-            with open(out, "a") as f:
-                for row in rows:
-                    f.write(json.dumps(row) + "\n")
+            append_jsonl(out, *rows)
         dist.barrier()
     finally:
         shutdown()

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
+
+from scaletrain.rundir import JsonlAppender
 
 
 class StepLog:
@@ -13,14 +14,13 @@ class StepLog:
     by a signal leaves every step it finished on record (what a restart replays is counted from them)."""
 
     def __init__(self, path: Path) -> None:
-        self._file = open(path, "a", buffering=1 << 16)
+        self._out = JsonlAppender(path)
 
     def write(self, record: dict[str, Any]) -> None:
-        self._file.write(json.dumps(record) + "\n")
-        self._file.flush()
+        self._out.write(record)
 
     def flush(self) -> None:
-        self._file.flush()
+        """Nothing to do: every line is written as it comes."""
 
     def close(self) -> None:
-        self._file.close()
+        self._out.close()

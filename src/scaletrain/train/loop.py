@@ -10,7 +10,6 @@ it reports goes to the sinks it is handed (console/sink.py, export/tensorboard.p
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import os
 import signal
@@ -30,7 +29,7 @@ from scaletrain.dist.group import all_reduce_max, barrier, gather_objects
 from scaletrain.errors import UserError
 from scaletrain.perf.precision import AUTOCAST, to_device
 from scaletrain.profiler import StepProfiler
-from scaletrain.rundir import RunDir, keep_epochs_before, keep_steps_before
+from scaletrain.rundir import RunDir, append_jsonl, keep_epochs_before, keep_steps_before
 from scaletrain.train import checkpoint, summary
 from scaletrain.train.build import build_data_and_model
 from scaletrain.train.evaluate import ShardSampler
@@ -265,8 +264,7 @@ class Trainer:
                       "lr": self.optimizer.param_groups[0]["lr"], "bad_images_skipped": sum(skipped)}
             if result is not None:
                 record |= {"top1": result.top1, "top5": result.top5, "val_loss": result.loss}
-            with open(self.run_dir.epochs, "a") as f:
-                f.write(_json_line(record))
+            append_jsonl(self.run_dir.epochs, record)
             for sink in self.sinks:
                 sink.epoch_end(record)
         barrier()  # nobody races ahead while rank 0 writes the checkpoint
@@ -329,7 +327,3 @@ class Trainer:
         if self.rank.is_main:
             keep_epochs_before(self.run_dir.epochs, self.start_epoch)
         keep_steps_before(self.run_dir.metrics(self.rank.rank), self.global_step)
-
-
-def _json_line(record: dict[str, Any]) -> str:
-    return json.dumps(record) + "\n"

@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from scaletrain.rundir import RunDir
+from scaletrain.rundir import RunDir, append_jsonl
 
 
 def path_of(run: RunDir) -> Path:
@@ -29,11 +29,7 @@ def path_of(run: RunDir) -> Path:
 
 def append(run: RunDir, record: dict[str, Any]) -> None:
     """One line, in one write call (lines from several nodes' launchers do not interleave)."""
-    fd = os.open(path_of(run), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-    try:
-        os.write(fd, (json.dumps(record) + "\n").encode())
-    finally:
-        os.close(fd)
+    append_jsonl(path_of(run), record)
 
 
 def reached_step(run: RunDir) -> int | None:
