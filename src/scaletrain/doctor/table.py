@@ -3,7 +3,6 @@ document of `--json` (its format: docs/doctor.md)."""
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from dataclasses import asdict
 from pathlib import Path
@@ -12,6 +11,7 @@ from rich.table import Table
 
 from scaletrain.doctor.checks import exit_code, worst
 from scaletrain.doctor.gathered import Check, Expect, Gathered
+from scaletrain.rundir import write_json_atomic
 
 FORMAT = 1
 STYLE = {"pass": "green", "warn": "yellow", "fail": "bold red"}
@@ -58,4 +58,4 @@ def document(g: Gathered, checks: list[Check], expect: Expect, seconds: float) -
 
 
 def write_json(path: str, doc: dict) -> None:
-    Path(path).write_text(json.dumps(doc, indent=2) + "\n")
+    write_json_atomic(Path(path), doc)

@@ -6,12 +6,11 @@ can be read anywhere.
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
 from scaletrain.errors import UserError
+from scaletrain.rundir import replace_atomic
 
 FORMAT = 1
 KIND = "scaletrain-calibration"
@@ -29,12 +28,7 @@ def cache_path() -> Path:
 def save(calibration: dict[str, Any], path: str | Path) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    with os.fdopen(fd, "w") as f:
-        json.dump(calibration, f, indent=1)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    replace_atomic(path, lambda f: json.dump(calibration, f, indent=1), mode="w")
     return path
 
 

@@ -9,6 +9,7 @@ import subprocess
 
 from scaletrain.dist.env import testbed_state_path
 from scaletrain.errors import UserError
+from scaletrain.rundir import write_json_atomic
 from scaletrain.testbed.plan import IFACE, SWITCH, Testbed, down_commands, has_delay, ours, up_commands
 
 STATE = testbed_state_path()
@@ -49,7 +50,7 @@ def up(tb: Testbed) -> None:
                 _require_netem()
             _run(argv)
         STATE.parent.mkdir(parents=True, exist_ok=True)
-        STATE.write_text(json.dumps(tb.to_dict(), indent=2) + "\n")
+        write_json_atomic(STATE, tb.to_dict())
     except BaseException as e:  # also Ctrl-C: never leave half a testbed behind
         down()
         if isinstance(e, RuntimeError):
