@@ -354,4 +354,3 @@ def _slowdown(many: dict[str, Any], alone: dict[str, Any], phase: str) -> float:
         return math.exp(statistics.fmean(math.log(m / a) for m, a in pairs))
     a = alone["phases_mean_s"][phase]
     return many["phases_mean_s"][phase] / a if a else 1.0
-
