@@ -338,4 +338,3 @@ def _merged_spans(spans: list[tuple]) -> list[list]:
         else:
             out.append([name, round(a, _ROUND), round(b, _ROUND)])
     return out
-
