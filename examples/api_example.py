@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 
 import scaletrain.api as st
-from scaletrain.report import fmt
+from scaletrain import fmt
 
 
 def main() -> None:
