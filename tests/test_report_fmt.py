@@ -13,6 +13,7 @@ def test_formats():
     assert fmt.share(0.4199) == "42.0%" and fmt.share(0.4199, 0) == "42%"
     assert fmt.change(-0.41990) == "-42.0%" and fmt.change(0.1, 0) == "+10%" and fmt.change(None) == "-"
     assert fmt.size(1_090_000) == "1.0 MiB" and fmt.size(3 * 2**30) == "3.0 GiB" and fmt.size(10) == "10 B"
+    assert fmt.size(65.4 * 2**40) == "65.4 TiB"  # a 100,000 px image's dataset: never 66943.5 GiB
     assert fmt.rate(876.71) == "877/s" and fmt.factor(1.818) == "1.82x"
     assert fmt.rate(0.434) == "0.434/s" and fmt.rate(12.34) == "12.3/s" and fmt.rate(1234.4, "samples") == \
         "1,234 samples/s"  # a slow run's rate is never rounded to 0

@@ -60,7 +60,7 @@ def change(fraction: float | None, digits: int = 1) -> str:
 def size(n_bytes: float | None) -> str:
     if n_bytes is None:
         return DASH
-    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+    for unit, scale in (("PiB", 2**50), ("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
         if abs(n_bytes) >= scale:
             return f"{n_bytes / scale:.1f} {unit}"
     return f"{n_bytes:.0f} B"
