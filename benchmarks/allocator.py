@@ -1,4 +1,4 @@
-"""What fixing glibc malloc's thresholds (dist/allocator.py, every scaletrain process's default) does to a
+"""What fixing glibc malloc's thresholds (distributed/allocator.py, every scaletrain process's default) does to a
 training run: samples/s and each rank's peak resident memory, with the thresholds fixed against glibc's own
 dynamic ones (`SCALETRAIN_MALLOC=default`), side by side in one run.
 
@@ -28,7 +28,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from scaletrain.dist import allocator
+from scaletrain.distributed import allocator
 
 WORKLOADS = {
     "ddp": ["--model", "resnet20", "--strategy", "allreduce", "--batch-size", "32", "--synthetic-samples", "2048",

@@ -32,14 +32,14 @@ from rich.console import Console
 from rich.table import Table
 
 from scaletrain.config import TrainConfig
-from scaletrain.dist import allocator
+from scaletrain.distributed import allocator
 
 HERE = Path(__file__).resolve().parent
 TARGET = 0.97  # scaletrain within 3% of the plain loop
 PROFILER_TARGET = 0.98  # the step profiler costs under 2%
 NOISY_SPREAD = 0.15  # (max - min) / median of one side's runs; ~7% on an idle 2-core machine
 _DEFAULTS = {f.name: f.default for f in fields(TrainConfig)}
-# scaletrain's ranks fix glibc's malloc thresholds (dist/allocator.py); the plain loop gets the same through
+# scaletrain's ranks fix glibc's malloc thresholds (distributed/allocator.py); the plain loop gets the same through
 # glibc's environment variables, so that the ratio measures the training loop, not the allocator
 SAME_MALLOC = {"MALLOC_MMAP_THRESHOLD_": str(allocator.MMAP_THRESHOLD),
                "MALLOC_TRIM_THRESHOLD_": str(allocator.TRIM_THRESHOLD)}

@@ -48,7 +48,7 @@ import torch.multiprocessing as mp
 from torch import nn
 
 from scaletrain.config import TrainConfig
-from scaletrain.dist.allocator import settle
+from scaletrain.distributed.allocator import settle
 
 STAGES = 2  # one process per stage; this machine has two cores
 GAIN_TARGET = 1.3  # auto / uniform, where the exhaustive best reaches it
@@ -204,7 +204,7 @@ def _cached_calibration() -> dict[str, Any] | None:
 def measure_model(name: str, rank: int, p: dict[str, Any], say: Callable[[str], None]) -> dict[str, Any]:
     """Every candidate split of `name`, in interleaved rounds; rank 0 returns the measurements."""
     from scaletrain.comm.pipeline import measured_together
-    from scaletrain.dist.group import broadcast_object, gather_objects
+    from scaletrain.distributed.group import broadcast_object, gather_objects
     from scaletrain.split.stages import blocked
 
     torch.manual_seed(p["seed"])  # the same weights on both ranks
@@ -238,7 +238,7 @@ def measure_model(name: str, rank: int, p: dict[str, Any], say: Callable[[str], 
 
 
 def worker(rank: int, port: int, p: dict[str, Any], out: str) -> None:
-    settle()  # glibc's thresholds fixed, as in every rank of a run (dist/allocator.py)
+    settle()  # glibc's thresholds fixed, as in every rank of a run (distributed/allocator.py)
     torch.set_num_threads(1)  # two busy processes on two cores
     os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=STAGES)

@@ -35,7 +35,7 @@ from torch.utils.data import DataLoader, DistributedSampler
 
 from scaletrain.config import TrainConfig
 from scaletrain.data import build_datasets, collate
-from scaletrain.dist.device import cpu_threads_per_rank
+from scaletrain.distributed.device import cpu_threads_per_rank
 from scaletrain.analysis.throughput import warmup_steps
 from scaletrain.models import build_model
 

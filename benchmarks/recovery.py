@@ -31,7 +31,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from scaletrain.dist.env import child_env
+from scaletrain.distributed.env import child_env
 
 ROOT = Path(__file__).resolve().parents[1]
 console = Console(highlight=False)

@@ -6,7 +6,7 @@ The processes are started on first need and kept for the test session (torch is 
 costs its work, not 3 s of start-up per rank); each runs one torch thread unless the job sets its own (the
 trainer does, from its config, as a launched worker would). Each call gets a fresh rendezvous in the
 children's environment (MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE: env://), which `fn` joins with `group()`
-or through scaletrain's own code (dist/group.init_process_group, comm/ps/links.join). A rank that raises fails
+or through scaletrain's own code (distributed/group.init_process_group, comm/ps/links.join). A rank that raises fails
 the test with its traceback; a rank that dies, or a call that outlives its timeout (the hung ranks' Python
 stacks go to stderr), fails it too, so a hang never hangs CI. After any failure the processes are replaced.
 
@@ -190,7 +190,7 @@ def prepare(*argv: str):
     """What `scaletrain train ARGV` does before it starts the ranks: its checks, then the run directory and
     its config.toml. Returns the config the ranks run."""
     from scaletrain.config import save_toml
-    from scaletrain.dist.launch.preflight import preflight
+    from scaletrain.distributed.launch.preflight import preflight
     from scaletrain.rundir import create
 
     cfg = train_config(*argv)
@@ -210,7 +210,7 @@ def train(ranks: Ranks, *argv: str, timeout: float = 120) -> dict | None:
 def train_rank(rank: int, world: int, cfg_dict: dict) -> dict | None:
     """One rank of a run, as the elastic agent's worker runs it (train/worker.run)."""
     from scaletrain.config import config_from_dict
-    from scaletrain.dist.rank import RankInfo
+    from scaletrain.distributed.rank import RankInfo
     from scaletrain.train.worker import run
 
     return run(config_from_dict(cfg_dict), RankInfo(rank, rank, world, world))

@@ -17,9 +17,9 @@ import pytest
 import scaletrain.api as st
 from conftest import summary
 from predict_fixtures import fake_calibration
-from scaletrain.dist import failure
-from scaletrain.dist.env import JOIN_VARS
-from scaletrain.dist.launch import spawned
+from scaletrain.distributed import failure
+from scaletrain.distributed.env import JOIN_VARS
+from scaletrain.distributed.launch import spawned
 from scaletrain.errors import UserError
 
 DATA = Path(__file__).parent / "data"

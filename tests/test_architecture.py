@@ -1,5 +1,5 @@
 """The layout's rules, checked on the source (docs/architecture.md): no import cycles, nothing below the
-command line imports it, the loop names no strategy, rank and environment are read in dist/ alone, and
+command line imports it, the loop names no strategy, rank and environment are read in distributed/ alone, and
 perf/ stays below the rest."""
 
 from __future__ import annotations
@@ -50,17 +50,17 @@ def test_the_training_loop_names_no_strategy():
             assert f'"{name}"' not in text, (path, name)
 
 
-def test_rank_and_environment_are_read_in_dist_alone():
+def test_rank_and_environment_are_read_in_distributed_alone():
     pattern = re.compile(r"os\.environ|os\.getenv|get_rank\(|get_world_size\(")
     offenders = [str(p.relative_to(PACKAGE)) for p in PACKAGE.rglob("*.py")
-                 if p.relative_to(PACKAGE).parts[0] != "dist" and pattern.search(p.read_text())]
+                 if p.relative_to(PACKAGE).parts[0] != "distributed" and pattern.search(p.read_text())]
     assert offenders == []
 
 
-@pytest.mark.parametrize("lower, higher", [("perf", ("train", "dist", "comm", "profiler", "cli", "study", "report")),
-                                           ("analysis", ("train", "dist", "comm", "profiler", "cli", "torch")),
-                                           ("models", ("train", "dist", "comm", "cli")),
-                                           ("data", ("train", "dist", "comm", "cli"))])
+@pytest.mark.parametrize("lower, higher", [("perf", ("train", "distributed", "comm", "profiler", "cli", "study", "report")),
+                                           ("analysis", ("train", "distributed", "comm", "profiler", "cli", "torch")),
+                                           ("models", ("train", "distributed", "comm", "cli")),
+                                           ("data", ("train", "distributed", "comm", "cli"))])
 def test_lower_layers_do_not_import_higher_ones(lower, higher):
     for module, deps in GRAPH.items():
         if module.startswith(f"scaletrain.{lower}"):
@@ -84,8 +84,8 @@ def test_the_performance_model_is_pure():
         names = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
         names |= {(n.module or "").split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
         assert "torch" not in names, module
-        deps = [d for d in GRAPH[module] if d.removeprefix("scaletrain.").split(".")[0] in ("dist", "train", "comm")]
-        assert deps == [] or module == "scaletrain.predict.calibration" and deps == ["scaletrain.dist.env"], module
+        deps = [d for d in GRAPH[module] if d.removeprefix("scaletrain.").split(".")[0] in ("distributed", "train", "comm")]
+        assert deps == [] or module == "scaletrain.predict.calibration" and deps == ["scaletrain.distributed.env"], module
 
 
 def test_a_strategy_is_one_module_and_one_registry_line():

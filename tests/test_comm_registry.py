@@ -10,7 +10,7 @@ import pytest
 from scaletrain.comm import registry
 from scaletrain.comm.strategy import Strategy
 from scaletrain.config import build_config
-from scaletrain.dist.rank import RankInfo
+from scaletrain.distributed.rank import RankInfo
 
 
 def test_checking_a_strategy_flag_imports_neither_torch_nor_a_strategy():

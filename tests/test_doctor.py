@@ -13,8 +13,8 @@ import pytest
 
 from conftest import ROOT
 from scaletrain.cli import main
-from scaletrain.dist.hostfacts import HostFacts, Interface, fake_versions
-from scaletrain.dist.launch.preflight import free_port
+from scaletrain.distributed.hostfacts import HostFacts, Interface, fake_versions
+from scaletrain.distributed.launch.preflight import free_port
 from scaletrain.doctor import checks, links
 from scaletrain.doctor.gathered import Expect, Gathered
 from scaletrain.doctor.table import document, node_line, summary_line, verdict
@@ -314,7 +314,7 @@ def test_inside_an_allocation_the_node_flags_come_from_slurm(monkeypatch):
     env = {"SLURM_NNODES": "3", "SLURM_NODEID": "2", "SLURM_JOB_NODELIST": "gpu[007-009]", "SLURM_JOB_ID": "4242"}
     for key, value in env.items():
         monkeypatch.setenv(key, value)
-    from scaletrain.dist.launch import preflight
+    from scaletrain.distributed.launch import preflight
     monkeypatch.setattr(preflight, "check_address", lambda flag, addr: None)  # gpu007 resolves inside the cluster
     node, _ = check_args(parser.parse_args([]))
     assert (node.nnodes, node.rank, node.master_addr, node.master_port) == (3, 2, "gpu007", 24242)

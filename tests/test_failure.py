@@ -11,8 +11,8 @@ import pytest
 
 import multirank
 from conftest import scaletrain
-from scaletrain.dist import failure
-from scaletrain.dist.launch.outcome import rank_namer
+from scaletrain.distributed import failure
+from scaletrain.distributed.launch.outcome import rank_namer
 
 
 def name(rank: int) -> str:

@@ -1,4 +1,4 @@
-"""How a launch's end is told (dist/launch/outcome.py): ranks named by role, the resume command, a summary
+"""How a launch's end is told (distributed/launch/outcome.py): ranks named by role, the resume command, a summary
 read back whatever state it is in."""
 
 import json
@@ -6,7 +6,7 @@ import json
 import pytest
 
 from scaletrain.config import build_config
-from scaletrain.dist.launch.outcome import print_resume_hint, rank_namer
+from scaletrain.distributed.launch.outcome import print_resume_hint, rank_namer
 from scaletrain.errors import UserError
 from scaletrain.rundir import RunDir, read_summary
 

@@ -110,7 +110,7 @@ def _split_shown(rank, world):
     from multirank import group, train_config
 
     from scaletrain.comm.pipeline import Pipeline
-    from scaletrain.dist.rank import RankInfo
+    from scaletrain.distributed.rank import RankInfo
     from scaletrain.split import costs
     from scaletrain.split.stages import blocked
 

@@ -14,7 +14,7 @@ import pytest
 import multirank
 from conftest import assert_ok, scaletrain, summary
 from scaletrain.analysis import load_records
-from scaletrain.dist.device import machine_cores
+from scaletrain.distributed.device import machine_cores
 
 BASE = ("train", "--model", "lenet5", "--dataset", "digits", "--nproc", "2", "--epochs", "1",
         "--batch-size", "32", "--no-progress")

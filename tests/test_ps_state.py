@@ -6,7 +6,7 @@ import torch
 
 from scaletrain.train import checkpoint
 from scaletrain.config import TrainConfig
-from scaletrain.dist.rank import RankInfo
+from scaletrain.distributed.rank import RankInfo
 from scaletrain.errors import UserError
 from scaletrain.comm.ps import protocol as msg
 from scaletrain.comm.ps.links import Layout, Links

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT, assert_ok, scaletrain, summary
-from scaletrain.dist.env import child_env
+from scaletrain.distributed.env import child_env
 
 pytestmark = pytest.mark.slow
 
@@ -31,7 +31,7 @@ def steps_recorded(run: Path) -> int:
 
 def beating_pid(rank: int, launcher: int) -> int | None:
     """The PID of rank `rank` of a launch that `launcher` started (its child, or its agent's): each rank
-    beats a heartbeat file holding its PID (dist/failure.py) in its launcher's error folder."""
+    beats a heartbeat file holding its PID (distributed/failure.py) in its launcher's error folder."""
     import tempfile
 
     for beat in Path(tempfile.gettempdir()).glob(f"scaletrain-err-*/alive-rank{rank}"):

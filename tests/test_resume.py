@@ -13,7 +13,7 @@ import torch
 
 import multirank
 from conftest import assert_ok, scaletrain
-from scaletrain.dist.launch import preflight as launch
+from scaletrain.distributed.launch import preflight as launch
 from scaletrain.cli import build_parser, main
 from scaletrain.train.cli import train_config
 from scaletrain.config import TrainConfig, load_toml

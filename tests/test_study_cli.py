@@ -22,7 +22,7 @@ from scaletrain.config import TrainConfig, build_config
 from scaletrain.errors import UserError
 from scaletrain.study.cli import add_study_args, spec_from_args
 from scaletrain.study.grid import resolve_spec
-from scaletrain.dist.env import JOIN_VARS
+from scaletrain.distributed.env import JOIN_VARS
 from scaletrain.study.runner import (StudyDir, check_study_dir, error_line, run_state,
                                      train_command, write_spec)
 from scaletrain.fmt import hms
@@ -94,10 +94,10 @@ def test_a_point_that_cannot_run_stops_the_study_before_any_launch(tmp_path, cap
 
 
 def test_points_are_validated_once_per_model_data_and_shape(tmp_path, capsys, monkeypatch):
-    import scaletrain.dist.launch.preflight
+    import scaletrain.distributed.launch.preflight
 
     checked = []
-    monkeypatch.setattr(scaletrain.dist.launch.preflight, "validate", lambda cfg: checked.append((cfg.nproc, cfg.workers)))
+    monkeypatch.setattr(scaletrain.distributed.launch.preflight, "validate", lambda cfg: checked.append((cfg.nproc, cfg.workers)))
     out = tmp_path / "study"
     assert main(["study", "--nproc", "1,2", "--workers", "0,2", *TINY, "--out", str(out), "--dry-run"]) == 0
     assert sorted(n for n, _ in checked) == [1, 2]  # the workers=2 twins need no second check
@@ -115,12 +115,12 @@ def test_dry_run_lists_the_points_and_launches_nothing(tmp_path, capsys):
 
 
 def test_every_point_runs_the_same_threads_per_rank_and_the_plan_says_so(tmp_path, capsys, monkeypatch):
-    import scaletrain.dist.device
-    import scaletrain.dist.launch.preflight
+    import scaletrain.distributed.device
+    import scaletrain.distributed.launch.preflight
     import scaletrain.study.cli
 
-    monkeypatch.setattr(scaletrain.dist.device, "machine_cores", lambda env=None: 2)
-    monkeypatch.setattr(scaletrain.dist.launch.preflight, "validate", lambda cfg: None)
+    monkeypatch.setattr(scaletrain.distributed.device, "machine_cores", lambda env=None: 2)
+    monkeypatch.setattr(scaletrain.distributed.launch.preflight, "validate", lambda cfg: None)
     launched = []
     monkeypatch.setattr(scaletrain.study.cli, "_run_all", lambda console, study, spec, grid, runs:
                         launched.extend(train_command(p.config, study.run(p.id, 0)) for p in grid))

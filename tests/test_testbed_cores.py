@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from scaletrain.dist.device import machine_cores
+from scaletrain.distributed.device import machine_cores
 from scaletrain.errors import UserError
 from scaletrain.testbed.cli import add_testbed_args
 from scaletrain.testbed.cores import cpu_list, share_cores

@@ -12,7 +12,7 @@ import time
 import pytest
 
 from conftest import ROOT, assert_ok, scaletrain, summary
-from scaletrain.dist.env import child_env
+from scaletrain.distributed.env import child_env
 
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(os.geteuid() != 0 or shutil.which("ip") is None or shutil.which("tc") is None,

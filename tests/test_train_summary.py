@@ -6,9 +6,9 @@ import json
 import torch
 
 from scaletrain.config import build_config
-from scaletrain.dist.device import machine_cores
-from scaletrain.dist.rank import RankInfo
-from scaletrain.dist.allocator import settle
+from scaletrain.distributed.device import machine_cores
+from scaletrain.distributed.rank import RankInfo
+from scaletrain.distributed.allocator import settle
 from scaletrain.rundir import RunDir
 from scaletrain.train import summary
 
@@ -40,7 +40,7 @@ def test_placement_says_how_a_cpu_run_sat_on_its_machine():
     where = summary.placement(torch.device("cpu"), RankInfo(1, 1, 4, 2))
     assert where == {"device": "cpu", "local_world_size": 2, "threads_per_rank": torch.get_num_threads(),
                      "cpu_cores": machine_cores(), "testbed": False, **settle()}
-    assert where["malloc"] == "glibc, thresholds fixed"  # and the allocator it ran under (dist/allocator.py)
+    assert where["malloc"] == "glibc, thresholds fixed"  # and the allocator it ran under (distributed/allocator.py)
 
 
 def test_exchange_names_the_gradients_and_which_communication_levers_apply():

@@ -23,7 +23,7 @@ MICROBATCHES, MICRO, SHAPE = 4, 8, (3, 32, 32)
 
 def worker(rank: int, port: int, model_name: str, calls: int, world: int) -> None:
     from scaletrain.models import build_model
-    from scaletrain.dist.allocator import settle
+    from scaletrain.distributed.allocator import settle
     from scaletrain.split.costs import block_costs
     from scaletrain.split.stages import blocked
 

@@ -7,15 +7,15 @@ import argparse
 import importlib
 import sys
 
-from scaletrain.dist.env import quiet_torch_cpp_logs
+from scaletrain.distributed.env import quiet_torch_cpp_logs
 
 quiet_torch_cpp_logs()  # before anything imports torch
 
 import scaletrain  # noqa: E402
 from scaletrain.command import Command  # noqa: E402
 from scaletrain.config.flags import OneLineParser  # noqa: E402
-from scaletrain.dist.allocator import settle as settle_allocator  # noqa: E402
-from scaletrain.dist.launch.spawned import refuse_in_spawned_import  # noqa: E402
+from scaletrain.distributed.allocator import settle as settle_allocator  # noqa: E402
+from scaletrain.distributed.launch.spawned import refuse_in_spawned_import  # noqa: E402
 from scaletrain.errors import UserError  # noqa: E402
 
 # the modules whose COMMANDS make the command line, in the order `scaletrain --help` lists them
@@ -57,7 +57,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     refuse_in_spawned_import("scaletrain.cli.main()")  # a script's unguarded call, run again by a worker
     args = parse_args(argv)
-    settle_allocator()  # before anything is timed or allocated for training (dist/allocator.py)
+    settle_allocator()  # before anything is timed or allocated for training (distributed/allocator.py)
     try:
         return commands()[args.command].run(args)
     except UserError as e:

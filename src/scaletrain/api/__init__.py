@@ -8,7 +8,7 @@ keyword arguments, and the runs, studies and predictions they write read back as
         print(run.top1, run.phases_mean_s)
 """
 
-from scaletrain.dist.env import quiet_torch_cpp_logs
+from scaletrain.distributed.env import quiet_torch_cpp_logs
 
 quiet_torch_cpp_logs()  # before anything imports torch, as the command does
 

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from scaletrain.api.results import Prediction, Run, Study, load_prediction, load_run, load_study
-from scaletrain.dist.launch.spawned import refuse_in_spawned_import
+from scaletrain.distributed.launch.spawned import refuse_in_spawned_import
 from scaletrain.errors import UserError
 
 
@@ -28,12 +28,12 @@ def train(config: str | os.PathLike | None = None, **settings: Any) -> Run:
     anything is written; a run that fails raises RunFailed."""
     refuse_in_spawned_import("scaletrain.api.train()")
     from scaletrain.config import resolve_train_config
-    from scaletrain.dist.allocator import settle
-    from scaletrain.dist.launch import start
+    from scaletrain.distributed.allocator import settle
+    from scaletrain.distributed.launch import start
 
     where = "scaletrain.api.train()"
     cfg = resolve_train_config(_settings(settings, where), _file(config))
-    settle()  # as the command does, before anything is allocated for training (dist/allocator.py)
+    settle()  # as the command does, before anything is allocated for training (distributed/allocator.py)
     code = start.train(cfg)
     return _ended(code, Path(cfg.out))
 
@@ -44,7 +44,7 @@ def study(out: str | os.PathLike, config: str | os.PathLike | None = None, repea
     study TOML (`config`, which they override); rerunning the same call resumes. Returns the study, failed
     points included (`Study.failed`); bad input raises UserError before anything is launched."""
     refuse_in_spawned_import("scaletrain.api.study()")
-    from scaletrain.dist.allocator import settle
+    from scaletrain.distributed.allocator import settle
     from scaletrain.study.cli import run_study
     from scaletrain.study.grid import AXES, load_spec_file, resolve_spec
 
@@ -66,7 +66,7 @@ def predict(out: str | os.PathLike, config: str | os.PathLike | None = None, *,
     """`scaletrain predict --out OUT`: lists are axes (`nproc=[1, 2, 4], nnodes=[1, 2]`), one value a fixed
     setting; the other keywords are the command's own flags. Returns the prediction it wrote."""
     refuse_in_spawned_import("scaletrain.api.predict()")
-    from scaletrain.dist.allocator import settle
+    from scaletrain.distributed.allocator import settle
     from scaletrain.predict.cli import PREDICT_AXES_EXTRA, predict_spec, run_predict
     from scaletrain.study.grid import AXES
 
@@ -119,7 +119,7 @@ def _grid(settings: dict[str, Any], axis_names: tuple[str, ...], where: str) -> 
 
 def _ended(code: int, out: Path) -> Run:
     """The run after its launch returned `code`: read back, or the launcher's one line raised."""
-    from scaletrain.dist.launch.local import PREEMPTED
+    from scaletrain.distributed.launch.local import PREEMPTED
     from scaletrain.rundir import read_summary
 
     if code in (0, PREEMPTED):  # completed or stopped; preempted: checkpointed, `resume=True` continues it

@@ -11,8 +11,8 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from scaletrain.comm import setup as hook_setup
 from scaletrain.comm.strategy import Profiled, Strategy
 from scaletrain.config import TrainConfig
-from scaletrain.dist.group import gather_objects
-from scaletrain.dist.rank import RankInfo
+from scaletrain.distributed.group import gather_objects
+from scaletrain.distributed.rank import RankInfo
 
 
 class AllReduce(Strategy):
@@ -52,7 +52,7 @@ class AllReduce(Strategy):
 
     def _auto_bucket_cap(self) -> float | None:
         """--bucket-cap-mb auto: time this group's all-reduce, let rank 0 choose with the model, share it."""
-        from scaletrain.dist.group import broadcast_object, time_allreduce
+        from scaletrain.distributed.group import broadcast_object, time_allreduce
         from scaletrain.perf.alphabeta import fit_alpha_beta
         from scaletrain.predict import auto_bucket
 

@@ -20,7 +20,7 @@ from torch import nn
 
 from scaletrain.comm.strategy import Strategy
 from scaletrain.config import TrainConfig
-from scaletrain.dist.rank import RankInfo
+from scaletrain.distributed.rank import RankInfo
 
 
 HOST_UNIT_NOTE_S = 1.8e-3

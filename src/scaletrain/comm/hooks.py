@@ -12,7 +12,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from scaletrain.dist.group import current_world_size
+from scaletrain.distributed.group import current_world_size
 from scaletrain.comm.compress import payload_bytes
 from scaletrain.perf.wire import allgather_bytes, allreduce_bytes
 

@@ -31,8 +31,8 @@ from torch import nn
 
 from scaletrain.comm.strategy import Profiled, Strategy, offloading
 from scaletrain.config import TrainConfig
-from scaletrain.dist.group import broadcast_object, gather_objects
-from scaletrain.dist.rank import RankInfo
+from scaletrain.distributed.group import broadcast_object, gather_objects
+from scaletrain.distributed.rank import RankInfo
 from scaletrain.errors import UserError
 from scaletrain.perf.precision import AUTOCAST, place_model, to_device
 from scaletrain.train.evaluate import EvalResult, Tally

@@ -21,7 +21,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from scaletrain.dist.group import current_rank, current_world_size
+from scaletrain.distributed.group import current_rank, current_world_size
 from scaletrain.comm.allreduce import AllReduce
 from scaletrain.comm.setup import CommSetup
 from scaletrain.perf.wire import ring_bytes

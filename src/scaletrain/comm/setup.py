@@ -9,7 +9,7 @@ import torch
 
 from scaletrain.comm.compress import make_compressor
 from scaletrain.comm.hooks import CompressState, compressed_hook, powersgd_state
-from scaletrain.dist.group import current_world_size
+from scaletrain.distributed.group import current_world_size
 from scaletrain.perf.wire import allreduce_bytes, powersgd_bytes
 
 @dataclass

@@ -32,7 +32,7 @@ from typing import Any, Callable
 import torch
 
 from scaletrain.config import TrainConfig
-from scaletrain.dist.rank import RankInfo
+from scaletrain.distributed.rank import RankInfo
 from scaletrain.perf.precision import place_model
 from scaletrain.train.evaluate import EvalResult
 
@@ -56,7 +56,7 @@ class Strategy:
     role = WORKER
     tolerates_dead_workers = False  # ps-async: a worker that dies does not end the job
     lockstep = True  # every rank takes step n together: the loop may agree on something at any step
-    agent_per_rank = False  # start one elastic agent per rank on one node (see dist/launch/isolated.py)
+    agent_per_rank = False  # start one elastic agent per rank on one node (see distributed/launch/isolated.py)
     optimizer_state_keys = "positions"  # how checkpoints key optimizer state: by parameter "positions" or "names"
     gradient_buckets = False  # DDP's buckets carry the gradients: --bucket-cap-mb applies (the diagnosis asks)
     local_update = True  # the rank's own optimizer applies the update (a parameter server's workers: no)
@@ -71,8 +71,8 @@ class Strategy:
     def create(cls, cfg: TrainConfig, rank: RankInfo) -> "Strategy":
         """This rank's strategy on its device (on CPU with its share of the cores as threads), in the
         process group every rank joins. Strategies with roles or groups of their own override it."""
-        from scaletrain.dist.device import choose_device, cpu_threads_per_rank
-        from scaletrain.dist.group import init_process_group
+        from scaletrain.distributed.device import choose_device, cpu_threads_per_rank
+        from scaletrain.distributed.group import init_process_group
 
         device = choose_device(cfg.device, rank)
         if device.type == "cpu":
@@ -165,7 +165,7 @@ class Strategy:
         """This rank's part of evaluating the model on the validation split (collective): rank 0's BN
         statistics on every rank first (DDP syncs them only at the next forward), so every rank evaluates,
         and the checkpoint saves, the same model."""
-        from scaletrain.dist.group import broadcast_buffers
+        from scaletrain.distributed.group import broadcast_buffers
         from scaletrain.train.evaluate import evaluate
 
         broadcast_buffers(model)
@@ -204,7 +204,7 @@ class Strategy:
 
     def close(self) -> None:
         """Tear the process group(s) down."""
-        from scaletrain.dist.group import shutdown
+        from scaletrain.distributed.group import shutdown
 
         shutdown()
 

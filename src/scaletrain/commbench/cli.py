@@ -110,7 +110,7 @@ def check_request(args: argparse.Namespace) -> tuple[list[str], list[int], list[
 def _check_ranks(nproc: int, size: int, nnodes: int, ps: bool) -> None:
     """Refuse more ranks on this node than its cores and memory hold, before any is started: each rank holds
     its message and a copy; a parameter server two of every worker's."""
-    from scaletrain.dist.device import machine_cores
+    from scaletrain.distributed.device import machine_cores
     from scaletrain import fmt
     from scaletrain.perf.footprint import available_bytes
 
@@ -160,10 +160,10 @@ def _launch(args, nproc: int, strategies: list[str], sizes: list[int], rows_path
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import elastic_launch
 
-    from scaletrain.dist import failure
+    from scaletrain.distributed import failure
     from scaletrain.commbench.measure import worker_main
-    from scaletrain.dist.launch.local import launch_config, quiet_agent_logs
-    from scaletrain.dist.launch.preflight import free_port
+    from scaletrain.distributed.launch.local import launch_config, quiet_agent_logs
+    from scaletrain.distributed.launch.preflight import free_port
 
     quiet_agent_logs()
     port = args.master_port or free_port(args.master_addr)

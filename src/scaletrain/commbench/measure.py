@@ -9,9 +9,9 @@ import torch
 import torch.distributed as dist
 
 from scaletrain.comm.ring import ring_allreduce_
-from scaletrain.dist.rank import RankInfo
-from scaletrain.dist.device import choose_device, cpu_threads_per_rank
-from scaletrain.dist.group import current_rank, current_world_size, init_process_group, shutdown
+from scaletrain.distributed.rank import RankInfo
+from scaletrain.distributed.device import choose_device, cpu_threads_per_rank
+from scaletrain.distributed.group import current_rank, current_world_size, init_process_group, shutdown
 from scaletrain.perf.wire import allreduce_bytes, ps_push_bytes, ps_server_bytes, ring_bytes
 from scaletrain.rundir import append_jsonl
 

@@ -379,7 +379,7 @@ def _flag(name: str) -> str:
 
 def check_address(name: str, value: str | None) -> None:
     """An address must be an IP address or a host name: `999.1.1.1` is neither (whether a name resolves is
-    checked where the launch starts, dist/launch/preflight.py check_address)."""
+    checked where the launch starts, distributed/launch/preflight.py check_address)."""
     text = (value or "").strip()
     try:
         if value is not None and (not text or text.split()[0] != text or re.fullmatch(r"[\d.]+", text)):

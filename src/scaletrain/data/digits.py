@@ -28,7 +28,7 @@ class DigitsSplit:
 
 
 SPLIT_CACHE = "digits-split-1.npz"
-"""The split as arrays in the user's cache (dist/env.cache_dir, given by the launcher and each rank): a process
+"""The split as arrays in the user's cache (distributed/env.cache_dir, given by the launcher and each rank): a process
 that reads it skips importing scikit-learn, 2 s here in the launcher and again in every rank."""
 
 

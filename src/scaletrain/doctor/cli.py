@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 from scaletrain.command import Command
-from scaletrain.dist.rank import slurm_node_flags
+from scaletrain.distributed.rank import slurm_node_flags
 from scaletrain.errors import UserError
 from scaletrain.units import parse_rate
 
@@ -56,7 +56,7 @@ def add_doctor_args(p: argparse.ArgumentParser) -> None:
 def check_args(args: argparse.Namespace):
     """(this node's flags, the expectations) from the arguments; every bad value is one line (exit 2)."""
     from scaletrain.config.sections import LaunchConfig
-    from scaletrain.dist.launch.preflight import check_address, free_port
+    from scaletrain.distributed.launch.preflight import check_address, free_port
     from scaletrain.doctor.gathered import Expect
     from scaletrain.doctor.session import Node
 
@@ -97,7 +97,7 @@ def check_args(args: argparse.Namespace):
 
 
 def run_doctor(args: argparse.Namespace) -> int:
-    from scaletrain.dist import hostfacts
+    from scaletrain.distributed import hostfacts
 
     node, expect = check_args(args)
     start = time.monotonic()

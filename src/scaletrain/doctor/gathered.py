@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-from scaletrain.dist.hostfacts import HostFacts
+from scaletrain.distributed.hostfacts import HostFacts
 
 STATUSES = ("pass", "warn", "fail")
 

@@ -19,7 +19,7 @@ import socket
 import time
 from datetime import timedelta
 
-from scaletrain.dist.launch.preflight import check_port
+from scaletrain.distributed.launch.preflight import check_port
 from scaletrain.errors import UserError
 
 CLOCK_SAMPLES = 5

@@ -19,7 +19,7 @@ import time
 import uuid
 from dataclasses import dataclass
 
-from scaletrain.dist import hostfacts
+from scaletrain.distributed import hostfacts
 from scaletrain.doctor import links, meet, shared_dir
 from scaletrain.doctor.gathered import Gathered
 from scaletrain.errors import UserError

@@ -29,7 +29,7 @@ import numpy as np
 import torch
 
 import scaletrain
-from scaletrain.dist.allocator import settle
+from scaletrain.distributed.allocator import settle
 from scaletrain.predict import grid, probe, refnet, regress
 from scaletrain.predict.calibration import FORMAT, KIND
 from scaletrain.predict.ops import build_op
@@ -371,7 +371,7 @@ def _loop_run(out: Path, net: str, nproc: int, batch: int, quick: bool, folder: 
 
 
 def _run(cmd: list[str]) -> subprocess.CompletedProcess:
-    from scaletrain.dist.env import child_env
+    from scaletrain.distributed.env import child_env
 
     return subprocess.run(cmd, capture_output=True, text=True, env=child_env(), timeout=900)
 

@@ -40,7 +40,7 @@ def make_calibration(out: Path | None, *, quick: bool, device: str = "auto") -> 
     import torch
 
     from scaletrain.console.phase import phase
-    from scaletrain.dist.device import machine_cores
+    from scaletrain.distributed.device import machine_cores
     from scaletrain.predict import calibrate, calibration
     from scaletrain.rundir import check_out_file
 

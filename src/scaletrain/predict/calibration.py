@@ -20,7 +20,7 @@ REQUIRED = ("format", "kind", "device", "threads", "precisions", "layers", "opti
 
 def cache_path() -> Path:
     """Where `predict` keeps this machine's calibration when none is given (`$XDG_CACHE_HOME/scaletrain`)."""
-    from scaletrain.dist.env import cache_dir
+    from scaletrain.distributed.env import cache_dir
 
     return cache_dir() / "calibration.json"
 

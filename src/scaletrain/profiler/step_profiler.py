@@ -26,7 +26,7 @@ from typing import Any, Callable, Iterable, Iterator
 import torch
 import torch.distributed as dist
 
-from scaletrain.dist.group import current_rank, current_world_size, gather_objects
+from scaletrain.distributed.group import current_rank, current_world_size, gather_objects
 from scaletrain.profiler.steplog import StepLog
 from scaletrain.perf.wire import allreduce_bytes
 from scaletrain.profiler import commhook

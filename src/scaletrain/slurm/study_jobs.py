@@ -54,7 +54,7 @@ class StudySubmission:
 
 def submit_study(args: argparse.Namespace, opts: SlurmOptions, workdir: Path) -> StudySubmission:
     """Check every point, then (unless --dry-run) write a script per run still to do and submit them."""
-    from scaletrain.dist.launch.preflight import validate
+    from scaletrain.distributed.launch.preflight import validate
     from scaletrain.study.cli import spec_from_args
 
     if getattr(args, "predict", False):

@@ -85,7 +85,7 @@ def check_cluster(opts: SlurmOptions, dry_run: bool) -> None:
 def submit_train(given: dict[str, Any], config_file: str | None, opts: SlurmOptions, workdir: Path,
                  dry_run: bool) -> Submission:
     """Check everything, then (unless a dry run) write RUN/slurm/job.sbatch, submit it and record the job."""
-    from scaletrain.dist.launch.preflight import validate
+    from scaletrain.distributed.launch.preflight import validate
 
     refuse_node_flags(given)
     check_cluster(opts, dry_run)  # the cheap checks first: sbatch here, the partition known

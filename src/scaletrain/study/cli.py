@@ -15,7 +15,7 @@ from scaletrain.errors import UserError
 from scaletrain.study.grid import (AXES, STUDY_OWNED, StudySpec, Threads, fair_threads, load_spec_file, parse_axis,
                                    points, resolve_spec, validate_points)
 from scaletrain.study.results import failed_points, study_entries
-from scaletrain.dist.env import child_env
+from scaletrain.distributed.env import child_env
 from scaletrain.study.runner import (StudyDir, check_study_dir, initial_record, recorded_spec, run_point, run_state,
                                      terminate_as_interrupt, write_results, write_spec)
 
@@ -56,8 +56,8 @@ def spec_from_args(args: argparse.Namespace) -> StudySpec:
 def run_study(args: argparse.Namespace, spec: StudySpec | None = None) -> int:
     """`spec`: the grid already made from settings (scaletrain.api); else from the flags in `args`."""
     from scaletrain.console.width import output_console
-    from scaletrain.dist.device import machine_cores
-    from scaletrain.dist.launch.preflight import validate
+    from scaletrain.distributed.device import machine_cores
+    from scaletrain.distributed.launch.preflight import validate
     from scaletrain.study.view import threads_line
 
     spec = spec if spec is not None else spec_from_args(args)

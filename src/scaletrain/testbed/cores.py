@@ -24,7 +24,7 @@ class CoreShare:
     cpus: tuple[tuple[int, ...], ...] | None
 
     def env(self) -> dict[str, str]:
-        """What every host's processes are told: SCALETRAIN_CORES, read by scaletrain.dist.device.machine_cores()
+        """What every host's processes are told: SCALETRAIN_CORES, read by scaletrain.distributed.device.machine_cores()
         (the trainer's default --threads is that // its local ranks)."""
         return {"SCALETRAIN_CORES": str(self.per_host)}
 

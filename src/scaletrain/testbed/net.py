@@ -7,7 +7,7 @@ import os
 import shutil
 import subprocess
 
-from scaletrain.dist.env import testbed_state_path
+from scaletrain.distributed.env import testbed_state_path
 from scaletrain.errors import UserError
 from scaletrain.rundir import write_json_atomic
 from scaletrain.testbed.plan import IFACE, SWITCH, Testbed, down_commands, has_delay, ours, up_commands

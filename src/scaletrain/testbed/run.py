@@ -10,7 +10,7 @@ import subprocess
 import sys
 import time
 
-from scaletrain.dist.env import child_env
+from scaletrain.distributed.env import child_env
 from scaletrain.errors import UserError
 from scaletrain.testbed.cores import CoreShare
 from scaletrain.testbed.plan import IFACE, Testbed

@@ -9,7 +9,7 @@ import torch
 
 from scaletrain.config import TrainConfig
 from scaletrain.data import build_datasets
-from scaletrain.dist.env import cache_dir
+from scaletrain.distributed.env import cache_dir
 from scaletrain.models import build_model
 
 

@@ -16,7 +16,7 @@ def train_config(args: argparse.Namespace) -> TrainConfig:
 
 
 def run_train(args: argparse.Namespace) -> int:
-    from scaletrain.dist.launch.start import train
+    from scaletrain.distributed.launch.start import train
 
     return train(train_config(args))
 

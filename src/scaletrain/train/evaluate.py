@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import torch
 from torch.utils.data import Sampler
 
-from scaletrain.dist.group import all_reduce_max, all_reduce_sum
+from scaletrain.distributed.group import all_reduce_max, all_reduce_sum
 from scaletrain.perf.precision import to_device
 
 

@@ -25,7 +25,7 @@ from torch.utils.data import DataLoader
 from scaletrain.comm.strategy import Strategy
 from scaletrain.config import TrainConfig
 from scaletrain.data import DelayedDataset, collate
-from scaletrain.dist.group import all_reduce_max, barrier, gather_objects
+from scaletrain.distributed.group import all_reduce_max, barrier, gather_objects
 from scaletrain.errors import UserError
 from scaletrain.perf.precision import AUTOCAST, to_device
 from scaletrain.profiler import StepProfiler

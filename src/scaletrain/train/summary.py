@@ -16,9 +16,9 @@ import scaletrain
 from scaletrain.analysis.throughput import steady_samples_per_s
 from scaletrain.config import TrainConfig
 from scaletrain.comm.spec import compressible
-from scaletrain.dist.device import machine_cores, testbed_cores
-from scaletrain.dist.rank import RankInfo
-from scaletrain.dist.allocator import settle
+from scaletrain.distributed.device import machine_cores, testbed_cores
+from scaletrain.distributed.rank import RankInfo
+from scaletrain.distributed.allocator import settle
 from scaletrain.rundir import RunDir, read_jsonl, write_json_atomic
 from scaletrain.train.optim import peak_lr
 from scaletrain.train.restarts import path_of, restarts

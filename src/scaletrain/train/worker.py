@@ -11,8 +11,8 @@ from scaletrain.comm import registry
 from scaletrain.comm.strategy import SERVER, closing
 from scaletrain.config import TrainConfig, config_from_dict
 from scaletrain.config.specs import without_failures
-from scaletrain.dist import failure
-from scaletrain.dist.rank import RankInfo, restart_count
+from scaletrain.distributed import failure
+from scaletrain.distributed.rank import RankInfo, restart_count
 from scaletrain.errors import UserError
 from scaletrain.rundir import RunDir, keep_epochs_before
 from scaletrain.train import restarts
@@ -39,7 +39,7 @@ def worker_main(cfg_dict: dict[str, Any], error_dir: str) -> None:
 
 def run(cfg: TrainConfig, rank: RankInfo) -> dict[str, Any] | None:
     """Join the job through the strategy, train (or serve), tear down. Returns the summary on rank 0."""
-    from scaletrain.dist.allocator import settle
+    from scaletrain.distributed.allocator import settle
     from scaletrain.perf.precision import made_in
     from scaletrain.train.build import build_data_and_model
     from scaletrain.train.loop import Trainer

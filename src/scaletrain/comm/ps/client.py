@@ -17,7 +17,7 @@ from typing import Any
 import torch
 
 from scaletrain.comm.compress import make_compressor, payload_bytes
-from scaletrain.dist.group import gather_objects
+from scaletrain.distributed.group import gather_objects
 from scaletrain.comm.ps import protocol as msg
 from scaletrain.comm.ps.links import Links
 from scaletrain.comm.ps.shard import bounds

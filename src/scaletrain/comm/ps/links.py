@@ -20,7 +20,7 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
-from scaletrain.dist.rank import RankInfo
+from scaletrain.distributed.rank import RankInfo
 
 WORKER, SERVER = 0, 1  # a link's two members: the worker is rank 0 of it, the server rank 1
 

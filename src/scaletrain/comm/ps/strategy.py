@@ -19,9 +19,9 @@ from scaletrain.comm.ps.server import AsyncServer, Server, ServerConfig, SyncSer
 from scaletrain.comm.ps.stats import summarize
 from scaletrain.comm.strategy import SERVER, WORKER, Strategy
 from scaletrain.config import TrainConfig
-from scaletrain.dist.device import choose_device, cpu_threads_per_rank
-from scaletrain.dist.group import gather_objects
-from scaletrain.dist.rank import RankInfo
+from scaletrain.distributed.device import choose_device, cpu_threads_per_rank
+from scaletrain.distributed.group import gather_objects
+from scaletrain.distributed.rank import RankInfo
 from scaletrain.rundir import RunDir
 
 

@@ -6,7 +6,7 @@ import os
 
 import torch
 
-from scaletrain.dist.rank import RankInfo
+from scaletrain.distributed.rank import RankInfo
 from scaletrain.errors import UserError
 
 def choose_device(requested: str, rank: RankInfo) -> torch.device:

@@ -1,11 +1,11 @@
-"""The process environment (dist/env.py): what a launched child inherits, the C++ log level, the testbed's
+"""The process environment (distributed/env.py): what a launched child inherits, the C++ log level, the testbed's
 state file."""
 
 import os
 from pathlib import Path
 
-from scaletrain.dist import env as dist_env
-from scaletrain.dist.env import JOIN_VARS, child_env, quiet_torch_cpp_logs
+from scaletrain.distributed import env as dist_env
+from scaletrain.distributed.env import JOIN_VARS, child_env, quiet_torch_cpp_logs
 
 
 def test_child_env_drops_the_join_variables():

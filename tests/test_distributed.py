@@ -8,8 +8,8 @@ import os
 import pytest
 import torch
 
-from scaletrain.dist.rank import RankInfo, first_slurm_host, launched_externally, slurm_rendezvous
-from scaletrain.dist.device import check_device_request, choose_device, cpu_threads_per_rank
+from scaletrain.distributed.rank import RankInfo, first_slurm_host, launched_externally, slurm_rendezvous
+from scaletrain.distributed.device import check_device_request, choose_device, cpu_threads_per_rank
 from scaletrain.errors import UserError
 
 ALL_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "SLURM_PROCID", "SLURM_NTASKS",

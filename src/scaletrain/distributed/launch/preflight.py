@@ -10,8 +10,8 @@ from pathlib import Path
 from scaletrain.comm.registry import strategy_class
 from scaletrain.config import TrainConfig
 from scaletrain.data import build_datasets, default_image_size
-from scaletrain.dist.device import check_device_request
-from scaletrain.dist.env import cache_dir
+from scaletrain.distributed.device import check_device_request
+from scaletrain.distributed.env import cache_dir
 from scaletrain.errors import UserError
 from scaletrain.models import build_model
 from scaletrain.perf import footprint

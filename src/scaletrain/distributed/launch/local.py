@@ -13,9 +13,9 @@ import uuid
 
 from scaletrain.comm.registry import strategy_class
 from scaletrain.config import TrainConfig
-from scaletrain.dist import failure
-from scaletrain.dist.launch import spawned
-from scaletrain.dist.launch.outcome import print_resume_hint, print_summary, rank_namer
+from scaletrain.distributed import failure
+from scaletrain.distributed.launch import spawned
+from scaletrain.distributed.launch.outcome import print_resume_hint, print_summary, rank_namer
 from scaletrain.errors import UserError
 from scaletrain.rundir import RunDir, read_summary
 from scaletrain.train import restarts, summary

@@ -1,6 +1,6 @@
 """What one host of a multi-node launch looks like to `scaletrain doctor`: its addresses and network
 interfaces, the interface the collectives will use, its Python/torch/scaletrain versions, its GPUs.
-Read here (under dist/) because part of it is the environment (GLOO_SOCKET_IFNAME and friends)."""
+Read here (under distributed/) because part of it is the environment (GLOO_SOCKET_IFNAME and friends)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""glibc malloc's thresholds fixed at start-up (dist/allocator.py): an allocation of a few MB is served from
+"""glibc malloc's thresholds fixed at start-up (distributed/allocator.py): an allocation of a few MB is served from
 the heap, not from fresh mmap pages, once `settle()` ran; the opt-out and the user's own variables are
 honoured. Each case runs in a fresh interpreter: the thresholds are a process's, set once."""
 
@@ -9,13 +9,13 @@ import sys
 
 import pytest
 
-from scaletrain.dist import allocator
+from scaletrain.distributed import allocator
 
 # How many bytes glibc serves from mmap for one 8 MiB malloc held alive (mallinfo2's hblkhd before and after),
 # printed after settle()'s record.
 PROBE = """
 import ctypes, json
-from scaletrain.dist.allocator import settle
+from scaletrain.distributed.allocator import settle
 
 class Info(ctypes.Structure):
     _fields_ = [(n, ctypes.c_size_t) for n in

@@ -8,7 +8,7 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
-from scaletrain.dist.rank import RankInfo
+from scaletrain.distributed.rank import RankInfo
 
 def init_process_group(device: torch.device, rank: RankInfo, timeout_s: float = 300) -> str:
     """NCCL for CUDA, gloo for CPU; returns the backend name."""
@@ -27,7 +27,7 @@ def attempt_store(timeout_s: float):
     keys a failed attempt's ranks left there (their addresses, barrier counts) would be read by the next
     attempt's as their own: gloo connects to a dead rank's port ("Connection refused") or a barrier never
     fills. Each attempt gets its own key space in it. None (env://) where no agent's store is shared."""
-    from scaletrain.dist.env import agent_store
+    from scaletrain.distributed.env import agent_store
 
     where = agent_store()
     if where is None:

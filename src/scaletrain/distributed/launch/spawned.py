@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from scaletrain.errors import UserError
 
 LAUNCH_ERRORS = "SCALETRAIN_LAUNCH_ERRORS"
-"""The launcher's folder of rank error records (dist/failure.py), for a worker that has no rank yet."""
+"""The launcher's folder of rank error records (distributed/failure.py), for a worker that has no rank yet."""
 
 
 @contextlib.contextmanager
@@ -56,7 +56,7 @@ def refuse_in_spawned_import(call: str) -> None:
     err_dir = os.environ.get(LAUNCH_ERRORS)
     if err_dir is None:
         raise error
-    from scaletrain.dist import failure  # (imports torch: only on this rare path)
+    from scaletrain.distributed import failure  # (imports torch: only on this rare path)
 
     failure.record_error(err_dir, None, 0, error, user_error=True)  # its rank is not known yet: 0 speaks for all
     raise SystemExit(2)

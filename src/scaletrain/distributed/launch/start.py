@@ -7,11 +7,11 @@ from pathlib import Path
 
 from scaletrain.comm.registry import strategy_class
 from scaletrain.config import TrainConfig, save_toml
-from scaletrain.dist.launch.external import join_external_launch
-from scaletrain.dist.launch.isolated import AGENT_OF_ISOLATED, launch_isolated
-from scaletrain.dist.launch.local import launch_local
-from scaletrain.dist.launch.preflight import check_port, free_port, preflight
-from scaletrain.dist.rank import launched_externally
+from scaletrain.distributed.launch.external import join_external_launch
+from scaletrain.distributed.launch.isolated import AGENT_OF_ISOLATED, launch_isolated
+from scaletrain.distributed.launch.local import launch_local
+from scaletrain.distributed.launch.preflight import check_port, free_port, preflight
+from scaletrain.distributed.rank import launched_externally
 from scaletrain.rundir import RunDir, create, keep_epochs_before, remove_stale_temps
 from scaletrain.train import restarts
 

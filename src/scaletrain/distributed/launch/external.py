@@ -9,11 +9,11 @@ import tempfile
 from pathlib import Path
 
 from scaletrain.config import TrainConfig, save_toml
-from scaletrain.dist import failure
-from scaletrain.dist.launch.local import PREEMPTED
-from scaletrain.dist.launch.outcome import print_summary, rank_namer
-from scaletrain.dist.launch.preflight import preflight
-from scaletrain.dist.rank import RankInfo, slurm_rendezvous
+from scaletrain.distributed import failure
+from scaletrain.distributed.launch.local import PREEMPTED
+from scaletrain.distributed.launch.outcome import print_summary, rank_namer
+from scaletrain.distributed.launch.preflight import preflight
+from scaletrain.distributed.rank import RankInfo, slurm_rendezvous
 from scaletrain.errors import UserError
 from scaletrain.rundir import create
 

@@ -15,7 +15,7 @@ import sys
 
 from scaletrain.comm.registry import strategy_class
 from scaletrain.config import TrainConfig
-from scaletrain.dist.device import cpu_threads_per_rank
+from scaletrain.distributed.device import cpu_threads_per_rank
 from scaletrain.rundir import RunDir
 
 # set in the agents that an isolated launch starts: the parent already checked and created the run
