@@ -7,7 +7,7 @@ rank 0 exactly as `--strategy pipeline --split auto` chooses it, on block costs 
 then shared), the baselines `uniform`, `params` and `time`, where this machine has a calibration the split
 its predicted costs give (`calibration`: what `scaletrain split` and `predict` choose before a run), and
 every possible split (K = 2: a cut after each block but the last) — the exhaustive search, by measurement.
-Each distinct split is built as training builds it (split/stages.py's stage modules, comm/pipeline.py's
+Each distinct split is built as training builds it (split/stages.py's stage modules, comm/pipeline/strategy.py's
 build_schedule) and trained for a few steps (schedule step + SGD step) after a warm-up step, in interleaved
 rounds: round r runs every split once, the order rotated by r, so that the drift of a shared machine hits
 every split alike. A split's samples/s is the global batch times the timed steps over
@@ -18,7 +18,7 @@ Targets: auto / uniform >= 1.3 where uniform is unbalanced enough for that to be
 exhaustive best measures >= 1.3x uniform: a stage-time imbalance alone says little, since the step is
 sum + (M-1) x max of the stage times, so a 1.5x imbalance buys at most ~1.2x at M=4), and auto / exhaustive
 best >= 0.97. Also reported: each stage's measured bubble (the waits that include a receive,
-comm/pipeline.py's `timed`) over the schedule's step against (K-1)/(M+K-1), and for the auto split its
+comm/pipeline/strategy.py's `timed`) over the schedule's step against (K-1)/(M+K-1), and for the auto split its
 predicted forward + backward per stage against the measured one. A measurement, not a
 test: exits 0 whatever the ratios (1 if a run fails).
 
@@ -92,7 +92,7 @@ SHAPE = (3, 32, 32)
 
 # ---------------------------------------------------------------------------------------------- measuring
 class Phases:
-    """The profiler `comm/pipeline.timed` expects: `mark(name)` books the time since the previous mark."""
+    """The profiler `comm/pipeline/strategy.timed` expects: `mark(name)` books the time since the previous mark."""
 
     enabled = True
 
@@ -113,7 +113,7 @@ class Split:
     """One candidate split, built on this rank: its stage module, schedule and optimizer."""
 
     def __init__(self, graph, bounds: list[tuple[int, int]], rank: int, p: dict[str, Any]) -> None:
-        from scaletrain.comm.pipeline import build_schedule
+        from scaletrain.comm.pipeline.strategy import build_schedule
         from scaletrain.split.stages import stage_module
 
         micro = p["batch_size"] // p["microbatches"]
@@ -127,7 +127,7 @@ class Split:
         self.first, self.last = rank == 0, rank == STAGES - 1
 
     def step(self, x: torch.Tensor, y: torch.Tensor, phases: Phases) -> None:
-        from scaletrain.comm.pipeline import timed
+        from scaletrain.comm.pipeline.strategy import timed
 
         phases.start()
         self.optimizer.zero_grad(set_to_none=True)
@@ -203,7 +203,7 @@ def _cached_calibration() -> dict[str, Any] | None:
 
 def measure_model(name: str, rank: int, p: dict[str, Any], say: Callable[[str], None]) -> dict[str, Any]:
     """Every candidate split of `name`, in interleaved rounds; rank 0 returns the measurements."""
-    from scaletrain.comm.pipeline import measured_together
+    from scaletrain.comm.pipeline.strategy import measured_together
     from scaletrain.distributed.group import broadcast_object, gather_objects
     from scaletrain.split.stages import blocked
 

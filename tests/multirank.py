@@ -204,7 +204,7 @@ def train(ranks: Ranks, *argv: str, timeout: float = 120) -> dict | None:
     """`scaletrain train ARGV` with the pool's processes as its ranks instead of the elastic agent's: the same
     checks, the same run directory (config.toml, metrics, checkpoint, summary.json); rank 0's summary."""
     cfg = prepare(*argv)
-    return ranks.run(train_rank, cfg.nproc * cfg.nnodes, cfg.to_dict(), timeout=timeout)[0]
+    return ranks.run(train_rank, cfg.launch.nproc * cfg.launch.nnodes, cfg.to_dict(), timeout=timeout)[0]
 
 
 def train_rank(rank: int, world: int, cfg_dict: dict) -> dict | None:

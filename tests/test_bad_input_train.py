@@ -14,7 +14,11 @@ from conftest import one_error_line
 from scaletrain.cli import main
 from scaletrain.comm import registry
 from scaletrain.config import build_config
+from scaletrain.comm.pipeline.options import PipelineOptions
+from scaletrain.comm.ps.options import PsOptions
+from scaletrain.config.fields import setting_key
 from scaletrain.config.sections import StrategyConfig
+from dataclasses import fields
 from scaletrain.errors import UserError
 
 
@@ -51,7 +55,8 @@ def test_a_setting_without_what_it_needs_is_refused(flags, needles, tmp_path, ca
 
 
 def test_every_strategy_setting_is_declared_by_the_strategies_that_take_it():
-    settings = {f for f in StrategyConfig.__dataclass_fields__ if StrategyConfig.__dataclass_fields__[f].init}
+    settings = {setting_key(f) for section in (StrategyConfig, PsOptions, PipelineOptions) for f in fields(section)
+                if f.init}
     declared = {o for options in registry.OPTIONS.values() for o in options}
     assert set(registry.OPTIONS) == set(registry.STRATEGIES)
     assert declared <= settings
@@ -66,7 +71,7 @@ def test_the_check_follows_what_a_strategy_declares(monkeypatch):
         build_config({}, {"microbatches": 8})
     monkeypatch.setitem(registry.OPTIONS, "allreduce", (*registry.OPTIONS["allreduce"], "microbatches"))
     monkeypatch.setattr(applies, "NEEDS", {**applies.NEEDS, **applies._strategy_needs()})
-    assert build_config({}, {"microbatches": 8}).microbatches == 8
+    assert build_config({}, {"microbatches": 8}).pipeline.microbatches == 8
 
 
 def test_a_setting_at_its_default_or_spelt_none_is_not_set():
@@ -107,9 +112,9 @@ def test_a_study_leaves_a_setting_out_of_the_points_that_lack_it():
     from scaletrain.study.grid import StudySpec, points
 
     grid = points(StudySpec(axes={"nproc": [2], "strategy": ["allreduce", "pipeline"]}, train={"stages": 2}))
-    assert {p.config.strategy: p.config.stages for p in grid} == {"allreduce": None, "pipeline": 2}
+    assert {p.config.strategy.name: p.config.pipeline.stages for p in grid} == {"allreduce": None, "pipeline": 2}
     grid = points(StudySpec(axes={"nproc": [1], "workers": [0, 2]}, train={"persistent_workers": True}))
-    assert [p.config.persistent_workers for p in grid] == [False, True]
+    assert [p.config.data.persistent_workers for p in grid] == [False, True]
 
 
 @pytest.mark.parametrize("flags, needles", [
@@ -142,7 +147,8 @@ def test_doctor_refuses_a_master_host_name_that_does_not_resolve(capsys, monkeyp
 
     monkeypatch.setattr(socket, "getaddrinfo", no_such_host)
     assert main(["doctor", "--master-addr", "node0.nowhere", "--master-port", "29511"]) == 2
-    one_error_line(capsys, "--master-addr node0.nowhere is neither an IP address nor a host name that resolves", quiet=True)
+    one_error_line(capsys, "--master-addr node0.nowhere is neither an IP address nor a host name that resolves",
+                   quiet=True)
 
 
 # ------------------------------------------------------------------ slurm

@@ -16,7 +16,8 @@ import scaletrain
 from scaletrain.cli import build_parser, main
 from scaletrain.train.cli import train_config
 from scaletrain.config.flags import add_train_args, field_help, listed
-from scaletrain.config import SECTIONS, TrainConfig, field_names, save_toml
+from scaletrain.config import SECTIONS, TrainConfig, config_fields, field_names, save_toml
+from scaletrain.config.fields import setting_key
 from scaletrain.errors import UserError
 
 
@@ -43,11 +44,12 @@ def field_docstrings() -> dict[str, str]:
 
 
 def _docstrings_of(section) -> dict[str, str]:
+    keys = {f.name: setting_key(f) for f in fields(section)}
     body = ast.parse(textwrap.dedent(inspect.getsource(section))).body[0].body
     out = {}
     for i, node in enumerate(body[:-1]):
         if isinstance(node, ast.AnnAssign):
-            out[node.target.id] = ast.literal_eval(body[i + 1].value)
+            out[keys[node.target.id]] = ast.literal_eval(body[i + 1].value)
     return out
 
 
@@ -88,12 +90,12 @@ def test_help_texts_are_the_field_docstrings():
     assert helps == {k: v.replace("%", "%%") for k, v in docs.items()}
     assert helps["lr"] == "Base learning rate (before the linear scaling rule)."
     acts = actions_by_dest(train_parser())
-    for f in fields(TrainConfig):
-        a = acts[f.name]
+    for f in config_fields():
+        a = acts[setting_key(f)]
         if str(f.type) == "bool":
-            assert a.help == helps[f.name]
-        else:
-            assert a.help == f"{helps[f.name]}{listed(f.name)} (default: {f.default})"  # values from a registry
+            assert a.help == helps[setting_key(f)]
+        else:  # values from a registry
+            assert a.help == f"{helps[setting_key(f)]}{listed(setting_key(f))} (default: {f.default})"
 
 
 def test_strategy_help_lists_every_registered_strategy():
@@ -126,21 +128,22 @@ def test_only_given_flags_override_the_config_file(tmp_path):
     conf = tmp_path / "c.toml"
     conf.write_text('epochs = 3\nlr = 0.5\nmodel = "mlp"\naugment = false\n')
     cfg = cfg_of("--config", str(conf), "--lr", "0.2", "--batch-size", "8")
-    assert (cfg.epochs, cfg.lr, cfg.model, cfg.augment, cfg.batch_size) == (3, 0.2, "mlp", False, 8)
-    assert cfg.optimizer == TrainConfig().optimizer
+    assert (cfg.optim.epochs, cfg.optim.lr, cfg.model.name, cfg.data.augment, cfg.optim.batch_size) == (3, 0.2, "mlp",
+                                                                                                        False, 8)
+    assert cfg.optim.optimizer == TrainConfig().optim.optimizer
 
 
 def test_bool_flag_overrides_the_config_file(tmp_path):
     conf = tmp_path / "c.toml"
     conf.write_text("augment = false\n")
-    assert cfg_of("--config", str(conf)).augment is False
-    assert cfg_of("--config", str(conf), "--augment").augment is True
+    assert cfg_of("--config", str(conf)).data.augment is False
+    assert cfg_of("--config", str(conf), "--augment").data.augment is True
 
 
 def test_out_defaults_to_a_run_folder():
     cfg = cfg_of("--model", "lenet5")
-    assert cfg.out is not None
-    out = Path(cfg.out)
+    assert cfg.launch.out is not None
+    out = Path(cfg.launch.out)
     assert out.parent == Path("runs") and out.name.startswith("lenet5-digits-")
 
 
@@ -157,34 +160,35 @@ def test_resume_without_out_is_a_user_error():
 def test_resume_takes_the_saved_config_as_base_and_flags_override_it(tmp_path):
     run = tmp_path / "run"
     run.mkdir()
-    save_toml(TrainConfig(model="mlp", epochs=7, lr=0.3, batch_size=16, out=str(run)), run / "config.toml")
+    save_toml(TrainConfig.from_dict(dict(model="mlp", epochs=7, lr=0.3, batch_size=16, out=str(run))),
+              run / "config.toml")
     cfg = cfg_of("--resume", "--out", str(run), "--epochs", "9")
-    assert cfg.resume is True and cfg.out == str(run)
-    assert (cfg.model, cfg.lr, cfg.batch_size) == ("mlp", 0.3, 16)
-    assert cfg.epochs == 9
+    assert cfg.launch.resume is True and cfg.launch.out == str(run)
+    assert (cfg.model.name, cfg.optim.lr, cfg.optim.batch_size) == ("mlp", 0.3, 16)
+    assert cfg.optim.epochs == 9
 
 
 def test_resume_does_not_inherit_the_saved_stop_after(tmp_path):
     run = tmp_path / "run"
     run.mkdir()
-    save_toml(TrainConfig(epochs=6, stop_after=2, out=str(run)), run / "config.toml")
-    assert cfg_of("--resume", "--out", str(run)).stop_after is None
-    assert cfg_of("--resume", "--out", str(run), "--stop-after", "3").stop_after == 3
+    save_toml(TrainConfig.from_dict(dict(epochs=6, stop_after=2, out=str(run))), run / "config.toml")
+    assert cfg_of("--resume", "--out", str(run)).launch.stop_after is None
+    assert cfg_of("--resume", "--out", str(run), "--stop-after", "3").launch.stop_after == 3
 
 
 def test_resume_config_file_sits_between_saved_config_and_flags(tmp_path):
     run = tmp_path / "run"
     run.mkdir()
-    save_toml(TrainConfig(model="mlp", epochs=7, lr=0.3, out=str(run)), run / "config.toml")
+    save_toml(TrainConfig.from_dict(dict(model="mlp", epochs=7, lr=0.3, out=str(run))), run / "config.toml")
     conf = tmp_path / "more.toml"
     conf.write_text(f'epochs = 12\nlr = 0.05\nout = "{run}"\n')
     cfg = cfg_of("--resume", "--config", str(conf), "--lr", "0.01")
-    assert (cfg.model, cfg.epochs, cfg.lr, cfg.out) == ("mlp", 12, 0.01, str(run))
+    assert (cfg.model.name, cfg.optim.epochs, cfg.optim.lr, cfg.launch.out) == ("mlp", 12, 0.01, str(run))
 
 
 def test_resume_without_a_saved_config_uses_defaults_and_flags(tmp_path):
     cfg = cfg_of("--resume", "--out", str(tmp_path), "--epochs", "2")
-    assert cfg.resume and cfg.epochs == 2 and cfg.model == TrainConfig().model
+    assert cfg.launch.resume and cfg.optim.epochs == 2 and cfg.model.name == TrainConfig().model.name
 
 
 # ------------------------------------------------------------------ main

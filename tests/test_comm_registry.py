@@ -16,7 +16,8 @@ from scaletrain.distributed.rank import RankInfo
 def test_checking_a_strategy_flag_imports_neither_torch_nor_a_strategy():
     code = ("import sys; from scaletrain.comm import spec; spec.check('ps-async', 'topk:0.1'); "
             "print(' '.join(sorted(sys.modules)))")
-    loaded = set(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split())
+    loaded = set(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                                check=True).stdout.split())
     assert "scaletrain.comm.registry" in loaded and "torch" not in loaded
     assert not loaded & {path.partition(":")[0] for path in registry.STRATEGIES.values()}
 
@@ -34,7 +35,7 @@ def test_every_entry_names_a_module_and_a_class_in_it():
 def test_what_each_strategy_states_before_any_process_starts(name, servers, tolerant):
     cfg = build_config({}, {"strategy": name, "nproc": 5, **({"ps_servers": 2} if name.startswith("ps-") else {})})
     cls = registry.strategy_class(name)
-    assert cls.server_ranks(cfg) == servers
+    assert cfg.layout.servers == servers
     assert cls.tolerates_dead_workers is tolerant and cls.agent_per_rank is tolerant
     # the base's create joins one process group on the chosen device; a strategy with roles has its own
     assert ("create" in vars(cls) or any("create" in vars(b) for b in cls.__mro__[1:-1] if b is not Strategy)) \
@@ -51,6 +52,6 @@ def test_an_unknown_name_is_not_a_strategy():
 @pytest.mark.parametrize("name", list(registry.STRATEGIES))
 def test_create_builds_the_configured_strategy(name, monkeypatch):
     cls = registry.strategy_class(name)
-    monkeypatch.setattr(cls, "create", classmethod(lambda c, cfg, rank: (c, cfg.strategy, rank)))
+    monkeypatch.setattr(cls, "create", classmethod(lambda c, cfg, rank: (c, cfg.strategy.name, rank)))
     rank = RankInfo(1, 1, 3, 3)
     assert registry.create(build_config({}, {"strategy": name, "nproc": 3}), rank) == (cls, name, rank)

@@ -6,7 +6,7 @@ import dataclasses
 
 import pytest
 
-from scaletrain.config import (OPTIMIZERS, PRECISIONS, SCHEDULES, TrainConfig, build_config, field_names,
+from scaletrain.config import (OPTIMIZERS, PRECISIONS, SCHEDULES, SECTIONS, TrainConfig, build_config, field_names,
                                load_toml, save_toml)
 from scaletrain.errors import UserError
 
@@ -21,8 +21,8 @@ def write(tmp_path, text: str, name: str = "c.toml"):
 
 def test_defaults_are_valid_and_documented_values():
     cfg = TrainConfig()
-    assert cfg.model == "resnet20" and cfg.dataset == "digits"
-    assert cfg.optimizer in OPTIMIZERS and cfg.precision in PRECISIONS and cfg.schedule in SCHEDULES
+    assert cfg.model.name == "resnet20" and cfg.data.dataset == "digits"
+    assert cfg.optim.optimizer in OPTIMIZERS and cfg.model.precision in PRECISIONS and cfg.optim.schedule in SCHEDULES
     assert build_config({}, {}) == cfg
     assert set(cfg.to_dict()) == set(field_names())
 
@@ -55,7 +55,7 @@ def test_defaults_are_valid_and_documented_values():
 ])
 def test_each_invalid_value_is_a_user_error_naming_the_flag(field, value, flag):
     with pytest.raises(UserError) as e:
-        TrainConfig(**{field: value})
+        TrainConfig.from_dict({field: value})
     msg = str(e.value)
     assert msg.startswith(flag + " ")
     assert repr(value) in msg or str(value) in msg
@@ -63,12 +63,12 @@ def test_each_invalid_value_is_a_user_error_naming_the_flag(field, value, flag):
 
 def test_choice_errors_list_the_valid_choices():
     with pytest.raises(UserError, match="sgd, nesterov, adagrad, adamw"):
-        TrainConfig(optimizer="adam")
+        TrainConfig.from_dict(dict(optimizer="adam"))
 
 
 def test_warmup_limit_is_relative_to_epochs():
     with pytest.raises(UserError, match=r"--epochs \(3\)"):
-        TrainConfig(epochs=3, warmup_epochs=3.5)
+        TrainConfig.from_dict(dict(epochs=3, warmup_epochs=3.5))
 
 
 @pytest.mark.parametrize("kw", [
@@ -79,9 +79,9 @@ def test_warmup_limit_is_relative_to_epochs():
                                                                     dataset="imagefolder:data", device="cpu"),
 ])
 def test_boundary_values_are_accepted(kw):
-    cfg = TrainConfig(**kw)
+    cfg = TrainConfig.from_dict(kw)
     for k, v in kw.items():
-        assert getattr(cfg, k) == v
+        assert cfg.to_dict()[k] == v
 
 
 # ------------------------------------------------------------------ load_toml
@@ -177,14 +177,14 @@ def test_lone_train_key_that_is_not_a_table_is_a_user_error(tmp_path):
 
 def test_overrides_beat_file_values_which_beat_defaults():
     cfg = build_config({"epochs": 3, "lr": 0.5, "model": "mlp"}, {"lr": 0.2, "batch_size": 16})
-    assert (cfg.epochs, cfg.lr, cfg.model, cfg.batch_size) == (3, 0.2, "mlp", 16)
-    assert cfg.momentum == TrainConfig().momentum
+    assert (cfg.optim.epochs, cfg.optim.lr, cfg.model.name, cfg.optim.batch_size) == (3, 0.2, "mlp", 16)
+    assert cfg.optim.momentum == TrainConfig().optim.momentum
 
 
 def test_int_is_widened_to_float_for_float_fields():
     cfg = build_config({"lr": 1, "warmup_epochs": 2}, {"width": 2})
-    assert cfg.lr == 1.0 and type(cfg.lr) is float
-    assert type(cfg.warmup_epochs) is float and type(cfg.width) is float
+    assert cfg.optim.lr == 1.0 and type(cfg.optim.lr) is float
+    assert type(cfg.optim.warmup_epochs) is float and type(cfg.model.width) is float
 
 
 @pytest.mark.parametrize("key, value", [
@@ -213,12 +213,12 @@ def test_wrong_type_in_overrides_is_rejected_too():
 @pytest.mark.parametrize("key", ["image_size", "stop_after", "out", "threads", "master_port"])
 def test_none_is_allowed_for_optional_fields(key):
     cfg = build_config({key: None}, {})
-    assert getattr(cfg, key) is None
+    assert cfg.to_dict()[key] is None
 
 
 def test_override_with_none_resets_an_optional_file_value():
     cfg = build_config({"image_size": 28}, {"image_size": None})
-    assert cfg.image_size is None
+    assert cfg.data.image_size is None
 
 
 def test_build_config_runs_validation():
@@ -229,24 +229,24 @@ def test_build_config_runs_validation():
 # ------------------------------------------------------------------ save_toml
 
 def test_save_toml_round_trips_to_an_equal_config(tmp_path):
-    cfg = TrainConfig(model="mlp", dataset="imagefolder:/data/x", width=0.5, augment=False, epochs=7,
+    cfg = TrainConfig.from_dict(dict(model="mlp", dataset="imagefolder:/data/x", width=0.5, augment=False, epochs=7,
                       batch_size=32, optimizer="adamw", lr=0.003, warmup_epochs=1.5, schedule="step",
-                      precision="bf16", stop_after=2, out="runs/a", resume=True, threads=3, master_port=29500)
+                      precision="bf16", stop_after=2, out="runs/a", resume=True, threads=3, master_port=29500))
     p = tmp_path / "config.toml"
     save_toml(cfg, p)
     back = build_config(load_toml(p), {})
     # the run's settings round-trip; the invocation's (resume, stop_after) are not the run's and stay out
-    assert back == dataclasses.replace(cfg, resume=False, stop_after=None)
+    assert back == cfg.replace(resume=False, stop_after=None)
     assert p.read_text().startswith("#")
 
 
 def test_save_toml_omits_none_fields_and_round_trips(tmp_path):
-    cfg = TrainConfig(epochs=2)
-    assert cfg.image_size is None and cfg.out is None
+    cfg = TrainConfig.from_dict(dict(epochs=2))
+    assert cfg.data.image_size is None and cfg.launch.out is None
     p = tmp_path / "config.toml"
     save_toml(cfg, p)
     values = load_toml(p)
-    none_fields = {f.name for f in dataclasses.fields(TrainConfig) if getattr(cfg, f.name) is None}
+    none_fields = {k for k, v in cfg.to_dict().items() if v is None}
     assert none_fields and not none_fields & set(values)
     assert set(values) == set(field_names()) - none_fields - {"resume"}
     assert build_config(values, {}) == cfg
@@ -255,7 +255,7 @@ def test_save_toml_omits_none_fields_and_round_trips(tmp_path):
 @pytest.mark.parametrize("name", ["lr", "width"])
 def test_nan_is_refused(name):
     with pytest.raises(UserError, match=name):
-        TrainConfig(**{name: float("nan")})
+        TrainConfig.from_dict({name: float("nan")})
 
 
 # --- profiler settings -------------------------------------------------------------------------
@@ -271,18 +271,74 @@ def test_inject_parses_every_item():
                                            ("slow-rank=1", "cannot read"), ("comm=-1", "not negative")])
 def test_bad_inject_is_one_clear_line(spec, message):
     with pytest.raises(UserError, match=message):
-        TrainConfig(inject=spec)
+        TrainConfig.from_dict(dict(inject=spec))
 
 
 def test_torch_profile_window_parsing():
     assert torch_profile_window("10:15") == (10, 15)
     for bad in ("10", "5:5", "a:b", "-1:3"):
         with pytest.raises(UserError, match="--torch-profile"):
-            TrainConfig(torch_profile=bad)
+            TrainConfig.from_dict(dict(torch_profile=bad))
 
 
 @pytest.mark.parametrize("field, value", [("profile", "maybe"), ("tensorboard", "yes"), ("diag_input", 1.5),
                                           ("diag_comm", 0.0), ("bucket_cap_mb", 0.0)])
 def test_profiler_settings_are_validated(field, value):
     with pytest.raises(UserError, match=field.replace("_", "-")):
-        TrainConfig(**{field: value})
+        TrainConfig.from_dict({field: value})
+
+
+# ------------------------------------------------------------------ nested sections, flat keys, the layout
+
+def test_sections_are_typed_attributes_and_the_keys_stay_flat():
+    cfg = build_config({}, {"model": "mlp", "strategy": "ps-async", "ps_servers": 2, "ps_fetch": 3, "lr": 0.2,
+                            "profile": "off", "nproc": 4})
+    assert (cfg.model.name, cfg.strategy.name, cfg.ps.servers, cfg.ps.fetch, cfg.optim.lr, cfg.profile.step_profiler,
+            cfg.launch.nproc) == ("mlp", "ps-async", 2, 3, 0.2, "off", 4)
+    flat = cfg.to_dict()
+    assert (flat["model"], flat["strategy"], flat["ps_servers"], flat["profile"]) == ("mlp", "ps-async", 2, "off")
+    assert list(flat) == field_names() and TrainConfig.from_dict(flat) == cfg
+    assert [f.name for f in dataclasses.fields(TrainConfig)] == list(SECTIONS)
+
+
+def test_replace_checks_anew_and_refuses_an_unknown_key():
+    cfg = build_config({}, {"strategy": "pipeline", "nproc": 4, "batch_size": 8})
+    assert cfg.replace(microbatches=2).pipeline.microbatches == 2 and cfg.pipeline.microbatches == 4
+    with pytest.raises(UserError, match="--microbatches 3 does not divide --batch-size 8"):
+        cfg.replace(microbatches=3)
+    with pytest.raises(TypeError, match="no setting microbatch"):
+        cfg.replace(microbatch=2)
+
+
+@pytest.mark.parametrize("settings, layout", [
+    ({"nproc": 4}, dict(world=4, servers=0, stages=1, trainers=4, replicas=4)),
+    ({"nproc": 3, "nnodes": 2, "master_port": 29500}, dict(world=6, servers=0, stages=1, trainers=6, replicas=6)),
+    ({"nproc": 5, "strategy": "ps-sync", "ps_servers": 2}, dict(world=5, servers=2, stages=1, trainers=3, replicas=3)),
+    ({"nproc": 4, "strategy": "pipeline"}, dict(world=4, servers=0, stages=4, trainers=4, replicas=1)),
+    ({"nproc": 6, "strategy": "pipeline", "stages": 2}, dict(world=6, servers=0, stages=2, trainers=6, replicas=3)),
+    ({"nproc": 4, "strategy": "fsdp"}, dict(world=4, servers=0, stages=1, trainers=4, replicas=4)),
+])
+def test_the_layout_divides_the_ranks_as_the_strategy_does(settings, layout):
+    got = build_config({}, settings).layout
+    assert {k: getattr(got, k) for k in layout} == layout
+
+
+@pytest.mark.parametrize("settings, needle", [
+    ({"nproc": 6, "strategy": "pipeline", "stages": 4}, "needs a multiple of 4 processes"),
+    ({"nproc": 1, "strategy": "pipeline"}, "needs at least 2 processes"),
+    ({"nproc": 2, "strategy": "ps-sync", "ps_servers": 2}, "needs more processes than servers"),
+    ({"nproc": 2, "inject": "slow-rank=2:0.1"}, "there are only 2 ranks"),
+])
+def test_a_layout_the_strategy_cannot_run_is_refused_at_launch(settings, needle):
+    cfg = build_config({}, settings)  # each setting is valid alone: the launch's shape decides
+    with pytest.raises(UserError, match=needle):
+        cfg.check_launch()
+
+
+@pytest.mark.parametrize("settings, needle", [
+    ({"strategy": "ps-sync", "precision": "fp16"}, "fp16 is not supported with --strategy ps-sync"),
+    ({"strategy": "pipeline", "sync_bn": True}, "--sync-bn is not supported with --strategy pipeline"),
+])
+def test_a_strategys_options_section_checks_the_rest_of_the_configuration(settings, needle):
+    with pytest.raises(UserError, match=needle):
+        build_config({}, settings)

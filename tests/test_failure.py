@@ -140,7 +140,7 @@ def test_a_user_model_that_raises_is_recorded_by_its_rank_as_one_line(tmp_path, 
     [code] = ranks.run(_worker_main, 1, cfg.to_dict(), str(err), str(tmp_path))
     (err / "alive-rank0").unlink()  # a failed rank beats until it exits: this one lives on in the pool
     assert code == 1
-    line, bad_input = failure.explain(failure.read_outcome(err, {0: code}, cfg.timeout), rank_namer(cfg))
+    line, bad_input = failure.explain(failure.read_outcome(err, {0: code}, cfg.faults.timeout), rank_namer(cfg))
     assert not bad_input
     assert line.startswith("rank 0 failed: RuntimeError: mat1 and mat2 shapes cannot be multiplied"), line
     assert "shapebug.py:8 in forward" in line

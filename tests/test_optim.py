@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch import nn
 
-from scaletrain.config import TrainConfig
+from scaletrain.config.sections import OptimConfig
 from scaletrain.train.optim import LRSchedule, build_optimizer, build_scheduler, peak_lr
 
 
@@ -21,7 +21,7 @@ def small_model() -> nn.Module:
 # ------------------------------------------------------------------ peak_lr
 
 def test_peak_lr_without_scaling_is_the_base_lr():
-    cfg = TrainConfig(lr=0.1, batch_size=64, ref_batch=256)
+    cfg = OptimConfig(lr=0.1, batch_size=64, ref_batch=256)
     assert peak_lr(cfg, 1) == 0.1 and peak_lr(cfg, 16) == 0.1
 
 
@@ -32,7 +32,7 @@ def test_peak_lr_without_scaling_is_the_base_lr():
     (0.05, 128, 16, 256, 0.4),
 ])
 def test_peak_lr_linear_scaling_rule(lr, batch, world, ref, expected):
-    cfg = TrainConfig(lr=lr, batch_size=batch, ref_batch=ref, scale_lr=True)
+    cfg = OptimConfig(lr=lr, batch_size=batch, ref_batch=ref, scale_lr=True)
     assert peak_lr(cfg, world) == pytest.approx(expected, rel=1e-12)
 
 
@@ -40,7 +40,7 @@ def test_peak_lr_linear_scaling_rule(lr, batch, world, ref, expected):
 
 def sched(steps_per_epoch=10, world=8, **kw) -> LRSchedule:
     base = dict(lr=0.1, batch_size=64, ref_batch=256, scale_lr=True, epochs=10)
-    return LRSchedule(TrainConfig(**{**base, **kw}), steps_per_epoch, world)
+    return LRSchedule(OptimConfig(**{**base, **kw}), steps_per_epoch, world)
 
 
 def test_warmup_starts_at_base_over_peak_and_reaches_one_at_its_end():
@@ -106,7 +106,7 @@ def test_constant_schedule_stays_one_after_warmup():
     ("adamw", torch.optim.AdamW, None),
 ])
 def test_optimizer_types(name, cls, nesterov):
-    cfg = TrainConfig(optimizer=name, lr=0.1, momentum=0.8, scale_lr=True, batch_size=64, ref_batch=256)
+    cfg = OptimConfig(optimizer=name, lr=0.1, momentum=0.8, scale_lr=True, batch_size=64, ref_batch=256)
     opt = build_optimizer(cfg, small_model(), world_size=8)
     assert type(opt) is cls
     for g in opt.param_groups:
@@ -120,7 +120,7 @@ def test_optimizer_types(name, cls, nesterov):
 def test_weight_decay_only_on_multidimensional_parameters():
     model = small_model()
     model[0].bias.requires_grad_(False)  # frozen parameters are left out entirely
-    cfg = TrainConfig(weight_decay=1e-3)
+    cfg = OptimConfig(weight_decay=1e-3)
     opt = build_optimizer(cfg, model, 1)
     decay, no_decay = opt.param_groups
     ids = lambda ps: {id(p) for p in ps}  # noqa: E731
@@ -134,7 +134,7 @@ def test_weight_decay_only_on_multidimensional_parameters():
 def test_weight_decay_really_leaves_biases_alone():
     """One SGD step with zero gradients: only the weights shrink by lr x wd."""
     model = small_model()
-    cfg = TrainConfig(optimizer="sgd", lr=0.5, momentum=0.0, weight_decay=0.1)
+    cfg = OptimConfig(optimizer="sgd", lr=0.5, momentum=0.0, weight_decay=0.1)
     opt = build_optimizer(cfg, model, 1)
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
     for p in model.parameters():
@@ -150,7 +150,7 @@ def test_weight_decay_really_leaves_biases_alone():
 # ------------------------------------------------------------------ scheduler state round trip
 
 def test_scheduler_applies_the_schedule_to_the_peak_lr():
-    cfg = TrainConfig(lr=0.1, batch_size=64, ref_batch=256, scale_lr=True, warmup_epochs=1.0, epochs=3)
+    cfg = OptimConfig(lr=0.1, batch_size=64, ref_batch=256, scale_lr=True, warmup_epochs=1.0, epochs=3)
     opt = build_optimizer(cfg, small_model(), 8)
     sch = build_scheduler(cfg, opt, steps_per_epoch=4, world_size=8)
     s = LRSchedule(cfg, 4, 8)
@@ -161,7 +161,7 @@ def test_scheduler_applies_the_schedule_to_the_peak_lr():
 
 
 def test_scheduler_state_round_trips_through_weights_only_load():
-    cfg = TrainConfig(lr=0.1, batch_size=64, ref_batch=256, scale_lr=True, warmup_epochs=1.0, epochs=4,
+    cfg = OptimConfig(lr=0.1, batch_size=64, ref_batch=256, scale_lr=True, warmup_epochs=1.0, epochs=4,
                       schedule="cosine")
     opt = build_optimizer(cfg, small_model(), 4)
     sch = build_scheduler(cfg, opt, steps_per_epoch=5, world_size=4)
@@ -174,7 +174,7 @@ def test_scheduler_state_round_trips_through_weights_only_load():
     state = torch.load(buf, weights_only=True)
 
     # rebuilt from a different config: everything the schedule needs must come from the state
-    other = TrainConfig(lr=0.7, schedule="constant", epochs=1)
+    other = OptimConfig(lr=0.7, schedule="constant", epochs=1)
     opt2 = build_optimizer(other, small_model(), 1)
     sch2 = build_scheduler(other, opt2, steps_per_epoch=1, world_size=1)
     opt2.load_state_dict(state["optimizer"])

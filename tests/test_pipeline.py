@@ -1,4 +1,4 @@
-"""comm/pipeline.py: a K-stage pipeline (torch.distributed.pipelining) trains the same model as one process
+"""comm/pipeline/strategy.py: a K-stage pipeline (torch.distributed.pipelining) trains the same model as one process
 with the same global batch, each rank holding its stage alone; BatchNorm per micro-batch equals an eager micro-batch loop; hybrid replicas x
 stages equals it too; a resumed pipeline run replays bit for bit; bad requests are refused before launch."""
 
@@ -83,7 +83,7 @@ def test_two_stages_follow_one_process_with_the_same_global_batch(lenet_runs, sc
 def _measured_together(rank, world):
     from multirank import group
 
-    from scaletrain.comm.pipeline import measured_together
+    from scaletrain.comm.pipeline.strategy import measured_together
     from scaletrain.split.stages import blocked
 
     torch.manual_seed(0)
@@ -109,7 +109,7 @@ def _split_shown(rank, world):
 
     from multirank import group, train_config
 
-    from scaletrain.comm.pipeline import Pipeline
+    from scaletrain.comm.pipeline.strategy import Pipeline
     from scaletrain.distributed.rank import RankInfo
     from scaletrain.split import costs
     from scaletrain.split.stages import blocked

@@ -135,7 +135,7 @@ def test_one_rank_communicates_nothing_and_the_phases_tile_the_step():
 def test_a_parameter_server_pays_the_push_and_pull_after_backward():
     ops = _costs([0.01], [4 << 20])
     net = {"intra": {"ps": {"alpha_s": 1e-3, "beta_s_per_byte": 1e-9}}, "inter": None}
-    s = M.Setting(batch_size=8, nproc=3, cores=4, threads=1, strategy="ps-sync", ps_servers=1)
+    s = M.Setting(batch_size=8, nproc=3, cores=4, threads=1, strategy="ps-sync", servers=1)
     out = M.predict_step(ops, s, M.Loop(), net, lambda t, n: 0.002)
     # 2 workers push 4 MiB and pull 4 MiB through the server's link, then its update (2 ms)
     assert out["phases_s"]["comm_exposed"] == pytest.approx(2e-3 + 2 * 2 * (4 << 20) * 1e-9 + 2e-3)
@@ -169,7 +169,7 @@ def test_memory_counts_every_part():
     net = {"intra": {k: {"alpha_s": 1e-4, "beta_s_per_byte": 1e-9} for k in ("allreduce", "ps")}, "inter": None}
     ddp = M.predict_step(ops, s, M.Loop(), net, lambda t, n: 0.0, memory_bytes=mem)["memory_bytes"]
     assert ddp == {**mem, "buckets": 4000}
-    ps = M.Setting(batch_size=8, nproc=3, cores=2, optimizer="adamw", strategy="ps-sync", ps_servers=1)
+    ps = M.Setting(batch_size=8, nproc=3, cores=2, optimizer="adamw", strategy="ps-sync", servers=1)
     assert M.predict_step(ops, ps, M.Loop(), net, lambda t, n: 0.0, memory_bytes=mem)["memory_bytes"] == \
         {**mem, "optimizer": 0}
 

@@ -60,10 +60,10 @@ def test_ops_priced_at_one_thread_on_two_cores_take_the_two_rank_loop_factors():
 
 
 def test_a_two_stage_pipeline_prices_its_blocks_as_two_ranks_of_one_thread():
-    cfg = TrainConfig(model="lenet5", strategy="pipeline", nproc=2, batch_size=8, microbatches=2)
+    cfg = TrainConfig.from_dict(dict(model="lenet5", strategy="pipeline", nproc=2, batch_size=8, microbatches=2))
     facts = {"image_size": 28, "classes": 10, "channels": 1}
     pp = PP.pipeline_phases(CAL, cfg, facts, 1, NETWORK, (1e-4, 1e-9))
-    k, m = len(pp["split"]["stages"]), cfg.microbatches
+    k, m = len(pp["split"]["stages"]), cfg.pipeline.microbatches
     assert k == 2
     model, blocked = PP._blocked("lenet5", 10, 1, 28, 4, "auto", 1.0)
     for ranks, same in ((2, True), (1, False)):
@@ -78,11 +78,12 @@ def test_the_predicted_split_is_the_one_the_run_chooses(split):
     from scaletrain.split import plan
     from scaletrain.split.partition import evaluate
 
-    cfg = TrainConfig(model="lenet5", strategy="pipeline", nproc=2, batch_size=8, microbatches=2, split=split)
+    cfg = TrainConfig.from_dict(dict(model="lenet5", strategy="pipeline", nproc=2, batch_size=8, microbatches=2,
+                                     split=split))
     facts = {"image_size": 28, "classes": 10, "channels": 1}
     pp = PP.pipeline_phases(CAL, cfg, facts, 1, NETWORK, (1e-4, 1e-9))
     model, blocked = PP._blocked("lenet5", 10, 1, 28, 4, "auto", 1.0)
-    # as comm/pipeline.py asks for it: the blocks priced as the ranks run them (one thread each, two ranks'
+    # as comm/pipeline/strategy.py asks for it: the blocks priced as the ranks run them (one thread each, two ranks'
     # loop factors), plan's default link
     costs, _ = plan.costs_for(blocked, model, (1, 28, 28), 4, calibration=CAL, threads=1, ranks=2)
     run = plan.choose(split, blocked, model, (1, 28, 28), stages=2, microbatches=2, schedule="1f1b", batch_size=8,

@@ -30,7 +30,7 @@ def _server(kind, cfg, seed, index=1):
     cuts = bounds(sum(sizes), SERVERS)
     shard = Shard(params, pieces(sizes, [p.ndim > 1 for p in params], cuts[index], cuts[index + 1]))
     links = Links(Layout(WORKERS + SERVERS, SERVERS), RankInfo(WORKERS + index, 0, WORKERS + SERVERS, 1), True, index)
-    log = ServerLog(index, shard.numel, cfg.strategy, workers={w: WorkerLog() for w in range(WORKERS)})
+    log = ServerLog(index, shard.numel, cfg.strategy.name, workers={w: WorkerLog() for w in range(WORKERS)})
     return kind(ServerConfig.of(cfg), links, shard, log, 6)
 
 
@@ -40,8 +40,8 @@ def _grads(n, numel, seed=1):
 
 
 def _sync_cfg(**kw):
-    return TrainConfig(strategy="ps-sync", ps_servers=SERVERS, optimizer="nesterov", lr=0.05, epochs=2,
-                       warmup_epochs=0.5, **kw)
+    return TrainConfig.from_dict(dict(strategy="ps-sync", ps_servers=SERVERS, optimizer="nesterov", lr=0.05, epochs=2,
+                       warmup_epochs=0.5, **kw))
 
 
 def test_pack_is_a_snapshot_and_loads_weights_only():
@@ -80,7 +80,7 @@ def test_sync_server_state_round_trip_continues_bit_for_bit():
 
 
 def test_async_server_state_round_trip_keeps_version_and_adagrad_sums():
-    cfg = TrainConfig(strategy="ps-async", ps_servers=SERVERS, lr=0.01, epochs=2)
+    cfg = TrainConfig.from_dict(dict(strategy="ps-async", ps_servers=SERVERS, lr=0.01, epochs=2))
     a = _server(AsyncServer, cfg, seed=0)
     grads = _grads(6, a.shard.numel)
     for i, g in enumerate(grads[:4]):
@@ -114,10 +114,11 @@ def _checkpoint(tmp_path, strategy, ps, nproc=3, ps_servers=1):
 
 def test_resume_needs_the_layout_the_run_was_started_with(tmp_path):
     _checkpoint(tmp_path, "ps-sync", {"workers": 2, "servers": [{"mode": "ps-sync"}], "clients": [{}, {}]})
-    cfg = TrainConfig(strategy="ps-sync", ps_servers=1, nproc=3, out=str(tmp_path), resume=True)
+    cfg = TrainConfig.from_dict(dict(strategy="ps-sync", ps_servers=1, nproc=3, out=str(tmp_path), resume=True))
     assert saved_state(cfg, 3)["workers"] == 2
     for world, servers in ((4, 1), (4, 2), (3, 2)):
-        cfg = TrainConfig(strategy="ps-sync", ps_servers=servers, nproc=world, out=str(tmp_path), resume=True)
+        cfg = TrainConfig.from_dict(dict(strategy="ps-sync", ps_servers=servers, nproc=world, out=str(tmp_path),
+                                         resume=True))
         with pytest.raises(UserError) as e:
             saved_state(cfg, world)
         assert "holds 1 parameter server for 2 workers" in str(e.value)
@@ -125,7 +126,7 @@ def test_resume_needs_the_layout_the_run_was_started_with(tmp_path):
 
 
 def test_resume_of_another_strategy_or_an_old_checkpoint_is_refused(tmp_path):
-    cfg = TrainConfig(strategy="ps-sync", nproc=3, out=str(tmp_path), resume=True)
+    cfg = TrainConfig.from_dict(dict(strategy="ps-sync", nproc=3, out=str(tmp_path), resume=True))
     _checkpoint(tmp_path, "allreduce", None)
     with pytest.raises(UserError, match="resume with --strategy allreduce$"):
         saved_state(cfg, 3)

@@ -16,7 +16,8 @@ from conftest import assert_ok, scaletrain
 from scaletrain.distributed.launch import preflight as launch
 from scaletrain.cli import build_parser, main
 from scaletrain.train.cli import train_config
-from scaletrain.config import TrainConfig, load_toml
+from scaletrain.config.sections import OptimConfig
+from scaletrain.config import load_toml
 from scaletrain.train.optim import LRSchedule, build_optimizer, build_scheduler, resume_optimizer
 
 
@@ -28,14 +29,14 @@ def fingerprint(folder: Path) -> dict[str, str]:
 def lrs_after_resume(steps_done: int, epochs_before: int, epochs_after: int, spe: int, **kw) -> list[float]:
     """LR of each step after resuming a run planned for `epochs_before` with `epochs_after`."""
     model = torch.nn.Linear(4, 2)
-    old = TrainConfig(epochs=epochs_before, **kw)
+    old = OptimConfig(epochs=epochs_before, **kw)
     opt = build_optimizer(old, model, 1)
     sched = build_scheduler(old, opt, spe, 1)
     for _ in range(steps_done):
         opt.step()
         sched.step()
     state = opt.state_dict()
-    new = TrainConfig(epochs=epochs_after, **kw)
+    new = OptimConfig(epochs=epochs_after, **kw)
     opt2 = build_optimizer(new, model, 1)
     sched2 = build_scheduler(new, opt2, spe, 1)
     resume_optimizer(opt2, sched2, state, steps_done)
@@ -52,7 +53,7 @@ def lrs_after_resume(steps_done: int, epochs_before: int, epochs_after: int, spe
 def test_extending_a_finished_run_continues_the_longer_schedule_not_lr_zero(kw):
     spe = 11
     got = lrs_after_resume(2 * spe, 2, 3, spe, **kw)
-    want = [0.1 * LRSchedule(TrainConfig(epochs=3, **kw), spe, 1)(s) *
+    want = [0.1 * LRSchedule(OptimConfig(epochs=3, **kw), spe, 1)(s) *
             (512 / 256 if kw.get("scale_lr") else 1) for s in range(2 * spe, 3 * spe)]
     assert got == pytest.approx(want, rel=1e-12)
     assert min(got) > 0
@@ -60,12 +61,12 @@ def test_extending_a_finished_run_continues_the_longer_schedule_not_lr_zero(kw):
 
 def test_changed_optimizer_settings_take_effect_on_resume():
     model = torch.nn.Linear(4, 2)
-    old = TrainConfig(momentum=0.9, weight_decay=5e-4)
+    old = OptimConfig(momentum=0.9, weight_decay=5e-4)
     opt = build_optimizer(old, model, 1)
     sched = build_scheduler(old, opt, 10, 1)
     model(torch.ones(1, 4)).sum().backward()
     opt.step()
-    new = TrainConfig(momentum=0.5, weight_decay=0.0, lr=0.01)
+    new = OptimConfig(momentum=0.5, weight_decay=0.0, lr=0.01)
     opt2 = build_optimizer(new, model, 1)
     sched2 = build_scheduler(new, opt2, 10, 1)
     resume_optimizer(opt2, sched2, opt.state_dict(), 1)
@@ -90,7 +91,7 @@ def test_saved_config_holds_the_run_not_the_invocation(finished):
     # the documented rerun recipe works: a new run from the saved settings
     cfg = train_config(build_parser().parse_args(["train", "--config", str(finished / "config.toml"),
                                                   "--out", str(finished.parent / "again")]))
-    assert not cfg.resume and cfg.model == "mlp" and cfg.epochs == 2
+    assert not cfg.launch.resume and cfg.model.name == "mlp" and cfg.optim.epochs == 2
     launch.preflight(cfg)  # passes: nothing refuses it
 
 
@@ -124,7 +125,7 @@ def _third_epoch_follows_the_4_epoch_plan(run: Path) -> None:
     spe = 1437 // 128
     third = [s for s in steps if s["epoch"] == 2]
     assert len(third) == spe
-    plan = LRSchedule(TrainConfig(epochs=4), spe, 1)
+    plan = LRSchedule(OptimConfig(epochs=4), spe, 1)
     assert [s["lr"] for s in third] == pytest.approx([0.1 * plan(2 * spe + i) for i in range(spe)])
     summary = json.loads((run / "summary.json").read_text())
     assert summary["status"] == "stopped" and summary["epochs"] == 3 and summary["epochs_planned"] == 4

@@ -97,7 +97,8 @@ def test_points_are_validated_once_per_model_data_and_shape(tmp_path, capsys, mo
     import scaletrain.distributed.launch.preflight
 
     checked = []
-    monkeypatch.setattr(scaletrain.distributed.launch.preflight, "validate", lambda cfg: checked.append((cfg.nproc, cfg.workers)))
+    monkeypatch.setattr(scaletrain.distributed.launch.preflight, "validate",
+                        lambda cfg: checked.append((cfg.launch.nproc, cfg.data.workers)))
     out = tmp_path / "study"
     assert main(["study", "--nproc", "1,2", "--workers", "0,2", *TINY, "--out", str(out), "--dry-run"]) == 0
     assert sorted(n for n, _ in checked) == [1, 2]  # the workers=2 twins need no second check

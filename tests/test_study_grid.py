@@ -108,7 +108,7 @@ def test_points_span_the_grid_with_nproc_fastest():
     assert [p.id for p in pts] == ["nproc1-workers0", "nproc2-workers0", "nproc1-workers1", "nproc2-workers1"]
     assert pts[1].axes == {"nproc": 2, "workers": 0, "model": "mlp"}
     assert isinstance(pts[1].config, TrainConfig)
-    assert (pts[1].config.nproc, pts[1].config.workers, pts[1].config.epochs) == (2, 0, 1)
+    assert (pts[1].config.launch.nproc, pts[1].config.data.workers, pts[1].config.optim.epochs) == (2, 0, 1)
     settings = pts[1].settings()
     assert "out" not in settings and "progress" not in settings and settings["model"] == "mlp"
 
@@ -129,10 +129,10 @@ def test_every_point_gets_the_same_threads_per_rank():
 
     spec = resolve_spec(None, {"nproc": [1, 2]}, {"model": "mlp"}, None)
     fair, threads = fair_threads(spec, cores=2)
-    assert [p.config.threads for p in points(fair)] == [1, 1]
+    assert [p.config.launch.threads for p in points(fair)] == [1, 1]
     assert threads == Threads(threads=1, source="cores", cores=2, processes=2)
-    assert [p.config.threads for p in points(fair_threads(spec, cores=7)[0])] == [3, 3]  # 7 cores / 2, whole
-    assert [p.config.threads for p in points(fair_threads(spec, cores=1)[0])] == [1, 1]  # never below 1
+    assert [p.config.launch.threads for p in points(fair_threads(spec, cores=7)[0])] == [3, 3]  # 7 cores / 2, whole
+    assert [p.config.launch.threads for p in points(fair_threads(spec, cores=1)[0])] == [1, 1]  # never below 1
     assert "threads" not in spec.train  # the spec given is left as it was
 
 
@@ -141,7 +141,7 @@ def test_threads_the_user_or_the_study_set_are_kept():
 
     given = resolve_spec(None, {"nproc": [1, 2]}, {"threads": 2}, None)
     fair, threads = fair_threads(given, cores=16)
-    assert [p.config.threads for p in points(fair)] == [2, 2] and threads.source == "given"
+    assert [p.config.launch.threads for p in points(fair)] == [2, 2] and threads.source == "given"
     # resumed: the threads study.toml records, whatever this machine's cores (older studies: none, as then)
     spec = resolve_spec(None, {"nproc": [1, 2]}, {}, None)
     recorded = resolve_spec(None, {"nproc": [1, 2]}, {"threads": 4}, None)
@@ -173,7 +173,7 @@ def test_every_axis_is_a_train_setting():
 
 def test_same_points_and_settings_are_the_same_spec():
     a = resolve_spec(None, {"nproc": [1, 2]}, {"epochs": 1}, 1)
-    b = resolve_spec(None, {"nproc": [1, 2]}, {"epochs": 1, "lr": TrainConfig().lr}, 3)  # default spelt out
+    b = resolve_spec(None, {"nproc": [1, 2]}, {"epochs": 1, "lr": TrainConfig().optim.lr}, 3)  # default spelt out
     assert spec_difference(a, b) is None
 
 
@@ -191,7 +191,7 @@ def test_every_point_is_validated_once_per_model_data_and_shape():
     spec = resolve_spec(None, {"nproc": [1, 2], "workers": [0, 2], "model": ["lenet5", "mlp"]}, {"epochs": 1}, None)
     grid = points(spec)
     seen = []
-    assert validate_points(grid, lambda cfg: seen.append((cfg.model, cfg.nproc, cfg.workers))) == 4
+    assert validate_points(grid, lambda cfg: seen.append((cfg.model.name, cfg.launch.nproc, cfg.data.workers))) == 4
     # workers is not something validate reads: the workers=2 twin of each point is not built again
     assert sorted((m, n) for m, n, _ in seen) == [("lenet5", 1), ("lenet5", 2), ("mlp", 1), ("mlp", 2)]
     assert len(grid) == 8
@@ -201,7 +201,7 @@ def test_the_first_bad_point_is_named_with_its_axis_values():
     spec = resolve_spec(None, {"nproc": [1, 2], "model": ["lenet5", "nosuchnet"]}, {"epochs": 1}, None)
 
     def validate(cfg):
-        if cfg.model == "nosuchnet":
+        if cfg.model.name == "nosuchnet":
             raise UserError("unknown model 'nosuchnet'")
 
     with pytest.raises(UserError) as e:

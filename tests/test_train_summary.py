@@ -51,7 +51,8 @@ def test_exchange_names_the_gradients_and_which_communication_levers_apply():
     model = torch.nn.Linear(10, 2)  # 22 fp32 parameters
     model.bias.requires_grad_(False)  # a frozen parameter has no gradient to send
     facts = {name: summary.exchange(SimpleNamespace(gradient_buckets=strategy_class(name).gradient_buckets,
-                                                    cfg=SimpleNamespace(strategy=name)), model) for name in STRATEGIES}
+                                                    cfg=SimpleNamespace(strategy=SimpleNamespace(name=name))), model)
+             for name in STRATEGIES}
     assert {f["gradient_bytes"] for f in facts.values()} == {20 * 4}
     assert {n for n, f in facts.items() if f["gradient_buckets"]} == {"allreduce", "ring"}  # DDP's buckets
     assert {n for n, f in facts.items() if f["compressible"]} == {"allreduce", "ps-sync", "ps-async"}

@@ -35,7 +35,7 @@ def train(config: str | os.PathLike | None = None, **settings: Any) -> Run:
     cfg = resolve_train_config(_settings(settings, where), _file(config))
     settle()  # as the command does, before anything is allocated for training (distributed/allocator.py)
     code = start.train(cfg)
-    return _ended(code, Path(cfg.out))
+    return _ended(code, Path(cfg.launch.out))
 
 
 def study(out: str | os.PathLike, config: str | os.PathLike | None = None, repeats: int | None = None,

@@ -35,18 +35,19 @@ class AllReduce(Strategy):
 
     def hooks(self, model: torch.nn.Module) -> hook_setup.CommSetup:
         """The hook DDP runs per gradient bucket, and its state (None: DDP's own all-reduce)."""
-        return hook_setup.compression(self.cfg.compression, seed=self.cfg.seed + 7919 * self.rank.rank, model=model)
+        return hook_setup.compression(self.cfg.strategy.compression, seed=self.cfg.optim.seed + 7919 * self.rank.rank,
+                                      model=model)
 
     def wrap(self, model: torch.nn.Module, steps_per_epoch: int, sample_shape: tuple[int, ...]) -> torch.nn.Module:
         if self.rank.world_size == 1:
             return model
         device = self.device
-        cap = self.cfg.bucket_cap_mb
+        cap = self.cfg.strategy.bucket_cap_mb
         if cap == "auto":
             cap = self._auto_bucket_cap()
         self.ddp = DDP(model, device_ids=[device.index] if device.type == "cuda" else None, bucket_cap_mb=cap)
         self.comm = self.hooks(model)  # collective when it creates a group (ring)
-        if self.comm.hook is not None and self.cfg.profile == "off":
+        if self.comm.hook is not None and self.cfg.profile.step_profiler == "off":
             self.ddp.register_comm_hook(self.comm.state, self.comm.hook)  # with profiling, the profiler wraps it
         return self.ddp
 

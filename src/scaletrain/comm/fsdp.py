@@ -44,7 +44,7 @@ class Fsdp(Strategy):
 
         s, cfg = pricing.setting, pricing.cfg
         alpha, beta = pricing.link("allreduce")
-        units = unit_bytes(cfg.model, pricing.facts, cfg.stem, cfg.width)
+        units = unit_bytes(cfg.model.name, pricing.facts, cfg.model.stem, cfg.model.width)
         f, b = collective_seconds(units, s.world, alpha, beta)
         comm = {"bytes_per_step": int(1.5 * sum(units) * 2 * (s.world - 1) / s.world), "buckets": len(units),
                 "comm_total_s": f + b, "comm_hidden_s": 0.0, "overlap_ratio": 0.0 if s.world > 1 else None}
@@ -53,8 +53,8 @@ class Fsdp(Strategy):
             pricing.predictor.notes.append(
                 f"--strategy fsdp on a data sheet: FSDP's host work per unit and step (its hooks, the copies into "
                 f"and out of the flat parameters) is not priced; one H200 node measured about "
-                f"{HOST_UNIT_NOTE_S * 1e3:.1f} ms per unit (docs/predict-validation.md): {cfg.model}'s {len(units)} "
-                f"units may add up to {HOST_UNIT_NOTE_S * len(units) * 1e3:.0f} ms to each step")
+                f"{HOST_UNIT_NOTE_S * 1e3:.1f} ms per unit (docs/predict-validation.md): {cfg.model.name}'s "
+                f"{len(units)} units may add up to {HOST_UNIT_NOTE_S * len(units) * 1e3:.0f} ms to each step")
         return Cost(0.0, comm, phases={"forward": pricing.phases["forward"] + f,
                                        "backward": pricing.phases["backward"] + b},
                     memory={**memory, "buckets": max(units)})
@@ -75,7 +75,7 @@ class Fsdp(Strategy):
         from torch.distributed.fsdp import CPUOffloadPolicy, OffloadPolicy, fully_shard
 
         mesh = init_device_mesh(self.device.type, (self.rank.world_size,))
-        policy = CPUOffloadPolicy(pin_memory=True) if self.cfg.offload == "params" else OffloadPolicy()
+        policy = CPUOffloadPolicy(pin_memory=True) if self.cfg.strategy.offload == "params" else OffloadPolicy()
         self.units = shard_units(model, sample_shape)
         for name in self.units:
             fully_shard(model.get_submodule(name), mesh=mesh, offload_policy=policy)
@@ -125,7 +125,8 @@ class Fsdp(Strategy):
             return {}
         local = sum(p.to_local().numel() * p.element_size() if hasattr(p, "to_local") else p.numel() * p.element_size()
                     for p in self._module.parameters())
-        return {"fsdp": {"shards": self.rank.world_size, "units": len(self.units) + 1, "offload": self.cfg.offload,
+        return {"fsdp": {"shards": self.rank.world_size, "units": len(self.units) + 1,
+                         "offload": self.cfg.strategy.offload,
                          "param_bytes_per_rank": local}}
 
 

@@ -1,5 +1,5 @@
 """The strategies `--strategy` names, each in its own module: adding one is one module, one line in
-STRATEGIES and one in OPTIONS.
+STRATEGIES and one in OPTIONS (and, for settings of its own, an options section: OPTION_SECTIONS).
 
 Values are `module:Class` paths, imported on use, so that validating a flag needs no torch.
 """
@@ -13,7 +13,7 @@ STRATEGIES = {
     "ring": "scaletrain.comm.ring:RingAllReduce",
     "ps-sync": "scaletrain.comm.ps.strategy:SyncParameterServer",
     "ps-async": "scaletrain.comm.ps.strategy:AsyncParameterServer",
-    "pipeline": "scaletrain.comm.pipeline:Pipeline",
+    "pipeline": "scaletrain.comm.pipeline.strategy:Pipeline",
     "fsdp": "scaletrain.comm.fsdp:Fsdp",
 }
 
@@ -25,8 +25,14 @@ OPTIONS = {
     "pipeline": ("stages", "microbatches", "pipeline_schedule", "split"),
     "fsdp": (),
 }
-"""The strategy-specific settings each strategy takes (config fields of StrategyConfig). A setting some strategy
-takes, set with a strategy that does not take it, is refused (comm/spec.py check_options): it would do nothing."""
+"""The strategy-specific settings each strategy takes (setting keys: StrategyConfig's or its options section's).
+A setting some strategy takes, set with a strategy that does not take it, is refused (config/applies.py): it
+would do nothing."""
+
+OPTION_SECTIONS = {"ps-sync": "ps", "ps-async": "ps", "pipeline": "pipeline"}
+"""The TrainConfig section holding a strategy's own settings (comm/ps/options.py, comm/pipeline/options.py): its
+`check(cfg)` refuses what the strategy cannot run with, `shape(layout)` and `check_layout(layout)` say how the
+strategy divides the job's ranks (config/layout.py)."""
 
 
 def strategy_class(name: str):
@@ -37,4 +43,4 @@ def strategy_class(name: str):
 
 def create(cfg, rank):
     """This process's strategy, its process group(s) joined and its role decided (collective)."""
-    return strategy_class(cfg.strategy).create(cfg, rank)
+    return strategy_class(cfg.strategy.name).create(cfg, rank)

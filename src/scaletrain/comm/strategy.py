@@ -74,22 +74,12 @@ class Strategy:
         from scaletrain.distributed.device import choose_device, cpu_threads_per_rank
         from scaletrain.distributed.group import init_process_group
 
-        device = choose_device(cfg.device, rank)
+        device = choose_device(cfg.launch.device, rank)
         if device.type == "cpu":
-            torch.set_num_threads(cpu_threads_per_rank(rank.local_world_size, cfg.threads))
-        return cls(cfg, rank, device, init_process_group(device, rank, timeout_s=cfg.timeout))
+            torch.set_num_threads(cpu_threads_per_rank(rank.local_world_size, cfg.launch.threads))
+        return cls(cfg, rank, device, init_process_group(device, rank, timeout_s=cfg.faults.timeout))
 
     # ------------------------------------------------------------ launch-time facts (no process yet)
-    @staticmethod
-    def server_ranks(cfg: TrainConfig) -> int:
-        """How many of the job's ranks serve instead of training (the last ones)."""
-        return 0
-
-    @classmethod
-    def data_replicas(cls, cfg: TrainConfig) -> int:
-        """How many ranks read different data (share the global batch): the trainers."""
-        return cfg.nproc * cfg.nnodes - cls.server_ranks(cfg)
-
     @classmethod
     def cost(cls, pricing):
         """What this strategy adds to a predicted step (a predict.pricing.Cost from a predict.pricing.Pricing):
@@ -131,7 +121,7 @@ class Strategy:
                          scaler: torch.amp.GradScaler | None, prof) -> torch.Tensor:
         """One step's forward (`loss_of(x, y)`: the wrapped module and the criterion under autocast) and
         backward, timed as the profiler's phases; returns the loss."""
-        with prof.phase("forward"), offloading(self.cfg.offload):
+        with prof.phase("forward"), offloading(self.cfg.strategy.offload):
             loss = loss_of(x, y)
         with prof.phase("optimizer"):
             # freed just before backward allocates new gradients, so the allocator hands the same memory

@@ -8,12 +8,14 @@ names no strategy."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Any
 
 from scaletrain.comm.registry import OPTIONS
-from scaletrain.config.sections import SECTIONS
+from scaletrain.config.fields import setting_key
+from scaletrain.config.schema import config_fields
 from scaletrain.errors import UserError
 
 
@@ -51,17 +53,21 @@ NEEDS: dict[str, Needs] = {
 """setting -> what it needs. (--warmup-epochs without --scale-lr is not here: the warm-up is then flat by
 design, as it is whenever the scaled LR is not above --lr; see train/optim.py.)"""
 
-DEFAULTS = {f.name: f.default for section in SECTIONS.values() for f in fields(section) if f.init}
+
+@functools.cache
+def defaults() -> dict[str, Any]:
+    """Every setting's default, by key."""
+    return {setting_key(f): f.default for f in config_fields()}
 
 
 def is_set(name: str, value: Any) -> bool:
     """Whether a setting is set to something other than its default (`none` spells an unset --compress)."""
-    return value != DEFAULTS[name] and value not in (None, "", "none")
+    return value != defaults()[name] and value not in (None, "", "none")
 
 
 def unmet(settings: Mapping[str, Any]) -> list[str]:
     """The settings set in `settings` (a configuration's, missing ones at their defaults) whose needs do not hold."""
-    full = {**DEFAULTS, **settings}
+    full = {**defaults(), **settings}
     return [name for name, needs in NEEDS.items() if name in settings and is_set(name, settings[name])
             and not _holds(needs, full)]
 
@@ -81,7 +87,7 @@ def applicable(settings: Mapping[str, Any]) -> dict[str, Any]:
 
 def message(name: str, settings: Mapping[str, Any], study: bool = False) -> str:
     """`--stages 2 applies only with --strategy pipeline, and this run has --strategy allreduce: ...`."""
-    needs, full = NEEDS[name], {**DEFAULTS, **settings}
+    needs, full = NEEDS[name], {**defaults(), **settings}
     has = "which no point of this study has" if study else f"and this run has {spelt(needs.on, full[needs.on])}"
     return f"{spelt(name, full[name])} applies only with {needs.what}, {has}: add {needs.what}, or drop {flag(name)}"
 

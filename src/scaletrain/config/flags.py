@@ -8,10 +8,10 @@ import ast
 import functools
 import inspect
 import textwrap
-from dataclasses import fields
 
 from scaletrain.comm import registry
-from scaletrain.config.sections import SECTIONS
+from scaletrain.config.fields import setting_key, settings
+from scaletrain.config.schema import SECTIONS
 
 _TYPES = {"int": int, "float": float, "str": str}
 LISTED = {"strategy": registry.STRATEGIES}  # the registry itself: its keys, as they are when a flag is built
@@ -42,12 +42,12 @@ def field_help() -> dict[str, str]:
     """The docstring written under each setting of every section, used as its --help text."""
     helps = {}
     for section in SECTIONS.values():
-        settings = {f.name for f in fields(section) if f.init}
+        keys = {f.name: setting_key(f) for f in settings(section)}
         body = ast.parse(textwrap.dedent(inspect.getsource(section))).body[0].body
         for node, nxt in zip(body, body[1:]):
-            if (isinstance(node, ast.AnnAssign) and node.target.id in settings and isinstance(nxt, ast.Expr)
+            if (isinstance(node, ast.AnnAssign) and node.target.id in keys and isinstance(nxt, ast.Expr)
                     and isinstance(nxt.value, ast.Constant)):
-                helps[node.target.id] = nxt.value.value.replace("%", "%%")
+                helps[keys[node.target.id]] = nxt.value.value.replace("%", "%%")
     return helps
 
 
@@ -64,16 +64,17 @@ def add_train_args(p: argparse.ArgumentParser) -> None:
 def add_config_flags(p: argparse.ArgumentParser, lists: tuple[str, ...] = (), skip: tuple[str, ...] = ()) -> None:
     """One flag per TrainConfig field (help from its docstring); fields in `lists` take a comma list."""
     helps = field_help()
-    for key, section in SECTIONS.items():
-        group = p.add_argument_group(f"{key} settings", section.__doc__)
-        for f in fields(section):
-            if f.init and f.name not in skip:
-                _add_flag(group, f, helps, f.name in lists)
+    for name, section in SECTIONS.items():
+        group = p.add_argument_group(f"{name} settings", section.__doc__)
+        for f in settings(section):
+            if setting_key(f) not in skip:
+                _add_flag(group, f, helps, setting_key(f) in lists)
 
 
 def _add_flag(p, f, helps: dict[str, str], is_list: bool) -> None:
-    flag = "--" + f.name.replace("_", "-")
-    text = helps.get(f.name, "") + listed(f.name)
+    name = setting_key(f)
+    flag = "--" + name.replace("_", "-")
+    text = helps.get(name, "") + listed(name)
     kind = str(f.type).split("|")[0].strip()
     # SUPPRESS: only flags actually given override the config file
     if is_list:
@@ -83,9 +84,9 @@ def _add_flag(p, f, helps: dict[str, str], is_list: bool) -> None:
         p.add_argument(flag, action=argparse.BooleanOptionalAction, default=argparse.SUPPRESS,
                        help=text)
     else:
-        kind_type = _nproc if f.name == "nproc" else _number_or_word if "str" in str(f.type) else _TYPES[kind]
+        kind_type = _nproc if name == "nproc" else _number_or_word if "str" in str(f.type) else _TYPES[kind]
         p.add_argument(flag, type=kind_type, default=argparse.SUPPRESS,
-                       metavar=f.name.upper(),
+                       metavar=name.upper(),
                        help=f"{text} (default: {f.default})")
 
 

@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import difflib
 import tomllib
-from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
 import tomli_w
 
 from scaletrain.config import applies
-from scaletrain.config.sections import SECTIONS
-from scaletrain.config.train import TrainConfig, config_fields
+from scaletrain.config.fields import setting_key
+from scaletrain.config.schema import KEYS, SECTIONS, config_fields
+from scaletrain.config.train import TrainConfig
 from scaletrain.errors import UserError
 
 # names other tools use for our keys: only for suggestions, never accepted silently
@@ -21,7 +21,7 @@ ALIASES = {"learning_rate": "lr", "num_workers": "workers", "wd": "weight_decay"
 
 
 def field_names() -> list[str]:
-    return [f.name for f in config_fields()]
+    return list(KEYS)
 
 
 def read_toml(path: str | Path, what: str = "config file") -> dict[str, Any]:
@@ -60,18 +60,46 @@ def setting_name(key: str, where: str) -> str:
 
 def build_config(file_values: dict[str, Any], overrides: dict[str, Any]) -> TrainConfig:
     """Defaults < TOML file < command-line overrides; types are checked against the defaults."""
-    types = {f.name: str(f.type) for f in config_fields()}
+    types = _types()
     # every value is checked, also a file's value that a flag overrides: a wrong file stays wrong
     file_values = {k: _coerce(k, v, types[k]) for k, v in file_values.items() if k in types}
     overrides = {k: _coerce(k, v, types[k]) for k, v in overrides.items() if k in types}
-    return TrainConfig(**{**file_values, **overrides})
+    return TrainConfig.from_dict({**file_values, **overrides})
+
+
+def _types() -> dict[str, str]:
+    return {setting_key(f): str(f.type) for f in config_fields()}
+
+
+def setting_kind(name: str) -> str:
+    """A setting's base type name: "int" for `int | None`, "float" for `float | str | None`."""
+    return _types()[name].split("|")[0].strip()
+
+
+def has_kind(name: str, value: Any) -> bool:
+    """Whether `value` is of the setting's base type (an int for a float setting too)."""
+    kind = setting_kind(name)
+    if kind == "bool":
+        return isinstance(value, bool)
+    want = {"int": int, "float": (int, float), "str": str}[kind]
+    return isinstance(value, want) and not isinstance(value, bool)
+
+
+def from_text(name: str, text: str) -> Any:
+    """A value written as text (a study's comma list) as the setting's type; ValueError if it is not one."""
+    kind = setting_kind(name)
+    if kind == "bool":
+        if text.lower() not in ("true", "false"):
+            raise ValueError(text)
+        return text.lower() == "true"
+    return {"int": int, "float": float}.get(kind, str)(text)
 
 
 def check_setting(name: str, value: Any) -> None:
     """One setting's value on its own: its type and its section's checks, not those relating it to other
     settings (what it needs to apply, ...): a study checks each axis value so, and each point whole."""
-    section = next(s for s in SECTIONS.values() if name in {f.name for f in fields(s) if f.init})
-    section(**{name: _coerce(name, value, {f.name: str(f.type) for f in config_fields()}[name])})
+    section, attr = KEYS[name]
+    SECTIONS[section](**{attr: _coerce(name, value, _types()[name])})
 
 
 _TYPES = {"int": int, "float": float, "str": str, "bool": bool}
@@ -104,10 +132,8 @@ def save_toml(config: TrainConfig, path: Path) -> None:
 
 
 def config_from_dict(data: dict[str, Any]) -> TrainConfig:
-    known = set(field_names())
-    return TrainConfig(**{k: v for k, v in data.items() if k in known})
-
-
+    """A configuration from its flat settings (a run's config.toml or summary.json `config`): others are left out."""
+    return TrainConfig.from_dict(data)
 
 def resolve_train_config(overrides: dict[str, Any], config_file: str | None) -> TrainConfig:
     """What `scaletrain train` runs: defaults < the run's saved config.toml (on --resume) < the --config
@@ -117,7 +143,8 @@ def resolve_train_config(overrides: dict[str, Any], config_file: str | None) -> 
     if kxr:  # --nproc KxR: R replicas of a K-stage pipeline
         k, r = (int(v) for v in kxr.split("x"))
         if overrides.get("stages", k) != k:
-            raise UserError(f"--nproc {k}x{r} means {k} stages, but --stages is {overrides['stages']}: give one of them")
+            raise UserError(f"--nproc {k}x{r} means {k} stages, but --stages is {overrides['stages']}: give one of "
+                            "them")
         overrides |= {"nproc": k * r, "stages": k}
     file_values = load_toml(config_file) if config_file else {}
     if overrides.get("resume"):
@@ -133,8 +160,8 @@ def resolve_train_config(overrides: dict[str, Any], config_file: str | None) -> 
         raise UserError(f"--nproc {kxr} (stages x replicas) applies only with {applies.NEEDS['stages'].what}: add "
                         f"it, or give --nproc {overrides['nproc']}")
     cfg = build_config(file_values, overrides)
-    if cfg.out is None:
+    if cfg.launch.out is None:
         from scaletrain.rundir import default_out
 
-        cfg.out = default_out(cfg.model, cfg.dataset)
+        cfg.launch.out = default_out(cfg.model.name, cfg.data.dataset)
     return cfg

@@ -1,9 +1,10 @@
 """The sections of a training configuration, each next to what it configures and validated on its own.
 
-Each section is a dataclass whose fields are flags of `scaletrain train` and keys of config.toml (flat
-names: `--lr`, `lr = 0.1`); the docstring under a field is its --help text. Sub-specs (`--compress`,
-`--inject`, `--torch-profile`) are parsed here once, into the values components use. `TrainConfig`
-(config/train.py) is the flat composition of all of them.
+Each section is a dataclass whose fields are settings: flags of `scaletrain train` and keys of config.toml,
+flat (`--lr`, `lr = 0.1`; a field named otherwise says its key: `cfg.model.name` is `--model`, config/fields.py);
+the docstring under a field is its --help text. Sub-specs (`--compress`, `--inject`, `--torch-profile`) are
+parsed here once, into the values components use. A strategy's own settings live beside it (comm/ps/options.py,
+comm/pipeline/options.py). `TrainConfig` (config/train.py) nests all of them: `cfg.optim.lr`.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import re
 from dataclasses import dataclass, field
 
 from scaletrain.comm.spec import check, parse_compress
+from scaletrain.config.fields import at_least, check_choice, flag, key
 from scaletrain.config.specs import Injection, parse_inject, torch_profile_window
 from scaletrain.errors import UserError
 
@@ -25,7 +27,6 @@ BAD_IMAGE_POLICIES = ("error", "skip")
 DEVICES = ("auto", "cpu", "cuda")
 SWITCHES = ("on", "off")
 TENSORBOARD = ("auto", "on", "off")
-PIPELINE_SCHEDULES = ("gpipe", "1f1b")
 OFFLOADS = ("none", "activations", "params")
 
 
@@ -59,9 +60,9 @@ class DataConfig:
     run then no longer replays augmentation bit-exactly)."""
 
     def __post_init__(self) -> None:
-        _check_choice("bad_images", self.bad_images, BAD_IMAGE_POLICIES)
-        _at_least(self, 1, "synthetic_samples", "synthetic_classes")
-        _at_least(self, 0, "workers")
+        check_choice("bad_images", self.bad_images, BAD_IMAGE_POLICIES)
+        at_least(self, 1, "synthetic_samples", "synthetic_classes")
+        at_least(self, 0, "workers")
         if self.image_size is not None and self.image_size < 1:
             raise UserError(f"--image-size must be at least 1 (got {self.image_size})")
 
@@ -70,7 +71,7 @@ class DataConfig:
 class ModelConfig:
     """The network and its arithmetic."""
 
-    model: str = "resnet20"
+    name: str = field(default="resnet20", metadata=key("model"))
     """Registry name (see `scaletrain models`) or `package.module:factory`."""
 
     stem: str = "auto"
@@ -87,7 +88,7 @@ class ModelConfig:
     """Convert BatchNorm to SyncBatchNorm (CUDA only in PyTorch)."""
 
     def __post_init__(self) -> None:
-        _check_choice("precision", self.precision, TRAIN_PRECISIONS)
+        check_choice("precision", self.precision, TRAIN_PRECISIONS)
         if not 0 < self.width < math.inf:
             raise UserError(f"--width must be a positive number (got {self.width})")
 
@@ -133,9 +134,9 @@ class OptimConfig:
     """Evaluate on the validation split every N epochs (and always after the last)."""
 
     def __post_init__(self) -> None:
-        _check_choice("optimizer", self.optimizer, OPTIMIZERS)
-        _check_choice("schedule", self.schedule, SCHEDULES)
-        _at_least(self, 1, "epochs", "batch_size", "ref_batch", "eval_every")
+        check_choice("optimizer", self.optimizer, OPTIMIZERS)
+        check_choice("schedule", self.schedule, SCHEDULES)
+        at_least(self, 1, "epochs", "batch_size", "ref_batch", "eval_every")
         if not 0 < self.lr < math.inf:  # also refuses NaN
             raise UserError(f"--lr must be a positive number (got {self.lr})")
         if not 0 <= self.weight_decay < math.inf:
@@ -196,8 +197,8 @@ class LaunchConfig:
     after the first step, then every 100 steps (10 s apart at least) or 30 s, whichever comes first."""
 
     def __post_init__(self) -> None:
-        _check_choice("device", self.device, DEVICES)
-        _at_least(self, 1, "nproc")
+        check_choice("device", self.device, DEVICES)
+        at_least(self, 1, "nproc")
         if self.stop_after is not None and self.stop_after < 1:
             raise UserError(f"--stop-after must be at least 1 epoch (got {self.stop_after})")
         if self.threads is not None and self.threads < 1:
@@ -205,7 +206,7 @@ class LaunchConfig:
         if self.checkpoint_every < 0:
             raise UserError(f"--checkpoint-every must be 0 (epoch ends only) or a number of steps (got "
                             f"{self.checkpoint_every})")
-        _at_least(self, 1, "nnodes")
+        at_least(self, 1, "nnodes")
         if not 0 <= self.node_rank < self.nnodes:
             raise UserError(f"--node-rank must be in 0..{self.nnodes - 1} for --nnodes {self.nnodes} "
                             f"(got {self.node_rank})")
@@ -222,27 +223,8 @@ class LaunchConfig:
 class StrategyConfig:
     """How gradients are aggregated across processes (docs/strategies.md)."""
 
-    strategy: str = "allreduce"
+    name: str = field(default="allreduce", metadata=key("strategy"))
     """How gradients are aggregated across the processes (each strategy and what it trades: docs/strategies.md)."""
-
-    ps_servers: int = 1
-    """With ps-sync/ps-async: how many of the nproc x nnodes processes are parameter servers (the last
-    ones); the rest are workers. The parameters are split evenly over the servers."""
-
-    ps_fetch: int = 1
-    """ps-async: a worker fetches fresh parameters every this many steps (Downpour's n_fetch)."""
-
-    ps_push: int = 1
-    """ps-async: a worker pushes its gradients, summed since the last push, every this many steps (n_push)."""
-
-    ps_optimizer: str = "adagrad"
-    """ps-async: the update each shard applies on its own, `adagrad` (per-parameter, as Downpour) or `sgd` (plain)."""
-
-    staleness_lr: bool = False
-    """ps-async: divide each update's learning rate by its staleness (Zhang, Gupta et al. 2016)."""
-
-    max_staleness: int | None = None
-    """ps-async: drop a gradient more than this many shard updates old (its worker then fetches afresh)."""
 
     compress: str | None = None
     """Gradient compression with `allreduce` or a parameter server: `fp16`, `bf16`, `topk:RATIO`, `sign`,
@@ -254,22 +236,6 @@ class StrategyConfig:
     DDP's default, 25 MiB with a first bucket of 1 MiB (a setting applies to the first bucket too); `auto`:
     the size the performance model predicts hides the most communication (docs/predict.md)."""
 
-    stages: int | None = None
-    """pipeline: pipeline stages, one process each (default: all the job's processes, nproc x nnodes)."""
-
-    microbatches: int = 4
-    """pipeline: micro-batches each step's batch is split into (must divide --batch-size)."""
-
-    pipeline_schedule: str = "1f1b"
-    """pipeline: `gpipe` (all forwards, then all backwards) or `1f1b` (one forward, one backward: fewer
-    activations in flight); both from torch.distributed.pipelining (docs/split.md)."""
-
-    split: str = "auto"
-    """pipeline: where the model is cut into stages: `auto` (the predicted-fastest split under the memory
-    the stages have, as `scaletrain split` chooses it), `uniform` (equal block counts), `params` (equal
-    parameter counts, DeepSpeed's default), `time` (torchgpipe's balance by measured time) or a split.json
-    written by `scaletrain split`."""
-
     offload: str = "none"
     """Keep in pinned host memory what does not fit the GPU (CUDA only): `activations` (the tensors saved
     for backward, copied out during forward and back during backward; any strategy) or `params`
@@ -279,20 +245,12 @@ class StrategyConfig:
     """`compress` parsed: (name, argument) or None (comm/spec.py)."""
 
     def __post_init__(self) -> None:
-        check(self.strategy, self.compress)
+        check(self.name, self.compress)
         self.compression = parse_compress(self.compress)
-        _check_choice("pipeline_schedule", self.pipeline_schedule, PIPELINE_SCHEDULES)
-        _check_choice("offload", self.offload, OFFLOADS)
-        if self.offload == "params" and self.strategy != "fsdp":
+        check_choice("offload", self.offload, OFFLOADS)
+        if self.offload == "params" and self.name != "fsdp":
             raise UserError("--offload params needs --strategy fsdp (FSDP2's CPU offload policy keeps the shards "
                             "in host memory): add it, or use --offload activations")
-        _at_least(self, 1, "microbatches")
-        if self.stages is not None and self.stages < 2:
-            raise UserError(f"--stages must be at least 2 (got {self.stages}): one stage is --strategy allreduce")
-        _check_choice("ps_optimizer", self.ps_optimizer, ("adagrad", "sgd"))
-        _at_least(self, 1, "ps_servers", "ps_fetch", "ps_push")
-        if self.max_staleness is not None and self.max_staleness < 0:
-            raise UserError(f"--max-staleness must be 0 or more (got {self.max_staleness})")
         if isinstance(self.bucket_cap_mb, str):
             if self.bucket_cap_mb.strip().lower() != "auto":
                 try:
@@ -309,7 +267,7 @@ class StrategyConfig:
 class ProfileConfig:
     """What is measured, where it goes, and the diagnosis thresholds."""
 
-    profile: str = "on"
+    step_profiler: str = field(default="on", metadata=key("profile"))
     """Step profiler: `on` times every step's phases on every rank (see docs/metrics.md); `off` only step time."""
 
     torch_profile: str | None = None
@@ -332,12 +290,12 @@ class ProfileConfig:
     """`torch_profile` parsed: (first step, end step), END exclusive; or None."""
 
     def __post_init__(self) -> None:
-        _check_choice("profile", self.profile, SWITCHES)
-        _check_choice("tensorboard", self.tensorboard, TENSORBOARD)
+        check_choice("profile", self.step_profiler, SWITCHES)
+        check_choice("tensorboard", self.tensorboard, TENSORBOARD)
         self.torch_profile_steps = torch_profile_window(self.torch_profile) if self.torch_profile else None
         for name in ("diag_input", "diag_comm", "diag_straggler"):
             if not 0 < getattr(self, name) < 1:
-                raise UserError(f"--{_flag(name)} must be a fraction between 0 and 1 (got {getattr(self, name)})")
+                raise UserError(f"{flag(name)} must be a fraction between 0 and 1 (got {getattr(self, name)})")
 
 
 @dataclass(kw_only=True)
@@ -369,14 +327,6 @@ class FaultsConfig:
         self.injection = parse_inject(self.inject)
 
 
-SECTIONS = {"data": DataConfig, "model": ModelConfig, "optim": OptimConfig, "launch": LaunchConfig,
-            "strategy": StrategyConfig, "profile": ProfileConfig, "faults": FaultsConfig}
-
-
-def _flag(name: str) -> str:
-    return name.replace("_", "-")
-
-
 def check_address(name: str, value: str | None) -> None:
     """An address must be an IP address or a host name: `999.1.1.1` is neither (whether a name resolves is
     checked where the launch starts, distributed/launch/preflight.py check_address)."""
@@ -385,17 +335,5 @@ def check_address(name: str, value: str | None) -> None:
         if value is not None and (not text or text.split()[0] != text or re.fullmatch(r"[\d.]+", text)):
             ipaddress.ip_address(text)  # all digits and dots: it must be an IPv4 address
     except ValueError:
-        raise UserError(f"--{_flag(name)} {value!r} is not an IP address or a host name: give one such as "
+        raise UserError(f"{flag(name)} {value!r} is not an IP address or a host name: give one such as "
                         "10.0.0.1 or node0.cluster") from None
-
-
-def _check_choice(name: str, value: str, choices: tuple[str, ...]) -> None:
-    if value not in choices:
-        raise UserError(f"--{_flag(name)} must be one of {', '.join(choices)} (got {value!r})")
-
-
-def _at_least(section, least: int, *names: str) -> None:
-    for name in names:
-        if getattr(section, name) < least:
-            what = "at least 1" if least == 1 else f"{least} or more"
-            raise UserError(f"--{_flag(name)} must be {what} (got {getattr(section, name)})")

@@ -1,133 +1,90 @@
-"""`TrainConfig`: every section's fields side by side (the flat flags and config.toml keys), validated
-once, each section handed to the component it configures (`cfg.optim` to the optimizer, ...)."""
+"""`TrainConfig`: the sections, nested (`cfg.optim.lr`, `cfg.launch.nproc`, `cfg.ps.servers`), each validated
+on its own, then what spans them (the strategy's own checks, settings set to no effect); the job's `layout`.
+
+Outside, a configuration is flat, one key per setting: the flags, config.toml and a run's files
+(`to_dict`, `from_dict`, `replace`)."""
 
 from __future__ import annotations
 
-import dataclasses
-from dataclasses import Field, dataclass, fields
+from dataclasses import dataclass, field
 from typing import Any
 
+from scaletrain.comm import registry
+from scaletrain.comm.pipeline.options import PipelineOptions
+from scaletrain.comm.ps.options import PsOptions
 from scaletrain.config import applies
-from scaletrain.config.sections import (SECTIONS, DataConfig, FaultsConfig, LaunchConfig, ModelConfig, OptimConfig,
-                                        ProfileConfig, StrategyConfig)
-from scaletrain.config.specs import Injection
+from scaletrain.config.fields import setting_key, settings
+from scaletrain.config.layout import Layout
+from scaletrain.config.schema import KEYS, SECTIONS
+from scaletrain.config.sections import (DataConfig, FaultsConfig, LaunchConfig, ModelConfig, OptimConfig, ProfileConfig,
+                                        StrategyConfig)
 from scaletrain.errors import UserError
 
 
-def config_fields() -> list[Field]:
-    """Every section's settings (init fields), in section order: the flags of `scaletrain train`."""
-    return [f for section in SECTIONS.values() for f in fields(section) if f.init]
+@dataclass(kw_only=True)
+class TrainConfig:
+    """Everything a training run needs; saved resolved, flat, as `config.toml` in the run directory."""
 
-
-def _section_names() -> dict[str, str]:
-    return {f.name: key for key, section in SECTIONS.items() for f in fields(section) if f.init}
-
-
-class _Sections:
-    """The section views and the checks that span sections; mixed into the flat TrainConfig."""
-
-    @property
-    def data(self) -> DataConfig:
-        return self._section("data")
-
-    @property
-    def model_section(self) -> ModelConfig:  # (`model` is the model's name, a flat key)
-        return self._section("model")
-
-    @property
-    def optim(self) -> OptimConfig:
-        return self._section("optim")
-
-    @property
-    def launch(self) -> LaunchConfig:
-        return self._section("launch")
-
-    @property
-    def strategy_section(self) -> StrategyConfig:  # (`strategy` is its name, a flat key)
-        return self._section("strategy")
-
-    @property
-    def profile_section(self) -> ProfileConfig:  # (`profile` is the on/off switch, a flat key)
-        return self._section("profile")
-
-    @property
-    def faults(self) -> FaultsConfig:
-        return self._section("faults")
-
-    # parsed sub-specs, from their sections
-    @property
-    def injection(self) -> Injection:
-        return self.faults.injection
-
-    @property
-    def torch_profile_steps(self) -> tuple[int, int] | None:
-        return self.profile_section.torch_profile_steps
-
-    @property
-    def compression(self) -> tuple[str, float | int | None] | None:
-        return self.strategy_section.compression
-
-    def _section(self, key: str):
-        section = SECTIONS[key]
-        return section(**{f.name: getattr(self, f.name) for f in fields(section) if f.init})
+    data: DataConfig = field(default_factory=DataConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    launch: LaunchConfig = field(default_factory=LaunchConfig)
+    strategy: StrategyConfig = field(default_factory=StrategyConfig)
+    ps: PsOptions = field(default_factory=PsOptions)
+    pipeline: PipelineOptions = field(default_factory=PipelineOptions)
+    profile: ProfileConfig = field(default_factory=ProfileConfig)
+    faults: FaultsConfig = field(default_factory=FaultsConfig)
 
     def __post_init__(self) -> None:
-        for key in SECTIONS:  # each section validates its own fields
-            self._section(key)
-        self._check_across()
+        applies.check(self.to_dict())  # a setting set to no effect
+        options = self.strategy_options
+        if options is not None:
+            options.check(self)
 
-    def _check_across(self) -> None:
-        """What one section cannot check alone."""
-        applies.check({f.name: getattr(self, f.name) for f in config_fields()})  # a setting set to no effect
-        if self.strategy.startswith("ps-"):
-            if self.precision == "fp16":
-                raise UserError(f"--precision fp16 is not supported with --strategy {self.strategy} (the "
-                                "servers apply unscaled gradients): use --precision bf16 or fp32")
-            if self.sync_bn:
-                raise UserError(f"--sync-bn is not supported with --strategy {self.strategy}: drop --sync-bn")
-        if self.strategy == "pipeline":
-            if self.precision == "fp16":
-                raise UserError("--precision fp16 is not supported with --strategy pipeline (the schedule runs "
-                                "backward itself, without the loss scaler): use --precision bf16 or fp32")
-            if self.sync_bn:
-                raise UserError("--sync-bn is not supported with --strategy pipeline: drop --sync-bn")
-            if self.batch_size % self.microbatches:
-                raise UserError(f"--microbatches {self.microbatches} does not divide --batch-size {self.batch_size}: "
-                                "choose a batch size that is a multiple of it")
+    @property
+    def strategy_options(self) -> Any:
+        """The chosen strategy's own settings section (`cfg.ps`, `cfg.pipeline`), or None."""
+        section = registry.OPTION_SECTIONS.get(self.strategy.name)
+        return getattr(self, section) if section else None
+
+    @property
+    def layout(self) -> Layout:
+        """How the job's ranks divide (config/layout.py), from the launch and the strategy's options."""
+        layout = Layout(nodes=self.launch.nnodes, per_node=self.launch.nproc)
+        options = self.strategy_options
+        return options.shape(layout) if options is not None and hasattr(options, "shape") else layout
 
     def check_launch(self) -> None:
         """What depends on the launch's shape (nproc x nnodes), checked when launching, not per study axis."""
-        world = self.nproc * self.nnodes
-        inject = self.injection
+        layout = self.layout
+        inject = self.faults.injection
         for what, rank in (("slow-rank", inject.slow_rank), ("kill-rank", inject.kill_rank),
                            ("stop-rank", inject.stop_rank)):
-            if rank is not None and rank >= world:
-                raise UserError(f"--inject {what}={rank}:...: there are only {world} ranks (0..{world - 1}): "
-                                "name one of them")
-        if self.strategy == "pipeline":
-            stages = self.stages or world
-            if world < 2:
-                raise UserError(f"--strategy pipeline needs at least 2 processes, one per stage (got --nproc x --nnodes "
-                                f"= {world}): give --nproc 2 or more, or --nproc KxR (K stages x R replicas)")
-            if world % stages:
-                raise UserError(f"--strategy pipeline with --stages {stages} needs a multiple of {stages} processes "
-                                f"(got --nproc x --nnodes = {world}): one process per stage and replica")
-        from scaletrain.comm.registry import strategy_class
+            if rank is not None and rank >= layout.world:
+                raise UserError(f"--inject {what}={rank}:...: there are only {layout.world} ranks "
+                                f"(0..{layout.world - 1}): name one of them")
+        options = self.strategy_options
+        if options is not None and hasattr(options, "check_layout"):
+            options.check_layout(layout)
 
-        servers = strategy_class(self.strategy).server_ranks(self)
-        if servers and world - servers < 1:
-            raise UserError(f"--strategy {self.strategy} with --ps-servers {self.ps_servers} needs more "
-                            f"processes than servers (got {world}): raise --nproc to at least {self.ps_servers + 1}")
-
+    # ------------------------------------------------------------ the flat form: flags, config.toml, run files
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        """{key: value} for every setting, in section order (what config.toml and a run's files hold)."""
+        return {setting_key(f): getattr(section, f.name) for section in self.sections() for f in settings(section)}
 
+    @classmethod
+    def from_dict(cls, flat: dict[str, Any]) -> TrainConfig:
+        """From {key: value} (keys not given take their defaults; unknown keys are left out)."""
+        return cls(**{name: section(**{f.name: flat[key] for f in settings(section) if (key := setting_key(f)) in flat})
+                      for name, section in SECTIONS.items()})
 
-TrainConfig = dataclass(kw_only=True)(type("TrainConfig", (_Sections,), {
-    "__doc__": "Everything a training run needs; saved resolved as `config.toml` in the run directory.\n\n"
-               "The fields are the sections' (config/sections.py), flat: `cfg.lr` is `cfg.optim.lr`.",
-    "__module__": __name__,
-    "__annotations__": {f.name: f.type for f in config_fields()},
-    **{f.name: dataclasses.field(default=f.default) if f.default_factory is dataclasses.MISSING
-       else dataclasses.field(default_factory=f.default_factory) for f in config_fields()},
-}))
+    def replace(self, **flat: Any) -> TrainConfig:
+        """A copy with some settings changed, by key (`cfg.replace(batch_size=32)`), checked anew."""
+        unknown = set(flat) - set(KEYS)
+        if unknown:
+            raise TypeError(f"TrainConfig has no setting {', '.join(sorted(unknown))}")
+        return TrainConfig.from_dict({**self.to_dict(), **flat})
+
+    def sections(self) -> list[Any]:
+        return [getattr(self, name) for name in SECTIONS]
+

@@ -19,12 +19,10 @@ PROBE_BYTES = (1 << 16, 1 << 22)  # 64 KiB and 4 MiB: latency and bandwidth
 def choose(cfg, alpha: float, beta: float) -> tuple[float | None, dict[str, Any]]:
     """(cap in MiB or None for DDP's default, what the choice rests on) for a TrainConfig; without a
     calibration of this machine, DDP's default with the reason."""
-    import dataclasses
-
     from scaletrain.predict import calibration
     from scaletrain.predict.points import Predictor, predict_config
 
-    if cfg.compression and cfg.compression[0] == "powersgd":
+    if cfg.strategy.compression and cfg.strategy.compression[0] == "powersgd":
         return None, {"chosen_mb": None, "reason": "the performance model cannot price PowerSGD's buckets (their "
                                                     "bytes depend on each gradient's shape): DDP's default kept"}
     path = calibration.cache_path()
@@ -34,7 +32,7 @@ def choose(cfg, alpha: float, beta: float) -> tuple[float | None, dict[str, Any]
     cal = calibration.load(path)
     network = {"intra": {k: {"alpha_s": alpha, "beta_s_per_byte": beta} for k in ("allreduce", "ring")},
                "inter": None, "source": "measured on this launch's process group"}
-    flat = dataclasses.replace(cfg, bucket_cap_mb=None, nnodes=1, nproc=cfg.nproc * cfg.nnodes)
+    flat = cfg.replace(bucket_cap_mb=None, nnodes=1, nproc=cfg.layout.world)
     comm = predict_config(Predictor(cal, network), flat)["comm"]  # at DDP's default, with the best cap beside it
     return comm.get("best_bucket_cap_mb"), {
         "chosen_mb": comm.get("best_bucket_cap_mb"), "candidates_mb": [c for c in BUCKET_CAPS_MB],

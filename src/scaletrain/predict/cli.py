@@ -291,14 +291,12 @@ def _nodes(text: str) -> list[int]:
 
 
 def spec_from_args(args: argparse.Namespace):
-    from scaletrain.config import config_fields
-    from scaletrain.study.grid import AXES, STUDY_OWNED, parse_axis
+    from scaletrain.study.grid import AXES, given_settings, parse_axis
 
     names = tuple(AXES) + PREDICT_AXES_EXTRA
     given = vars(args)
     axes = {n: (_nodes(given[n]) if n == "nnodes" else parse_axis(n, given[n])) for n in names if n in given}
-    train = {f.name: given[f.name] for f in config_fields()
-             if f.name in given and f.name not in names and f.name not in STUDY_OWNED}
+    train = given_settings(given, names)
     return predict_spec(args.config, axes, train)
 
 

@@ -26,6 +26,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from scaletrain.config.layout import Layout
 from scaletrain.perf.memory import state_per_parameter
 from scaletrain.predict.pricing import BUCKET_CAPS_MB, NO_COMM, link  # noqa: F401 (re-exported)
 
@@ -44,7 +45,7 @@ class Setting:
     workers: int = 0
     strategy: str = "allreduce"
     compress: tuple | None = None
-    ps_servers: int = 1
+    servers: int = 0  # the layout's (config/layout.py): parameter-server ranks
     bucket_cap_mb: float | None = None
     optimizer: str = "sgd"
     cores: int = 1  # cores per node
@@ -53,7 +54,7 @@ class Setting:
     train_samples: int = 0
     sample_s: float = 0.0  # loader seconds per sample (decode + augment + collate)
     sample_bytes: int = 0  # one sample's tensor bytes
-    stages: int | None = None  # --stages (a pipeline's; None: every rank a stage): its strategy reads it
+    stages: int = 1  # the layout's: a pipeline's stages
     cpu_compute: bool = True  # forward and backward run on the CPU's cores (False: on an accelerator)
     stretch: bool = True  # processes sharing cores stretch compute (predictor.CORRECTIONS "core_stretch")
 
@@ -69,14 +70,13 @@ class Setting:
         return strategy_of(self.strategy)
 
     @property
-    def servers(self) -> int:
-        """Ranks that serve instead of training (a parameter server's)."""
-        return self.strategy_class.server_ranks(self)
+    def layout(self) -> Layout:
+        return Layout(nodes=self.nnodes, per_node=self.nproc, servers=self.servers, stages=self.stages)
 
     @property
     def trainers(self) -> int:
         """Ranks that read different data and share the global batch (a pipeline's replicas)."""
-        return max(0, self.strategy_class.data_replicas(self))
+        return self.layout.replicas
 
     @property
     def rank_threads(self) -> int:

@@ -1,4 +1,4 @@
-"""Predicting a pipeline's stages and bubble (docs/predict.md), for comm/pipeline.py's Pipeline.cost.
+"""Predicting a pipeline's stages and bubble (docs/predict.md), for comm/pipeline/strategy.py's Pipeline.cost.
 
 Pipeline (`--strategy pipeline`, K stages, M micro-batches, R replicas): the blocks' forward and backward
 at the micro-batch (the calibrated per-op laws at the rank's threads, with the loop factors calibrated on as
@@ -45,25 +45,26 @@ def pipeline_phases(cal: dict[str, Any], cfg, facts: dict[str, Any], threads: in
     from scaletrain.split import plan
     from scaletrain.split.partition import evaluate
 
-    stages = cfg.stages or cfg.nproc * cfg.nnodes
-    micro = plan.micro_batch(cfg.batch_size, cfg.microbatches)
+    stages = cfg.layout.stages
+    micro = plan.micro_batch(cfg.optim.batch_size, cfg.pipeline.microbatches)
     size = facts["image_size"]
-    model, graph = _blocked(cfg.model, facts["classes"], facts["channels"], size, micro, cfg.stem, cfg.width)
+    model, graph = _blocked(cfg.model.name, facts["classes"], facts["channels"], size, micro, cfg.model.stem,
+                            cfg.model.width)
     shape = (facts["channels"], size, size)
     costs, _ = plan.costs_for(graph, model, shape, micro, source="predicted", calibration=cal,
-                              precision=cfg.precision, threads=threads, ranks=cfg.nproc)
+                              precision=cfg.model.precision, threads=threads, ranks=cfg.launch.nproc)
     alpha, beta = alpha_beta
     link = 1 / beta if beta > 0 else plan.DEFAULT_LINK
-    # the split the run chooses, as comm/pipeline.py's Pipeline._split asks for it (these block costs standing
+    # the split the run chooses, as comm/pipeline/strategy.py's Pipeline._split asks for it (these block costs standing
     # for the ones the run measures, plan's default link) ...
-    chosen = plan.choose(cfg.split, graph, model, shape, stages=stages, microbatches=cfg.microbatches,
-                         schedule=cfg.pipeline_schedule, batch_size=cfg.batch_size, precision=cfg.precision,
-                         optimizer=cfg.optimizer, calibration=cal, model_name=cfg.model, costs=costs)
+    chosen = plan.choose(cfg.pipeline.split, graph, model, shape, stages=stages, microbatches=cfg.pipeline.microbatches,
+                         schedule=cfg.pipeline.schedule, batch_size=cfg.optim.batch_size, precision=cfg.model.precision,
+                         optimizer=cfg.optim.optimizer, calibration=cal, model_name=cfg.model.name, costs=costs)
     # ... its step with the transfers at the calibrated link
     part = evaluate(costs, chosen.bounds, method=chosen.method,
-                    **plan.pipeline_args(microbatches=cfg.microbatches, schedule=cfg.pipeline_schedule,
-                                         optimizer=cfg.optimizer, link_bytes_per_s=link, latency_s=alpha))
-    m, k = cfg.microbatches, len(part.stages)
+                    **plan.pipeline_args(microbatches=cfg.pipeline.microbatches, schedule=cfg.pipeline.schedule,
+                                         optimizer=cfg.optim.optimizer, link_bytes_per_s=link, latency_s=alpha))
+    m, k = cfg.pipeline.microbatches, len(part.stages)
     mean = lambda key: sum(st[key] for st in part.stages) / k  # noqa: E731
     fwd, bwd = m * mean("forward_s"), m * mean("backward_s")
     p2p = m * mean("transfer_s") + alpha  # the loss's broadcast: one small message

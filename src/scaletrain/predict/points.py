@@ -40,8 +40,8 @@ def _cached_workload(model_name: str, num_classes: int, in_channels: int, image_
 
 
 def workload(cfg, data_facts: dict[str, Any], batch: int) -> Workload:
-    return _cached_workload(cfg.model, data_facts["classes"], data_facts["channels"], data_facts["image_size"],
-                            batch, cfg.stem, cfg.width)
+    return _cached_workload(cfg.model.name, data_facts["classes"], data_facts["channels"], data_facts["image_size"],
+                            batch, cfg.model.stem, cfg.model.width)
 
 
 @functools.lru_cache(maxsize=32)
@@ -67,34 +67,32 @@ def data_facts(dataset: str, image_size: int | None, synthetic_samples: int, syn
 
 
 def trainers(cfg) -> int:
-    """Ranks that read different data and share the global batch (the strategy's data replicas), at least 1."""
-    from scaletrain.comm.registry import strategy_class
-
-    return max(1, strategy_class(cfg.strategy).data_replicas(cfg))
+    """Ranks that read different data and share the global batch (the layout's replicas), at least 1."""
+    return max(1, cfg.layout.replicas)
 
 
 def check_point(cfg, hw=None) -> None:
     """Refuse, before a calibration is read or a model traced, a point the model cannot price, the data cannot
     fill or this machine cannot trace: one UserError line."""
-    from scaletrain.comm.registry import strategy_class
     from scaletrain.comm.spec import parse_compress
 
-    compress = parse_compress(cfg.compress)
+    compress = parse_compress(cfg.strategy.compress)
     if compress and compress[0] == "powersgd":
-        raise UserError(f"--compress {cfg.compress}: predict cannot price PowerSGD (its bytes depend on each "
+        raise UserError(f"--compress {cfg.strategy.compress}: predict cannot price PowerSGD (its bytes depend on each "
                         "gradient's shape, which the model does not keep yet): predict another --compress, or "
                         "measure PowerSGD with scaletrain train")
-    if hw is not None and hw.kind == "cuda" and cfg.nproc > hw.count:
-        raise UserError(f"--nproc {cfg.nproc}: a {hw.name} node has {hw.count} GPUs, one process each: give "
+    if hw is not None and hw.kind == "cuda" and cfg.launch.nproc > hw.count:
+        raise UserError(f"--nproc {cfg.launch.nproc}: a {hw.name} node has {hw.count} GPUs, one process each: give "
                         f"--nproc {hw.count} or fewer per node (and more --nnodes)")
-    if strategy_class(cfg.strategy).data_replicas(cfg) < 1:
-        raise UserError(f"--nproc {cfg.nproc} x --nnodes {cfg.nnodes} leaves no trainer (a rank that reads data) for "
-                        f"--strategy {cfg.strategy}: give more processes, or fewer --stages or --ps-servers")
-    facts = data_facts(cfg.dataset, cfg.image_size, cfg.synthetic_samples, cfg.synthetic_classes)
-    if cfg.batch_size * trainers(cfg) > facts["samples"]:
-        raise UserError(f"--batch-size {cfg.batch_size} x {trainers(cfg)} trainers (--nproc {cfg.nproc} x --nnodes "
-                        f"{cfg.nnodes}) is more than the {facts['samples']} training samples: an epoch would have "
-                        "no step; lower --batch-size, --nproc or --nnodes")
+    if cfg.layout.replicas < 1:
+        raise UserError(f"--nproc {cfg.launch.nproc} x --nnodes {cfg.launch.nnodes} leaves no trainer (a rank that "
+                        f"reads data) for --strategy {cfg.strategy.name}: give more processes, or fewer --stages or "
+                        "--ps-servers")
+    facts = data_facts(cfg.data.dataset, cfg.data.image_size, cfg.data.synthetic_samples, cfg.data.synthetic_classes)
+    if cfg.optim.batch_size * trainers(cfg) > facts["samples"]:
+        raise UserError(f"--batch-size {cfg.optim.batch_size} x {trainers(cfg)} trainers (--nproc {cfg.launch.nproc} "
+                        f"x --nnodes {cfg.launch.nnodes}) is more than the {facts['samples']} training samples: an "
+                        "epoch would have no step; lower --batch-size, --nproc or --nnodes")
 
 
 @functools.lru_cache(maxsize=64)
@@ -116,33 +114,34 @@ def predict_config(p: Predictor, cfg, *, shared_cores: int | None = None, cores:
     from scaletrain.comm.spec import parse_compress
 
     check_point(cfg, p.hardware)
-    auto_cap = cfg.bucket_cap_mb == "auto"
-    facts = data_facts(cfg.dataset, cfg.image_size, cfg.synthetic_samples, cfg.synthetic_classes)
+    auto_cap = cfg.strategy.bucket_cap_mb == "auto"
+    facts = data_facts(cfg.data.dataset, cfg.data.image_size, cfg.data.synthetic_samples, cfg.data.synthetic_classes)
     cores = cores or p.cores
-    s = M.Setting(batch_size=cfg.batch_size, precision=cfg.precision, nproc=cfg.nproc, nnodes=cfg.nnodes,
-                  workers=cfg.workers, strategy=cfg.strategy, compress=parse_compress(cfg.compress),
-                  ps_servers=cfg.ps_servers, bucket_cap_mb=None if auto_cap else cfg.bucket_cap_mb,
-                  optimizer=cfg.optimizer, cores=cores,
-                  shared_cores=shared_cores, threads=cfg.threads, train_samples=facts["samples"],
-                  cpu_compute=p.hardware is None or p.hardware.kind == "cpu", stages=cfg.stages,
+    s = M.Setting(batch_size=cfg.optim.batch_size, precision=cfg.model.precision, nproc=cfg.launch.nproc,
+                  nnodes=cfg.launch.nnodes,
+                  workers=cfg.data.workers, strategy=cfg.strategy.name, compress=parse_compress(cfg.strategy.compress),
+                  servers=cfg.layout.servers, bucket_cap_mb=None if auto_cap else cfg.strategy.bucket_cap_mb,
+                  optimizer=cfg.optim.optimizer, cores=cores,
+                  shared_cores=shared_cores, threads=cfg.launch.threads, train_samples=facts["samples"],
+                  cpu_compute=p.hardware is None or p.hardware.kind == "cpu", stages=cfg.layout.stages,
                   stretch="core_stretch" not in p.without)
-    w = workload(cfg, facts, cfg.batch_size)
+    w = workload(cfg, facts, cfg.optim.batch_size)
     threads = s.rank_threads
-    ops = p.op_costs(w, cfg.precision, threads)
-    loss = p.loss_s(cfg.batch_size, facts["classes"], cfg.precision, threads)
-    s.sample_s = p.loader_sample_s(cfg.dataset, facts["image_size"], facts["source_pixels"], cfg.batch_size)
+    ops = p.op_costs(w, cfg.model.precision, threads)
+    loss = p.loss_s(cfg.optim.batch_size, facts["classes"], cfg.model.precision, threads)
+    s.sample_s = p.loader_sample_s(cfg.data.dataset, facts["image_size"], facts["source_pixels"], cfg.optim.batch_size)
     handoff, startup = p.handoff()
-    loop = p.loop(cfg.nproc)
-    opt_law = p.optimizer_law(cfg.optimizer, threads)
-    act = activations_at(w.activation_bytes, cfg.precision)
+    loop = p.loop(cfg.launch.nproc)
+    opt_law = p.optimizer_law(cfg.optim.optimizer, threads)
+    act = activations_at(w.activation_bytes, cfg.model.precision)
     sample_bytes = 4 * facts["channels"] * facts["image_size"] ** 2
     baseline = p.baseline_bytes()
-    mem = M.memory(s, w.params, act, sample_bytes * cfg.batch_size, max(0, baseline - _refnet_memory(p))
+    mem = M.memory(s, w.params, act, sample_bytes * cfg.optim.batch_size, max(0, baseline - _refnet_memory(p))
                    if baseline else 0)
 
     def step_at(setting: M.Setting) -> dict[str, Any]:
         return M.predict_step(ops, setting, loop, p.network, opt_law, loss, loader_first_batch_s=startup +
-                              setting.sample_s * cfg.batch_size, handoff_s=handoff if cfg.workers else 0.0,
+                              setting.sample_s * cfg.optim.batch_size, handoff_s=handoff if cfg.data.workers else 0.0,
                               memory_bytes=mem, cfg=cfg, facts=facts, predictor=p)
 
     step = step_at(s)
@@ -150,11 +149,11 @@ def predict_config(p: Predictor, cfg, *, shared_cores: int | None = None, cores:
         # --bucket-cap-mb auto: the cap the model finds best at this point, as auto_bucket.choose picks it
         s.bucket_cap_mb = step["comm"]["best_bucket_cap_mb"]
         step = step_at(s)
-    steps = facts["samples"] // (cfg.batch_size * s.trainers)
+    steps = facts["samples"] // (cfg.optim.batch_size * s.trainers)
     mem = step["memory_bytes"]
     eff = batch_efficiency(p, cfg, facts, ops, threads)
     lim, note = M.limit(step["phases_s"], eff)
-    check = plausibility(w, step["phases_s"], p.peak_flops(cfg.precision), steps, p.hardware,
+    check = plausibility(w, step["phases_s"], p.peak_flops(cfg.model.precision), steps, p.hardware,
                          sum(mem.values()), p.device_memory(), oversubscribed(s))
     per_op = [{"name": op.name, "kind": op.kind, "source": c.source, "forward_s": c.forward_s,
                "backward_s": c.backward_s} for op, c in zip(w.ops, ops) if op.kind != "view"]
@@ -164,7 +163,7 @@ def predict_config(p: Predictor, cfg, *, shared_cores: int | None = None, cores:
             sources[o.source] = sources.get(o.source, 0) + 1
     return {"setting": s, "phases_s": step["phases_s"], "step_time_s": step["step_time_s"],
             "steps_per_epoch": steps, "epoch_time_s": steps * step["step_time_s"] + step["epoch_start_s"],
-            "samples_per_s": cfg.batch_size * s.trainers / step["step_time_s"],
+            "samples_per_s": cfg.optim.batch_size * s.trainers / step["step_time_s"],
             "peak_memory_bytes": sum(mem.values()), "memory_bytes": mem, "memory_kind": p.memory_kind(),
             "comm": step["comm"], "layers": {k: sources.get(k, 0) for k in ("measured", "regression", "roofline")},
             "limit": lim, "limit_note": note, "batch_efficiency": eff, "threads": threads,
@@ -194,11 +193,11 @@ def _refnet_bytes(image_size: int, batch: int) -> int:
 
 def batch_efficiency(p: Predictor, cfg, facts, ops: list[M.OpCost], threads: int) -> float:
     """Per-sample compute at this batch against at LARGE_BATCH (1 = the batch is large enough)."""
-    if cfg.batch_size >= LARGE_BATCH:
+    if cfg.optim.batch_size >= LARGE_BATCH:
         return 1.0
     big = workload(cfg, facts, LARGE_BATCH)
-    big_ops = p.op_costs(big, cfg.precision, threads)
-    small = sum(o.forward_s + o.backward_s for o in ops) / cfg.batch_size
+    big_ops = p.op_costs(big, cfg.model.precision, threads)
+    small = sum(o.forward_s + o.backward_s for o in ops) / cfg.optim.batch_size
     large = sum(o.forward_s + o.backward_s for o in big_ops) / LARGE_BATCH
     return min(1.0, large / small) if small > 0 else 1.0
 

@@ -116,13 +116,13 @@ def _strong(cfg, global_batch: int | None):
     if global_batch % n:
         raise UserError(f"--global-batch {global_batch} does not split evenly over {n} trainers: give a multiple "
                         f"of {n}")
-    return dataclasses.replace(cfg, batch_size=global_batch // n)
+    return cfg.replace(batch_size=global_batch // n)
 
 
 def _entry(pid: str, axes: dict[str, Any], cfg, r: dict[str, Any]) -> dict[str, Any]:
     s = r["setting"]
     config = {k: v for k, v in cfg.to_dict().items() if k not in ("out", "resume", "progress", "stop_after")}
-    config.update({"nnodes": cfg.nnodes, "threads": r["threads"], "compress": cfg.compress or "none",
+    config.update({"nnodes": cfg.launch.nnodes, "threads": r["threads"], "compress": cfg.strategy.compress or "none",
                    "image_size": r["image_size"]})
     return {"id": pid, "axes": axes, "config": config, "trainers": s.trainers,
             "phases_s": r["phases_s"], "step_time_s": r["step_time_s"], "epoch_time_s": r["epoch_time_s"],

@@ -70,7 +70,7 @@ def submit_study(args: argparse.Namespace, opts: SlurmOptions, workdir: Path) ->
     check_study_dir(study, spec)
     todo = [(p, k, run_state(study.run(p.id, k))) for p in grid for k in range(spec.repeats)]
     todo = [(p, k, state) for p, k, state in todo if state != "completed"]
-    on_nodes = {p.id: replace(p.config, nnodes=opts.nodes, master_port=SCRIPT_SETS_PORT) for p, _, _ in todo}
+    on_nodes = {p.id: p.config.replace(nnodes=opts.nodes, master_port=SCRIPT_SETS_PORT) for p, _, _ in todo}
     validate_points([replace(p, config=on_nodes[p.id]) for p, _, _ in todo],
                     lambda cfg: check_here(cfg, opts, validate))
     if not args.dry_run:
@@ -152,7 +152,8 @@ def run_record(study: StudyDir, point_id: str, k: int) -> dict[str, Any]:
     elif state == "failed":
         log = study.log(point_id, k)
         text = log.read_text(errors="replace") if log.is_file() else ""
-        record |= {"status": "failed", "summary": read_summary(run, strict=False), "error": error_line(text, read_summary(run, strict=False), 1)}
+        summary = read_summary(run, strict=False)
+        record |= {"status": "failed", "summary": summary, "error": error_line(text, summary, 1)}
     return record
 
 

@@ -6,7 +6,7 @@ import contextlib
 import shutil
 import sys
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -52,10 +52,10 @@ def train_config(given: dict[str, Any], config_file: str | None, nodes: int) -> 
 def check_here(cfg: TrainConfig, opts: SlurmOptions, validate: Callable[[TrainConfig], None]) -> None:
     """What can be checked on this (login) node: everything `train` checks when the job runs where this
     machine would run it (the CPU); for a GPU job, only the launch's shape (the GPUs are on the nodes)."""
-    if opts.gpus_per_node is not None and cfg.nproc > opts.gpus_per_node:
-        raise UserError(f"--nproc {cfg.nproc} is more processes than --gpus-per-node {opts.gpus_per_node}: "
+    if opts.gpus_per_node is not None and cfg.launch.nproc > opts.gpus_per_node:
+        raise UserError(f"--nproc {cfg.launch.nproc} is more processes than --gpus-per-node {opts.gpus_per_node}: "
                         "one process per GPU (leave --nproc out to take --gpus-per-node)")
-    if opts.gpus_per_node is None and cfg.device != "cuda":
+    if opts.gpus_per_node is None and cfg.launch.device != "cuda":
         validate(cfg)
     else:
         cfg.check_launch()
@@ -93,7 +93,7 @@ def submit_train(given: dict[str, Any], config_file: str | None, opts: SlurmOpti
         given = {**given, "nproc": opts.gpus_per_node}
     cfg = train_config(given, config_file, opts.nodes)
     check_here(cfg, opts, validate)
-    run = check_out_dir(cfg.out, cfg.resume)
+    run = check_out_dir(cfg.launch.out, cfg.launch.resume)
     root = run.root.resolve()
     if not dry_run:
         jobs.refuse_if_queued(root, "run")
@@ -107,11 +107,11 @@ def submit_train(given: dict[str, Any], config_file: str | None, opts: SlurmOpti
     if dry_run:
         return Submission(text, script, output, root, None)
     # a fresh run directory holding only slurm/ would not look like a run to `train`: its config goes first
-    fresh = not cfg.resume and not run.config.exists()
+    fresh = not cfg.launch.resume and not run.config.exists()
     made = [p for p in (root, script.parent) if not p.exists()]
     script.parent.mkdir(parents=True, exist_ok=True)  # before sbatch: the job's output goes there
     if fresh:
-        save_toml(replace(cfg, out=str(root)), run.config)
+        save_toml(cfg.replace(out=str(root)), run.config)
     script.write_text(text)
     try:
         job_id = submit.sbatch(script)

@@ -1,7 +1,7 @@
 """A pipeline schedule's step, played op by op (docs/split.md). No torch.
 
 Each stage runs its forwards (F) and backwards (B) of the M micro-batches in the order its schedule gives
-(`torch.distributed.pipelining`'s, as comm/pipeline.py builds them), one op at a time; an op starts when its
+(`torch.distributed.pipelining`'s, as comm/pipeline/strategy.py builds them), one op at a time; an op starts when its
 stage is free and its input has arrived:
 
     F(s, i) after F(s-1, i)            (the activation from the stage before)

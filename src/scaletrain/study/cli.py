@@ -10,9 +10,9 @@ from pathlib import Path
 from typing import Any, Callable
 
 from scaletrain.command import Command
-from scaletrain.config import config_fields
 from scaletrain.errors import UserError
-from scaletrain.study.grid import (AXES, STUDY_OWNED, StudySpec, Threads, fair_threads, load_spec_file, parse_axis,
+from scaletrain.study.grid import (AXES, STUDY_OWNED, StudySpec, Threads, fair_threads, given_settings,
+                                   load_spec_file, parse_axis,
                                    points, resolve_spec, validate_points)
 from scaletrain.study.results import failed_points, study_entries
 from scaletrain.distributed.env import child_env
@@ -48,8 +48,7 @@ def spec_from_args(args: argparse.Namespace) -> StudySpec:
     file_spec = load_spec_file(args.config) if args.config else None
     given = vars(args)
     axes = {name: parse_axis(name, given[name]) for name in AXES if name in given}
-    train = {f.name: given[f.name] for f in config_fields()
-             if f.name in given and f.name not in AXES and f.name not in STUDY_OWNED}
+    train = given_settings(given, AXES)
     return resolve_spec(file_spec, axes, train, args.repeats)
 
 

@@ -14,8 +14,8 @@ from typing import Any
 
 import tomli_w
 
-from scaletrain.config import (ALIASES, TrainConfig, applies, build_config, check_setting, config_fields, field_names,
-                               read_toml)
+from scaletrain.config import ALIASES, TrainConfig, applies, build_config, check_setting, field_names, read_toml
+from scaletrain.config.io import from_text, has_kind, setting_kind
 from scaletrain.errors import UserError
 
 AXES = ("nproc", "workers", "batch_size", "precision", "dataset", "model", "strategy", "compress", "ps_servers",
@@ -57,39 +57,20 @@ def _flag(name: str) -> str:
     return "--" + name.replace("_", "-")
 
 
-def _kind(name: str) -> str:
-    """The field's base type name: "int" for `int | None`."""
-    annotation = {f.name: str(f.type) for f in config_fields()}[name]
-    return annotation.split("|")[0].strip()
-
-
 def _convert(name: str, text: str, item: str) -> Any:
-    kind = _kind(name)
     try:
-        if kind == "int":
-            return int(item)
-        if kind == "float":
-            return float(item)
+        return from_text(name, item)
     except ValueError:
+        kind = setting_kind(name)
+        if kind == "bool":
+            raise UserError(f"{_flag(name)} {text}: '{item}' is not true or false") from None
         word = "an integer" if kind == "int" else "a number"
         raise UserError(f"{_flag(name)} {text}: '{item}' is not {word}; give a comma list such as "
                         f"{_flag(name)} 1,2,4") from None
-    if kind == "bool":
-        if item.lower() not in ("true", "false"):
-            raise UserError(f"{_flag(name)} {text}: '{item}' is not true or false")
-        return item.lower() == "true"
-    return item
-
-
-def _type_ok(kind: str, value: Any) -> bool:
-    if kind == "bool":
-        return isinstance(value, bool)
-    want = {"int": int, "float": (int, float), "str": str}[kind]
-    return isinstance(value, want) and not isinstance(value, bool)
 
 
 def _example(name: str) -> str:
-    value = getattr(TrainConfig(), name)
+    value = applies.defaults()[name]
     return f"{name} = [{json.dumps(value) if value is not None else '...'}]"
 
 
@@ -97,8 +78,8 @@ def check_axis_values(name: str, values: list[Any], where: str) -> None:
     """Each value must be of the field's type, valid on its own (TrainConfig's checks) and listed once."""
     if not values:
         raise UserError(f"{where}: {name} has no values; give at least one")
-    kind = _kind(name)
-    wrong = next((v for v in values if not _type_ok(kind, v)), None)
+    kind = setting_kind(name)
+    wrong = next((v for v in values if not has_kind(name, v)), None)
     if wrong is not None:
         what = {bool: "true/false", int: "an integer", float: "a number", str: "a string", list: "a list",
                 dict: "a table"}.get(type(wrong), type(wrong).__name__)
@@ -112,6 +93,11 @@ def check_axis_values(name: str, values: list[Any], where: str) -> None:
     seen = [v for i, v in enumerate(values) if v in values[:i]]
     if seen:
         raise UserError(f"{where}: {name} lists {seen[0]!r} twice; give each value once")
+
+
+def given_settings(given: dict[str, Any], axes: tuple[str, ...]) -> dict[str, Any]:
+    """The settings a study's (or a prediction's) flags gave for every point: those neither axes nor the study's own."""
+    return {k: given[k] for k in field_names() if k in given and k not in axes and k not in STUDY_OWNED}
 
 
 def parse_axis(name: str, text: str) -> list[Any]:
@@ -183,7 +169,7 @@ def resolve_spec(file_spec: dict[str, Any] | None, axes: dict[str, list[Any]], t
     merged_axes = {**file_spec["axes"], **axes}
     merged_train = {**file_spec["train"], **train}
     if "nproc" not in merged_axes:  # the scaling axis: shown, and in every point id, even when fixed
-        merged_axes["nproc"] = [TrainConfig().nproc]
+        merged_axes["nproc"] = [applies.defaults()["nproc"]]
     repeats = repeats if repeats is not None else file_spec["repeats"] or 1
     if repeats < 1:
         raise UserError(f"--repeats must be at least 1 (got {repeats})")
@@ -212,7 +198,7 @@ def fair_threads(spec: StudySpec, cores: int | None, recorded: StudySpec | None 
 
     `recorded`: the spec of the study being resumed, whose threads (or none, for a study begun before) stay;
     `cores` None: the cores are known only where the runs start (SLURM), which applies the same rule there."""
-    largest = max(int(n) for n in spec.axes.get("nproc", [TrainConfig().nproc]))
+    largest = max(int(n) for n in spec.axes.get("nproc", [applies.defaults()["nproc"]]))
     if spec.train.get("threads") is not None:
         return spec, Threads(spec.train["threads"], "given", cores, largest)
     if recorded is not None and recorded.train.get("threads") is not None:
@@ -320,5 +306,6 @@ def spec_toml(spec: StudySpec) -> str:
             f"repeats = {spec.repeats}\n\n[axes]\n{axes}\n" + tomli_w.dumps({"train": spec.train}))
 
 
-__all__ = ["AXES", "STUDY_OWNED", "PER_RUN", "StudySpec", "Point", "Threads", "fair_threads", "parse_axis", "load_spec_file", "resolve_spec",
+__all__ = ["AXES", "STUDY_OWNED", "PER_RUN", "StudySpec", "Point", "Threads", "fair_threads", "parse_axis",
+           "load_spec_file", "resolve_spec",
            "points", "point_id", "point_name", "validate_points", "spec_difference", "spec_toml", "check_axis_values"]

@@ -54,10 +54,10 @@ class Trainer:
         self.cfg, self.strategy, self.sinks = cfg, strategy, list(sinks)
         self.rank, self.device, self.backend = strategy.rank, strategy.device, strategy.backend
         rank, device = self.rank, self.device
-        self.run_dir = RunDir(Path(cfg.out))
-        self.autocast = AUTOCAST[cfg.precision]
+        self.run_dir = RunDir(Path(cfg.launch.out))
+        self.autocast = AUTOCAST[cfg.model.precision]
         self.data, model = build_data_and_model(cfg)  # same seed on every rank: identical initial weights
-        if cfg.sync_bn:
+        if cfg.model.sync_bn:
             if device.type != "cuda":
                 raise UserError("--sync-bn needs CUDA (PyTorch's SyncBatchNorm has no CPU kernel): drop --sync-bn")
             model = torch.nn.SyncBatchNorm.convert_sync_batchnorm(model)
@@ -65,7 +65,7 @@ class Trainer:
         # the data-parallel replica this rank is: its shard of each epoch, and how many share the global batch
         self.replica, self.replicas = strategy.replica()
         world = self.replicas
-        inject = cfg.injection
+        inject = cfg.faults.injection
         self.slow_s = inject.slow_rank_s if inject.slow_rank == rank.rank else 0.0
         self.kill_step = inject.kill_step if inject.kill_rank == rank.rank else None
         self.stop_step = inject.stop_step if inject.stop_rank == rank.rank else None
@@ -73,22 +73,22 @@ class Trainer:
             self.data = dataclasses.replace(self.data, train=DelayedDataset(self.data.train, inject.data_s))
 
         self.sampler = ResumableSampler(self.data.train, num_replicas=world, rank=self.replica,
-                                        shuffle=True, seed=cfg.seed)
+                                        shuffle=True, seed=cfg.optim.seed)
         self.loader_rng = torch.Generator()
         # drop_last: every step has the full global batch, as the linear scaling rule assumes
-        self.train_loader = DataLoader(self.data.train, batch_size=cfg.batch_size, sampler=self.sampler,
-                                       num_workers=cfg.workers, collate_fn=collate, drop_last=True,
+        self.train_loader = DataLoader(self.data.train, batch_size=cfg.optim.batch_size, sampler=self.sampler,
+                                       num_workers=cfg.data.workers, collate_fn=collate, drop_last=True,
                                        pin_memory=device.type == "cuda", generator=self.loader_rng,
-                                       persistent_workers=cfg.persistent_workers and cfg.workers > 0)
+                                       persistent_workers=cfg.data.persistent_workers and cfg.data.workers > 0)
         self.val_shard = strategy.eval_shard()  # None: this rank does not evaluate
-        self.val_loader = DataLoader(self.data.val, batch_size=max(cfg.batch_size, 256),
+        self.val_loader = DataLoader(self.data.val, batch_size=max(cfg.optim.batch_size, 256),
                                      sampler=ShardSampler(len(self.data.val), *(self.val_shard or (0, 1))),
-                                     num_workers=cfg.workers, collate_fn=collate,
+                                     num_workers=cfg.data.workers, collate_fn=collate,
                                      pin_memory=device.type == "cuda",
-                                     persistent_workers=cfg.persistent_workers and cfg.workers > 0)
+                                     persistent_workers=cfg.data.persistent_workers and cfg.data.workers > 0)
         self.steps_per_epoch = len(self.train_loader)
         if self.steps_per_epoch == 0:
-            raise UserError(f"--batch-size {cfg.batch_size} x {world} ranks is more than the "
+            raise UserError(f"--batch-size {cfg.optim.batch_size} x {world} ranks is more than the "
                             f"{len(self.data.train)} training samples: lower --batch-size")
         # what forward and backward run through: DDP, or the model itself (collective: every rank, here)
         sample_shape = (self.data.in_channels, self.data.image_size, self.data.image_size)
@@ -97,7 +97,7 @@ class Trainer:
         # a strategy whose servers own the update never steps this optimizer; it still tracks the schedule
         self.optimizer = build_optimizer(cfg.optim, self.model, world)
         self.scheduler = build_scheduler(cfg.optim, self.optimizer, self.steps_per_epoch, world)
-        self.scaler = torch.amp.GradScaler(device.type) if cfg.precision == "fp16" else None
+        self.scaler = torch.amp.GradScaler(device.type) if cfg.model.precision == "fp16" else None
         self.criterion = torch.nn.CrossEntropyLoss()
         self.history = History()
         self.start_epoch = 0
@@ -109,24 +109,25 @@ class Trainer:
         self.preempt_every = 10
         self.checkpoint_s: list[float] = []  # this invocation's checkpoints: seconds each held the ranks
         self.bad_paths: set[str] = set()
-        if cfg.resume:
+        if cfg.launch.resume:
             self._restore()
         else:
-            torch.manual_seed(cfg.seed + 1 + self.replica)  # per-replica augmentation streams
+            torch.manual_seed(cfg.optim.seed + 1 + self.replica)  # per-replica augmentation streams
         self.step_count = self.global_step  # steps taken, counted as they are taken (records may lag one)
         profiled = strategy.profiled()
         # collective (aligns the ranks' clocks): every rank builds it here
-        self.prof = StepProfiler(cfg.out, profiled.module, enabled=cfg.profile == "on",
+        self.prof = StepProfiler(cfg.launch.out, profiled.module, enabled=cfg.profile.step_profiler == "on",
                                  rank=rank.rank, world_size=rank.world_size, replicas=self.replicas,
                                  device=device, first_step=self.global_step, inject_comm_s=inject.comm_s,
                                  comm_hook=profiled.hook, comm_state=profiled.state, keep_spans=profiled.spans,
-                                 torch_profile=cfg.torch_profile_steps)
+                                 torch_profile=cfg.profile.torch_profile_steps)
 
     # ---------------------------------------------------------------- training
     def fit(self) -> dict[str, Any] | None:
         cfg, main = self.cfg, self.rank.is_main
         t_run = time.perf_counter()
-        last = cfg.epochs if cfg.stop_after is None else min(cfg.epochs, self.start_epoch + cfg.stop_after)
+        last = cfg.optim.epochs if cfg.launch.stop_after is None else min(cfg.optim.epochs,
+                                                                          self.start_epoch + cfg.launch.stop_after)
         preempted = False
         try:
             for epoch in range(self.start_epoch, last):
@@ -135,7 +136,8 @@ class Trainer:
                     preempted = True
                     break
                 result = None
-                if ((epoch + 1) % cfg.eval_every == 0 or epoch + 1 == cfg.epochs) and self.val_shard is not None:
+                due = (epoch + 1) % cfg.optim.eval_every == 0 or epoch + 1 == cfg.optim.epochs
+                if due and self.val_shard is not None:
                     self.strategy.before_eval()
                     result = self.strategy.evaluate(self.model, self.val_loader, self.autocast,
                                                     self.data.num_classes)
@@ -147,7 +149,7 @@ class Trainer:
             for sink in self.sinks:
                 sink.close()
             self.prof.close()
-        status = "preempted" if preempted else "completed" if last == cfg.epochs else "stopped"
+        status = "preempted" if preempted else "completed" if last == cfg.optim.epochs else "stopped"
         ended = self.strategy.finish(chief=main)  # ends the exchange; its summary entries, on rank 0
         digests = gather_objects(self.strategy.digest(self.model))
         self.bad_paths = set().union(*gather_objects(self.bad_paths))
@@ -168,12 +170,12 @@ class Trainer:
         cfg, prof = self.cfg, self.prof
         done = self.resume_step if epoch == self.start_epoch else 0  # steps a mid-epoch checkpoint trained
         self.sampler.set_epoch(epoch)  # a new shuffle each epoch, the same on every rank
-        self.sampler.skip = done * cfg.batch_size
+        self.sampler.skip = done * cfg.optim.batch_size
         # loader workers draw their seeds from this generator: fixed per (seed, epoch, rank) for resumes
-        self.loader_rng.manual_seed(cfg.seed * 1_000_003 + epoch * 1009 + self.replica)
+        self.loader_rng.manual_seed(cfg.optim.seed * 1_000_003 + epoch * 1009 + self.replica)
         self.module.train()
         for sink in self.sinks:
-            sink.epoch_start(epoch, cfg.epochs, self.steps_per_epoch, done)
+            sink.epoch_start(epoch, cfg.optim.epochs, self.steps_per_epoch, done)
         t_start = time.perf_counter() - (self.partial["time_s"] if done else 0.0)
         self.loss_sum = self.partial["loss_sum"] if done else 0.0
         for i, (x, y, bad) in enumerate(prof.data(self.train_loader), start=done):  # blocked here: data_wait
@@ -210,7 +212,7 @@ class Trainer:
     def _within_epoch(self, epoch: int, done: int, t_start: float) -> bool:
         """After step `done` of `epoch` (not its last): checkpoint every --checkpoint-every steps and on a
         preemption request; True when the request ends the run here."""
-        every = self.cfg.checkpoint_every
+        every = self.cfg.launch.checkpoint_every
         preempt = (self.strategy.lockstep and self.step_count % self.preempt_every == 0
                    and self._preempt_requested())
         if preempt or (every and self.step_count % every == 0):
@@ -242,7 +244,7 @@ class Trainer:
         self.loss_sum += loss
 
     def _bad_images(self, bad: list[str]) -> None:
-        if self.cfg.bad_images == "error":
+        if self.cfg.data.bad_images == "error":
             raise UserError(f"unreadable image {bad[0]}: replace or delete it, or pass --bad-images skip")
         self.history.bad_images_skipped += len(bad)
         self.bad_paths.update(b.split(": ")[0] for b in bad)
@@ -297,7 +299,7 @@ class Trainer:
 
     def _restore(self) -> None:
         ckpt = checkpoint.load(self.run_dir.checkpoint)
-        checkpoint.check_compatible(ckpt, self.cfg.model, self.cfg.dataset, self.run_dir.checkpoint)
+        checkpoint.check_compatible(ckpt, self.cfg.model.name, self.cfg.data.dataset, self.run_dir.checkpoint)
         try:
             self.strategy.load_model_state(self.model, ckpt["model"])
         except RuntimeError:
@@ -322,7 +324,7 @@ class Trainer:
         if ckpt["world_size"] == self.rank.world_size and self.rank.rank < len(ckpt["rng"]):
             checkpoint.set_rng_state(ckpt["rng"][self.rank.rank])
         else:  # a different world size cannot replay the same data order anyway
-            torch.manual_seed(self.cfg.seed + 1 + self.replica + 7919 * self.start_epoch)
+            torch.manual_seed(self.cfg.optim.seed + 1 + self.replica + 7919 * self.start_epoch)
         self.strategy.load_state_dict(ckpt, self.global_step)
         if self.rank.is_main:
             keep_epochs_before(self.run_dir.epochs, self.start_epoch)

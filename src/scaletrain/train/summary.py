@@ -36,7 +36,7 @@ def exchange(strategy, model: torch.nn.Module) -> dict[str, Any]:
     """What the diagnosis's communication levers rest on (docs/metrics.md): the bytes of one rank's gradients,
     whether DDP's buckets carry them (--bucket-cap-mb applies) and whether --compress goes with the strategy."""
     return {"gradient_bytes": sum(p.numel() * p.element_size() for p in model.parameters() if p.requires_grad),
-            "gradient_buckets": strategy.gradient_buckets, "compressible": compressible(strategy.cfg.strategy)}
+            "gradient_buckets": strategy.gradient_buckets, "compressible": compressible(strategy.cfg.strategy.name)}
 
 
 def run_summary(trainer, status: str, wall_time: float, digests: list[str], where: dict[str, Any]) -> dict[str, Any]:
@@ -44,11 +44,12 @@ def run_summary(trainer, status: str, wall_time: float, digests: list[str], wher
     cfg, world, h, device = trainer.cfg, trainer.rank.world_size, trainer.history, trainer.device
     records = read_jsonl(trainer.run_dir.metrics(0))
     return {
-        "status": status, "model": cfg.model, "dataset": cfg.dataset, "world_size": world,
-        "global_batch": cfg.batch_size * trainer.replicas, "epochs": len(h.epoch_times_s), "epochs_planned": cfg.epochs,
+        "status": status, "model": cfg.model.name, "dataset": cfg.data.dataset, "world_size": world,
+        "global_batch": cfg.optim.batch_size * trainer.replicas, "epochs": len(h.epoch_times_s),
+        "epochs_planned": cfg.optim.epochs,
         "top1": h.top1, "top5": h.top5, "best_top1": h.best_top1, "epoch_times_s": h.epoch_times_s,
         "samples_per_s": steady_samples_per_s(records, trainer.replicas, trainer.steps_per_epoch),
-        "effective_lr": peak_lr(cfg.optim, trainer.replicas), "precision": cfg.precision,
+        "effective_lr": peak_lr(cfg.optim, trainer.replicas), "precision": cfg.model.precision,
         "device": device.type if device.type == "cpu" else torch.cuda.get_device_name(device),
         "backend": trainer.backend, "steps": trainer.global_step, "train_samples": len(trainer.data.train),
         "val_samples": len(trainer.data.val), "bad_images_skipped": h.bad_images_skipped,
@@ -66,8 +67,8 @@ def run_summary(trainer, status: str, wall_time: float, digests: list[str], wher
 def failed(run: RunDir, cfg: TrainConfig, message: str) -> None:
     """The summary of a run that ended before finishing: why, and whether it can resume."""
     epochs = read_jsonl(run.epochs, notes=[])  # a worker killed mid-write may leave half a last line
-    write(run, {"status": "failed", "error": message, "model": cfg.model, "dataset": cfg.dataset,
-                "world_size": cfg.nproc * cfg.nnodes, "epochs": len(epochs), "epochs_planned": cfg.epochs,
+    write(run, {"status": "failed", "error": message, "model": cfg.model.name, "dataset": cfg.data.dataset,
+                "world_size": cfg.layout.world, "epochs": len(epochs), "epochs_planned": cfg.optim.epochs,
                 "resumable": run.checkpoint.exists(), "restarts": restarts(read_jsonl(path_of(run), notes=[]))})
 
 

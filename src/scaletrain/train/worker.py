@@ -23,7 +23,7 @@ def worker_main(cfg_dict: dict[str, Any], error_dir: str) -> None:
     rank = RankInfo.from_env()
     cfg = config_from_dict(cfg_dict)
     heartbeat = failure.Heartbeat(error_dir, rank.rank)  # the launcher tells a stopped rank by its silence
-    request_preemption_on(RunDir(Path(cfg.out)))
+    request_preemption_on(RunDir(Path(cfg.launch.out)))
     try:
         if restart_count():
             cfg = restarted(cfg, rank)
@@ -32,7 +32,7 @@ def worker_main(cfg_dict: dict[str, Any], error_dir: str) -> None:
         failure.record_error(error_dir, None, rank.rank, e, user_error=True)
         sys.exit(2)
     except Exception as e:  # a bug, a user model's error, a peer gone: keep the cause and the traceback
-        failure.record_error(error_dir, cfg.out, rank.rank, e, user_error=False)
+        failure.record_error(error_dir, cfg.launch.out, rank.rank, e, user_error=False)
         sys.exit(1)
     heartbeat.stop()  # (a failed rank beats on until it has exited: the watchdog leaves it alone)
 
@@ -45,7 +45,7 @@ def run(cfg: TrainConfig, rank: RankInfo) -> dict[str, Any] | None:
     from scaletrain.train.loop import Trainer
 
     settle()  # a rank is a fresh process: glibc's thresholds fixed before its first step
-    with made_in(cfg.precision), closing(registry.create(cfg, rank)) as strategy:
+    with made_in(cfg.model.precision), closing(registry.create(cfg, rank)) as strategy:
         if strategy.role == SERVER:
             strategy.serve(build_data_and_model(cfg)[1])
             return None
@@ -55,8 +55,8 @@ def run(cfg: TrainConfig, rank: RankInfo) -> dict[str, Any] | None:
 def restarted(cfg: TrainConfig, rank: RankInfo) -> TrainConfig:
     """The elastic agent restarted this worker after a failure: go on from the run's latest checkpoint,
     or, when none was written yet, start again with the failed attempt's records cleared."""
-    run_dir = RunDir(Path(cfg.out))
-    cfg = config_from_dict({**cfg.to_dict(), "inject": without_failures(cfg.inject)})
+    run_dir = RunDir(Path(cfg.launch.out))
+    cfg = config_from_dict({**cfg.to_dict(), "inject": without_failures(cfg.faults.inject)})
     if run_dir.checkpoint.exists():
         return config_from_dict({**cfg.to_dict(), "resume": True})
     if rank.is_main:
@@ -83,9 +83,9 @@ def sinks(cfg: TrainConfig, rank: RankInfo, replicas: int) -> list:
     from scaletrain.console.sink import ConsoleSink
     from scaletrain.export import tensorboard
 
-    out: list = [ConsoleSink(cfg.epochs, replicas, progress=cfg.progress)] if rank.is_main else []
+    out: list = [ConsoleSink(cfg.optim.epochs, replicas, progress=cfg.launch.progress)] if rank.is_main else []
     if rank.is_main and restart_count():
-        out.append(restarts.ResumedSink(RunDir(Path(cfg.out)), restart_count()))
-    if tensorboard.wanted(cfg.tensorboard):
-        out.append(tensorboard.ScalarSink(Path(cfg.out), rank.rank))
+        out.append(restarts.ResumedSink(RunDir(Path(cfg.launch.out)), restart_count()))
+    if tensorboard.wanted(cfg.profile.tensorboard):
+        out.append(tensorboard.ScalarSink(Path(cfg.launch.out), rank.rank))
     return out

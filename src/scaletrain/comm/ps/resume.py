@@ -18,21 +18,21 @@ from scaletrain.rundir import RunDir
 
 def saved_state(cfg: TrainConfig, world_size: int) -> dict[str, Any]:
     """The `ps` entry of the run's checkpoint, if it can continue on `world_size` processes as `cfg` says."""
-    path = RunDir(Path(cfg.out)).checkpoint
+    path = RunDir(Path(cfg.launch.out)).checkpoint
     ckpt = checkpoint.load(path, mmap=True)  # mapped: each rank reads only what it uses
     old = ckpt["config"]
-    if old.get("strategy") != cfg.strategy:
-        raise UserError(f"checkpoint {path} was written by --strategy {old.get('strategy')}, not {cfg.strategy} "
+    if old.get("strategy") != cfg.strategy.name:
+        raise UserError(f"checkpoint {path} was written by --strategy {old.get('strategy')}, not {cfg.strategy.name} "
                         f"(its optimizer state lives elsewhere): resume with --strategy {old.get('strategy')}")
     ps = ckpt.get("ps")
     if ps is None:
         raise UserError(f"checkpoint {path} holds no parameter-server state (written by a scaletrain that "
                         "could not resume --strategy ps-*): start a new run with another --out")
     workers, servers = ps["workers"], len(ps["servers"])
-    if (workers, servers) != (world_size - cfg.ps_servers, cfg.ps_servers):
+    if (workers, servers) != (world_size - cfg.ps.servers, cfg.ps.servers):
         raise UserError(f"checkpoint {path} holds {_count(servers, 'parameter server')} for "
-                        f"{_count(workers, 'worker')}, this launch has {cfg.ps_servers} for "
-                        f"{world_size - cfg.ps_servers} (shards and data order depend on both): resume with "
+                        f"{_count(workers, 'worker')}, this launch has {cfg.ps.servers} for "
+                        f"{world_size - cfg.ps.servers} (shards and data order depend on both): resume with "
                         f"{_launch_flags(old, workers + servers)} --ps-servers {servers} as the run was started")
     return ps
 

@@ -16,12 +16,13 @@ from __future__ import annotations
 
 import re
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
 from scaletrain.comm.compress import make_compressor, payload_bytes
+from scaletrain.comm.ps.options import PsOptions
 from scaletrain.config.sections import OptimConfig
 from scaletrain.errors import UserError
 from scaletrain.train.optim import LRSchedule, build_scheduler, optimizer_for, peak_lr, resume_optimizer
@@ -40,18 +41,13 @@ class ServerConfig:
     optim: OptimConfig
     out: str
     compression: tuple | None = None  # --compress, parsed
-    ps_optimizer: str = "adagrad"
-    ps_push: int = 1
-    max_staleness: int | None = None
-    staleness_lr: bool = False
+    ps: PsOptions = field(default_factory=PsOptions)
 
     @classmethod
     def of(cls, cfg) -> "ServerConfig":
-        """From a TrainConfig: its strategy section's settings, its optimisation section, its run directory."""
-        spec = cfg.strategy_section
-        return cls(mode=spec.strategy, optim=cfg.optim, out=cfg.out, compression=spec.compression,
-                   ps_optimizer=spec.ps_optimizer, ps_push=spec.ps_push, max_staleness=spec.max_staleness,
-                   staleness_lr=spec.staleness_lr)
+        """From a TrainConfig: the strategy and its settings, the optimisation, the run directory."""
+        return cls(mode=cfg.strategy.name, optim=cfg.optim, out=cfg.launch.out, compression=cfg.strategy.compression,
+                   ps=cfg.ps)
 
 
 class Inbox:
@@ -173,7 +169,8 @@ class SyncServer(Server):
         super().__init__(cfg, links, shard, log)
         workers = links.layout.workers
         # the optimizer and schedule of an all-reduce run with the same global batch
-        self.optimizer = optimizer_for(cfg.optim, shard.tensors, [p.decay for p in shard.parts], peak_lr(cfg.optim, workers))
+        self.optimizer = optimizer_for(cfg.optim, shard.tensors, [p.decay for p in shard.parts],
+                                       peak_lr(cfg.optim, workers))
         self.scheduler = build_scheduler(cfg.optim, self.optimizer, steps_per_epoch, workers)
 
     def state_dict(self) -> dict:
@@ -244,10 +241,10 @@ class AsyncServer(Server):
     def __init__(self, cfg: ServerConfig, links: Links, shard: Shard, log: ServerLog, steps_per_epoch: int):
         super().__init__(cfg, links, shard, log)
         self.lr = peak_lr(cfg.optim, 1)  # each update carries one worker's batch
-        kind = "adagrad" if cfg.ps_optimizer == "adagrad" else "plain-sgd"
+        kind = "adagrad" if cfg.ps.optimizer == "adagrad" else "plain-sgd"
         self.optimizer = optimizer_for(cfg.optim, shard.tensors, [p.decay for p in shard.parts], self.lr, kind=kind)
         # the schedule runs over the updates this shard expects: every worker's pushes
-        per_epoch = max(1, steps_per_epoch * links.layout.workers // cfg.ps_push)
+        per_epoch = max(1, steps_per_epoch * links.layout.workers // cfg.ps.push)
         self.schedule = LRSchedule(cfg.optim, per_epoch, 1)
         self.lock = threading.Lock()
         self.finished = threading.Condition(self.lock)
@@ -320,10 +317,10 @@ class AsyncServer(Server):
             log.bytes_received += nbytes
             log.workers[w].pushes += 1
             log.staleness[staleness] += 1
-            applied = cfg.max_staleness is None or staleness <= cfg.max_staleness
+            applied = cfg.ps.max_staleness is None or staleness <= cfg.ps.max_staleness
             if applied:
                 lr = self.lr * self.schedule(self.version)
-                if cfg.staleness_lr:
+                if cfg.ps.staleness_lr:
                     lr /= max(1, staleness)  # Zhang, Gupta et al. 2016: alpha / staleness
                 for group in self.optimizer.param_groups:
                     group["lr"] = lr

@@ -41,23 +41,19 @@ class ParameterServer(Strategy):
         return price(pricing, cls.synchronous)
 
     @staticmethod
-    def server_ranks(cfg: TrainConfig) -> int:
-        return cfg.ps_servers
-
-    @staticmethod
     def check_resume(cfg: TrainConfig, world_size: int) -> None:
         saved_state(cfg, world_size)  # shards and data order depend on the layout: refused before launching
 
     @classmethod
     def create(cls, cfg: TrainConfig, rank: RankInfo) -> "ParameterServer":
         # a resume that cannot continue (another layout) is refused on every rank alike, before any rank waits
-        saved = saved_state(cfg, rank.world_size) if cfg.resume else None
-        is_server = ps_links.Layout(rank.world_size, cfg.ps_servers).is_server(rank.rank)
-        device = torch.device("cpu") if is_server else choose_device(cfg.device, rank)
+        saved = saved_state(cfg, rank.world_size) if cfg.launch.resume else None
+        is_server = ps_links.Layout(rank.world_size, cfg.ps.servers).is_server(rank.rank)
+        device = torch.device("cpu") if is_server else choose_device(cfg.launch.device, rank)
         if device.type == "cpu":
-            torch.set_num_threads(cpu_threads_per_rank(rank.local_world_size, cfg.threads))
+            torch.set_num_threads(cpu_threads_per_rank(rank.local_world_size, cfg.launch.threads))
         backend = "nccl" if device.type == "cuda" else "gloo"
-        links = ps_links.join(rank, cfg.ps_servers, worker_group=cls.worker_group, backend=backend, device=device)
+        links = ps_links.join(rank, cfg.ps.servers, worker_group=cls.worker_group, backend=backend, device=device)
         return cls(cfg, links, device, backend, saved)
 
     def __init__(self, cfg: TrainConfig, links: ps_links.Links, device: torch.device, backend: str,
@@ -79,7 +75,7 @@ class ParameterServer(Strategy):
         raise NotImplementedError
 
     def _seed(self) -> int:
-        return self.cfg.seed + 7919 * self.links.index  # QSGD's random stream differs per worker
+        return self.cfg.optim.seed + 7919 * self.links.index  # QSGD's random stream differs per worker
 
     def step(self, optimizer, scaler, prof, global_step: int) -> dict[str, Any]:
         """Push gradients, pull parameters: the servers apply the update."""
@@ -103,8 +99,8 @@ class ParameterServer(Strategy):
         if not chief:
             return {}
         done, dead = ended
-        run = RunDir(Path(self.cfg.out))
-        servers = [json.loads(run.ps_server(s).read_text()) for s in range(self.cfg.ps_servers)]
+        run = RunDir(Path(self.cfg.launch.out))
+        servers = [json.loads(run.ps_server(s).read_text()) for s in range(self.cfg.ps.servers)]
         return {"ps": {**summarize(servers), "workers": self.rank.world_size, "workers_finished": done,
                        "workers_died": dead}}
 
@@ -115,7 +111,7 @@ class SyncParameterServer(ParameterServer):
     server_class = SyncServer
 
     def make_client(self, model: torch.nn.Module, steps_per_epoch: int) -> Client:
-        return SyncClient(self.links, model, steps_per_epoch, self.cfg.compression, self._seed())
+        return SyncClient(self.links, model, steps_per_epoch, self.cfg.strategy.compression, self._seed())
 
 
 class AsyncParameterServer(ParameterServer):
@@ -130,7 +126,8 @@ class AsyncParameterServer(ParameterServer):
 
     def make_client(self, model: torch.nn.Module, steps_per_epoch: int) -> Client:
         cfg = self.cfg
-        return AsyncClient(self.links, model, steps_per_epoch, cfg.ps_fetch, cfg.ps_push, cfg.compression, self._seed())
+        return AsyncClient(self.links, model, steps_per_epoch, cfg.ps.fetch, cfg.ps.push, cfg.strategy.compression,
+                           self._seed())
 
     def eval_shard(self) -> tuple[int, int] | None:
         return (0, 1) if self.rank.is_main else None  # worker 0 alone evaluates, on the whole split

@@ -25,7 +25,7 @@ def join_external_launch(cfg: TrainConfig) -> int:
     code = 0
     try:
         os.environ.update(slurm_rendezvous(dict(os.environ)) if "RANK" not in os.environ else {})
-        if cfg.max_restarts:
+        if cfg.faults.max_restarts:
             raise UserError("--max-restarts is for the launcher that starts the workers, and this process was "
                             "started by another (torchrun or srun): use torchrun --max-restarts N (the workers "
                             "then resume from the latest checkpoint), or launch with scaletrain train itself")
@@ -50,7 +50,7 @@ def join_external_launch(cfg: TrainConfig) -> int:
     except Exception as e:  # keep the cause: one line here, the traceback in RUN/errors/rank{r}.txt
         rank_id = RankInfo.from_env().rank
         with tempfile.TemporaryDirectory() as tmp:
-            failure.record_error(tmp, cfg.out, rank_id, e, user_error=False)
+            failure.record_error(tmp, cfg.launch.out, rank_id, e, user_error=False)
             record = json.loads(Path(tmp, f"rank{rank_id}.json").read_text())
         where = f" [traceback: {record['traceback']}]" if record["traceback"] else ""
         print(f"error: {rank_namer(cfg)(rank_id)} failed: {record['line']}{where}", file=sys.stderr)

@@ -13,7 +13,6 @@ import signal
 import subprocess
 import sys
 
-from scaletrain.comm.registry import strategy_class
 from scaletrain.config import TrainConfig
 from scaletrain.distributed.device import cpu_threads_per_rank
 from scaletrain.rundir import RunDir
@@ -23,18 +22,18 @@ AGENT_OF_ISOLATED = "SCALETRAIN_ISOLATED_AGENT"
 
 
 def launch_isolated(cfg: TrainConfig, run: RunDir, port: int) -> int:
-    n = cfg.nproc
+    n = cfg.launch.nproc
     logs = run.root / "agents"
     logs.mkdir(exist_ok=True)
-    threads = cfg.threads or cpu_threads_per_rank(n)  # the ranks share this machine's cores
+    threads = cfg.launch.threads or cpu_threads_per_rank(n)  # the ranks share this machine's cores
     command = [sys.executable, "-m", "scaletrain", "train", "--config", str(run.config), "--nproc", "1",
                "--nnodes", str(n), "--master-addr", "127.0.0.1", "--master-port", str(port),
                "--threads", str(threads), "--out", str(run.root)]
     # config.toml holds the run's settings; what only this invocation asks for goes on the command line
-    if cfg.resume:
+    if cfg.launch.resume:
         command.append("--resume")
-    if cfg.stop_after is not None:
-        command += ["--stop-after", str(cfg.stop_after)]
+    if cfg.launch.stop_after is not None:
+        command += ["--stop-after", str(cfg.launch.stop_after)]
     env = {**os.environ, AGENT_OF_ISOLATED: "1"}
     procs, files = [], []
     try:
@@ -55,7 +54,7 @@ def launch_isolated(cfg: TrainConfig, run: RunDir, port: int) -> int:
         for f in files:
             if f is not None:
                 f.close()
-    return _outcome(codes, n - strategy_class(cfg.strategy).server_ranks(cfg), logs)
+    return _outcome(codes, cfg.layout.trainers, logs)
 
 
 def _outcome(codes: list[int], workers: int, logs) -> int:

@@ -30,22 +30,23 @@ def launch_local(cfg: TrainConfig, run: RunDir, port: int) -> int:
     from scaletrain.train.worker import worker_main
 
     quiet_agent_logs()
-    launch_cfg = launch_config(cfg.nproc, cfg.nnodes, cfg.node_rank, cfg.master_addr, port, cfg.local_addr,
-                               cfg.timeout, cfg.max_restarts)
-    if cfg.nnodes > 1 and not os.environ.get("SCALETRAIN_ISOLATED_AGENT"):  # (one machine's agents: no nodes)
-        print(f"node {cfg.node_rank} of {cfg.nnodes}: waiting up to {cfg.timeout:g} s (--timeout) for the "
-              f"other nodes at {cfg.master_addr}:{port}", file=sys.stderr, flush=True)
+    launch = cfg.launch
+    launch_cfg = launch_config(launch.nproc, launch.nnodes, launch.node_rank, launch.master_addr, port,
+                               launch.local_addr, cfg.faults.timeout, cfg.faults.max_restarts)
+    if launch.nnodes > 1 and not os.environ.get("SCALETRAIN_ISOLATED_AGENT"):  # (one machine's agents: no nodes)
+        print(f"node {launch.node_rank} of {launch.nnodes}: waiting up to {cfg.faults.timeout:g} s (--timeout) for "
+              f"the other nodes at {launch.master_addr}:{port}", file=sys.stderr, flush=True)
     with tempfile.TemporaryDirectory(prefix="scaletrain-err-") as err_dir:
         watchdog = failure.Watchdog(err_dir)
         try:
-            with no_exit_barrier(strategy_class(cfg.strategy).tolerates_dead_workers), \
+            with no_exit_barrier(strategy_class(cfg.strategy.name).tolerates_dead_workers), \
                     recording_restarts(err_dir, run, cfg), preemption_requests(run), spawned.errors_to(err_dir):
                 elastic_launch(launch_cfg, worker_main)(cfg.to_dict(), err_dir)
         except ChildFailedError as e:
             exitcodes = {rank: f.exitcode for rank, f in e.failures.items()}
-            message, bad_input = failure.explain(failure.read_outcome(err_dir, exitcodes, cfg.timeout),
+            message, bad_input = failure.explain(failure.read_outcome(err_dir, exitcodes, cfg.faults.timeout),
                                                  rank_namer(cfg))
-            if cfg.node_rank == 0:
+            if cfg.launch.node_rank == 0:
                 summary.failed(run, cfg, message)
             print(f"error: {message}", file=sys.stderr)
             if not bad_input:  # bad input is fixed first; the hint would repeat a refused command
@@ -53,7 +54,7 @@ def launch_local(cfg: TrainConfig, run: RunDir, port: int) -> int:
             return 2 if bad_input else 1
         except (KeyboardInterrupt, SignalException) as e:
             signum = getattr(e, "sigval", signal.SIGINT)
-            if cfg.node_rank == 0:
+            if cfg.launch.node_rank == 0:
                 summary.failed(run, cfg, f"interrupted ({signal.Signals(signum).name})")
             print(f"interrupted by {signal.Signals(signum).name}", file=sys.stderr)
             print_resume_hint(run, cfg)
@@ -61,14 +62,14 @@ def launch_local(cfg: TrainConfig, run: RunDir, port: int) -> int:
         except Exception as e:  # the rendezvous: a node that never comes, an unreachable node 0
             if not _is_rendezvous_failure(e):
                 raise
-            raise UserError(f"the nodes did not meet at {cfg.master_addr}:{port} within --timeout "
-                            f"{cfg.timeout:g} s ({type(e).__name__}): start node 0 (--node-rank 0) too, with "
-                            f"--nnodes {cfg.nnodes} and the same --master-port on every node, and check that "
-                            f"this node reaches {cfg.master_addr}:{port} (firewall, address)") from None
+            raise UserError(f"the nodes did not meet at {cfg.launch.master_addr}:{port} within --timeout "
+                            f"{cfg.faults.timeout:g} s ({type(e).__name__}): start node 0 (--node-rank 0) too, with "
+                            f"--nnodes {cfg.launch.nnodes} and the same --master-port on every node, and check that "
+                            f"this node reaches {cfg.launch.master_addr}:{port} (firewall, address)") from None
         finally:
             watchdog.stop()
     status = (read_summary(run.root, strict=False) or {}).get("status")
-    if cfg.node_rank == 0:
+    if cfg.launch.node_rank == 0:
         print_summary(run)
         if status in ("stopped", "preempted"):
             print_resume_hint(run, cfg, stopped=status)
@@ -125,7 +126,7 @@ def recording_restarts(err_dir: str, run: RunDir, cfg: TrainConfig):
     (why, which rank, the step reached), and the failed attempt's error records are set aside so that the
     next attempt's explanation is its own. A failure that is bad input is not restarted: it would only
     fail again. The agent offers no hook for this; its monitor method is wrapped while it runs."""
-    if cfg.max_restarts == 0:
+    if cfg.faults.max_restarts == 0:
         yield
         return
     from torch.distributed.elastic.agent.server.api import WorkerState
@@ -137,18 +138,18 @@ def recording_restarts(err_dir: str, run: RunDir, cfg: TrainConfig):
         result = original(self, group)
         if result.state in (WorkerState.FAILED, WorkerState.UNHEALTHY) and self._remaining_restarts > 0:
             exitcodes = {rank: f.exitcode for rank, f in result.failures.items()}
-            outcome = failure.read_outcome(err_dir, exitcodes, cfg.timeout)
+            outcome = failure.read_outcome(err_dir, exitcodes, cfg.faults.timeout)
             cause, bad_input = failure.explain(outcome, rank_namer(cfg))
             if bad_input:
                 self._remaining_restarts = 0
                 return result
             first = min(exitcodes, key=lambda r: (exitcodes[r] >= 0, r)) if exitcodes else None
-            attempt = cfg.max_restarts - self._remaining_restarts
+            attempt = cfg.faults.max_restarts - self._remaining_restarts
             restarts.append(run, {"event": "failure", "attempt": attempt, "time": time.time(),
-                                  "node": cfg.node_rank, "rank": first, "cause": cause,
+                                  "node": cfg.launch.node_rank, "rank": first, "cause": cause,
                                   "reached_step": restarts.reached_step(run)})
             failure.set_aside(err_dir, attempt)
-            print(f"restarting the workers ({attempt + 1} of --max-restarts {cfg.max_restarts}) after: {cause}",
+            print(f"restarting the workers ({attempt + 1} of --max-restarts {cfg.faults.max_restarts}) after: {cause}",
                   file=sys.stderr, flush=True)
         return result
 

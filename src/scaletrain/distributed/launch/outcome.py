@@ -4,16 +4,13 @@ from __future__ import annotations
 
 import sys
 
-from scaletrain.comm.registry import strategy_class
 from scaletrain.config import TrainConfig
 from scaletrain.rundir import RunDir
 
 
 def rank_namer(cfg: TrainConfig):
     """`rank 1`, or `parameter server 0 (rank 2)` for the servers of a ps-* run."""
-    world = cfg.nproc * cfg.nnodes
-    servers = strategy_class(cfg.strategy).server_ranks(cfg)
-    first_server = world - servers
+    first_server, servers = cfg.layout.trainers, cfg.layout.servers
 
     def name(rank: int) -> str:
         if rank >= first_server:
@@ -25,7 +22,7 @@ def rank_namer(cfg: TrainConfig):
 def print_resume_hint(run: RunDir, cfg: TrainConfig, stopped: str | None = None) -> None:
     """Every ending that left a checkpoint says how to continue (`stopped`: the summary's status of a run
     that ended early on purpose: "stopped" by --stop-after, "preempted" by a preemption request)."""
-    if cfg.node_rank != 0 or not run.checkpoint.exists():
+    if cfg.launch.node_rank != 0 or not run.checkpoint.exists():
         return
     why = {"stopped": "stopped as asked (--stop-after)",
            "preempted": "preempted: checkpointed at the step it had reached (exit 75)"}.get(

@@ -23,61 +23,63 @@ def validate(cfg: TrainConfig) -> None:
     """Every check of a training request that needs no run directory: the launch's shape, the device,
     the data, the model, the batch against the data. Writes nothing; `study` runs it for every point."""
     cfg.check_launch()
-    device_type = check_device_request(cfg.device, cfg.nproc, cfg.precision)
-    if cfg.sync_bn and device_type != "cuda":
+    device_type = check_device_request(cfg.launch.device, cfg.launch.nproc, cfg.model.precision)
+    if cfg.model.sync_bn and device_type != "cuda":
         raise UserError("--sync-bn needs CUDA (PyTorch's SyncBatchNorm has no CPU kernel): drop --sync-bn")
-    if cfg.offload != "none" and device_type != "cuda":
-        raise UserError(f"--offload {cfg.offload} needs a CUDA device: on the CPU the model already lives in host "
-                        "memory, there is nowhere to offload to: drop --offload")
+    if cfg.strategy.offload != "none" and device_type != "cuda":
+        raise UserError(f"--offload {cfg.strategy.offload} needs a CUDA device: on the CPU the model already lives "
+                        "in host memory, there is nowhere to offload to: drop --offload")
     # estimated before building anything: digits is resized into memory, and a model is only built on
     # the meta device until it is known to fit
-    size = cfg.image_size or default_image_size(cfg.dataset)
-    hint = (f"lower --image-size (now {size}), --batch-size (now {cfg.batch_size}) or --width, "
-            f"or start fewer processes (--nproc {cfg.nproc})")
-    in_memory = footprint.dataset_bytes(cfg.dataset, size)
-    footprint.check_fits(footprint.Footprint(dataset=in_memory), cfg.nproc, footprint.available_bytes("cpu"),
+    size = cfg.data.image_size or default_image_size(cfg.data.dataset)
+    hint = (f"lower --image-size (now {size}), --batch-size (now {cfg.optim.batch_size}) or --width, "
+            f"or start fewer processes (--nproc {cfg.launch.nproc})")
+    in_memory = footprint.dataset_bytes(cfg.data.dataset, size)
+    footprint.check_fits(footprint.Footprint(dataset=in_memory), cfg.launch.nproc, footprint.available_bytes("cpu"),
                          "cpu", hint)
-    data = build_datasets(cfg.dataset, image_size=cfg.image_size, seed=cfg.seed,
-                          synthetic_samples=cfg.synthetic_samples, synthetic_classes=cfg.synthetic_classes,
+    data = build_datasets(cfg.data.dataset, image_size=cfg.data.image_size, seed=cfg.optim.seed,
+                          synthetic_samples=cfg.data.synthetic_samples, synthetic_classes=cfg.data.synthetic_classes,
                           augment=False, cache=cache_dir())
 
     def factory():
-        return build_model(cfg.model, num_classes=data.num_classes, in_channels=data.in_channels,
-                           image_size=data.image_size, stem=cfg.stem, width=cfg.width)
+        return build_model(cfg.model.name, num_classes=data.num_classes, in_channels=data.in_channels,
+                           image_size=data.image_size, stem=cfg.model.stem, width=cfg.model.width)
 
-    estimate = footprint.model_bytes(factory, cfg.batch_size, data.in_channels, data.image_size, cfg.optimizer,
-                                     cfg.precision)
+    estimate = footprint.model_bytes(factory, cfg.optim.batch_size, data.in_channels, data.image_size,
+                                     cfg.optim.optimizer, cfg.model.precision)
     if estimate is None:
         factory()  # a model the meta device cannot run: build it for real, to see that it builds
     else:
         need = footprint.Footprint(*estimate, dataset=in_memory)
-        footprint.check_fits(need, cfg.nproc, footprint.available_bytes(device_type), device_type, hint)
-    strategy = strategy_class(cfg.strategy)
-    if cfg.checkpoint_every and not strategy.lockstep:
-        raise UserError(f"--checkpoint-every needs ranks that take their steps together; --strategy {cfg.strategy}'s "
-                        "workers step at their own pace and checkpoint at epoch ends: drop --checkpoint-every")
-    if cfg.max_restarts and strategy.agent_per_rank:
-        raise UserError(f"--max-restarts restarts a node's workers together, and --strategy {cfg.strategy} "
+        footprint.check_fits(need, cfg.launch.nproc, footprint.available_bytes(device_type), device_type, hint)
+    strategy = strategy_class(cfg.strategy.name)
+    if cfg.launch.checkpoint_every and not strategy.lockstep:
+        raise UserError("--checkpoint-every needs ranks that take their steps together; --strategy "
+                        f"{cfg.strategy.name}'s workers step at their own pace and checkpoint at epoch ends: drop "
+                        "--checkpoint-every")
+    if cfg.faults.max_restarts and strategy.agent_per_rank:
+        raise UserError(f"--max-restarts restarts a node's workers together, and --strategy {cfg.strategy.name} "
                         "starts one agent per rank (a dead worker is tolerated, not restarted): drop --max-restarts")
     strategy.check_model(cfg, factory, (data.in_channels, data.image_size, data.image_size))
-    trainers = strategy.data_replicas(cfg)
+    trainers = cfg.layout.replicas
     per_rank = -(-len(data.train) // trainers)  # DistributedSampler pads every rank to the same count
-    if per_rank < cfg.batch_size:
-        most = max(1, len(data.train) // cfg.batch_size)
-        raise UserError(f"--batch-size {cfg.batch_size} x {trainers} training ranks is more than the "
-                        f"{len(data.train)} training samples of {cfg.dataset}: lower --batch-size to "
+    if per_rank < cfg.optim.batch_size:
+        most = max(1, len(data.train) // cfg.optim.batch_size)
+        raise UserError(f"--batch-size {cfg.optim.batch_size} x {trainers} training ranks is more than the "
+                        f"{len(data.train)} training samples of {cfg.data.dataset}: lower --batch-size to "
                         f"{max(1, per_rank)} or use at most {most} training ranks")
 
 
 def preflight(cfg: TrainConfig) -> RunDir:
     """Every check that can be made before a worker starts; writes nothing."""
-    check_address("--master-addr", cfg.master_addr)
-    if cfg.local_addr:
-        check_address("--local-addr", cfg.local_addr)
+    check_address("--master-addr", cfg.launch.master_addr)
+    if cfg.launch.local_addr:
+        check_address("--local-addr", cfg.launch.local_addr)
     validate(cfg)
     # the run directory is node 0's to check and create (other nodes of a shared file system join it)
-    run = check_out_dir(cfg.out, cfg.resume) if cfg.node_rank == 0 else RunDir(Path(cfg.out))
-    if cfg.resume and cfg.node_rank == 0:
+    launch = cfg.launch
+    run = check_out_dir(launch.out, launch.resume) if launch.node_rank == 0 else RunDir(Path(launch.out))
+    if cfg.launch.resume and cfg.launch.node_rank == 0:
         ckpt = checkpoint.load(run.checkpoint, mmap=True)
         checkpoint.check_resume(ckpt, cfg.to_dict(), run.checkpoint, default_image_size)
         _note_world_change(ckpt, cfg)
@@ -86,19 +88,20 @@ def preflight(cfg: TrainConfig) -> RunDir:
 
 def _note_world_change(ckpt: dict, cfg: TrainConfig) -> None:
     """A resume on another number of processes is allowed, but it is not the same run: say so."""
-    before, now = ckpt.get("world_size"), cfg.nproc * cfg.nnodes
-    strategy_class(cfg.strategy).check_resume(cfg, now)  # e.g. a parameter server's layout
+    before, now = ckpt.get("world_size"), cfg.layout.world
+    strategy_class(cfg.strategy.name).check_resume(cfg, now)  # e.g. a parameter server's layout
     if before is None or before == now:
         return
     if ckpt.get("within_epoch"):
-        raise UserError(f"the checkpoint in {cfg.out} was written part way through epoch {ckpt['epoch'] + 1} by "
+        raise UserError(f"the checkpoint in {cfg.launch.out} was written part way through epoch {ckpt['epoch'] + 1} by "
                         f"{before} processes, and its place in the epoch is theirs: resume with {before} processes "
-                        f"(--nproc {before // cfg.nnodes if before % cfg.nnodes == 0 else before})")
+                        f"(--nproc {before // cfg.launch.nnodes if before % cfg.launch.nnodes == 0 else before})")
     batch = ckpt["config"].get("batch_size")
     print(f"note: the run was trained with {before} processes (global batch {before * batch}), this resume "
-          f"uses {now} (global batch {now * cfg.batch_size}): the LR schedule is re-planned for the new "
+          f"uses {now} (global batch {now * cfg.optim.batch_size}): the LR schedule is re-planned for the new "
           "steps per epoch and the data order does not replay; --nproc "
-          f"{before // cfg.nnodes if before % cfg.nnodes == 0 else before} continues it exactly", file=sys.stderr)
+          f"{before // cfg.launch.nnodes if before % cfg.launch.nnodes == 0 else before} continues it exactly",
+          file=sys.stderr)
 
 
 def check_address(flag: str, addr: str) -> None:

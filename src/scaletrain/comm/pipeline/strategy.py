@@ -43,8 +43,8 @@ class Pipeline(Strategy):
 
     def __init__(self, cfg: TrainConfig, rank: RankInfo, device: torch.device, backend: str) -> None:
         super().__init__(cfg, rank, device, backend)
-        self.stages = cfg.stages or rank.world_size
-        self.replicas = rank.world_size // self.stages
+        self.stages = cfg.layout.stages
+        self.replicas = cfg.layout.replicas
         self.stage = rank.rank % self.stages
         self.replica_index = rank.rank // self.stages
         self.pp_group, self.dp_group = self._groups()
@@ -58,11 +58,6 @@ class Pipeline(Strategy):
         self._in_shape: tuple[int, ...] = ()  # one sample's input to this stage (no batch dimension)
 
     # ------------------------------------------------------------ launch-time facts (no process yet)
-    @classmethod
-    def data_replicas(cls, cfg: TrainConfig) -> int:
-        world = cfg.nproc * cfg.nnodes
-        return world // (cfg.stages or world)
-
     @classmethod
     def cost(cls, pricing):
         """The stages' forward, backward, p2p and bubble as the schedule plays them on the split the run would
@@ -83,7 +78,7 @@ class Pipeline(Strategy):
         mean_params = sum(pp["stage_param_bytes"]) / k
         tensors = max(1, len(pricing.grads) // k)
         exposed = PP.replicas_allreduce_s(pp["stage_param_bytes"], s.trainers, alpha, beta)
-        transfers = sum(st["transfer_s"] for st in pp["split"]["stages"]) * cfg.microbatches
+        transfers = sum(st["transfer_s"] for st in pp["split"]["stages"]) * cfg.pipeline.microbatches
         comm = {"bytes_per_step": 0, "buckets": 0, "comm_total_s": transfers + exposed, "comm_hidden_s": 0.0,
                 "overlap_ratio": None}
         peak = max(pp["split"]["stages"], key=lambda st: st["memory_bytes"])
@@ -99,13 +94,14 @@ class Pipeline(Strategy):
         from scaletrain.split import plan
         from scaletrain.split.stages import blocked
 
-        stages = cfg.stages or cfg.nproc * cfg.nnodes
-        graph = blocked(factory(), sample_shape, max(1, cfg.batch_size // cfg.microbatches))
+        stages = cfg.layout.stages
+        graph = blocked(factory(), sample_shape, max(1, cfg.optim.batch_size // cfg.pipeline.microbatches))
         if stages > len(graph.blocks):
-            raise UserError(f"--stages {stages} is more than the {len(graph.blocks)} blocks {cfg.model} can be cut "
-                            f"into (its cut points: `scaletrain graph --model {cfg.model}`): lower --stages")
-        if cfg.split not in plan.METHODS:
-            plan.load_split(cfg.split, graph, stages, model_name=cfg.model)
+            raise UserError(f"--stages {stages} is more than the {len(graph.blocks)} blocks {cfg.model.name} can "
+                            f"be cut into (its cut points: `scaletrain graph --model {cfg.model.name}`): lower "
+                            "--stages")
+        if cfg.pipeline.split not in plan.METHODS:
+            plan.load_split(cfg.pipeline.split, graph, stages, model_name=cfg.model.name)
 
     def _groups(self):
         """(this replica's pipeline group, this stage's data-parallel group or None). Collective: every
@@ -143,7 +139,7 @@ class Pipeline(Strategy):
         from scaletrain.split.stages import blocked, stage_modules
 
         cfg = self.cfg
-        micro = cfg.batch_size // cfg.microbatches
+        micro = cfg.optim.batch_size // cfg.pipeline.microbatches
         graph = blocked(model, sample_shape, micro)  # eval mode, no gradient: BatchNorm statistics untouched
         self.block_names = graph.names
         self.bounds, self.split_info = self._split(model, graph, sample_shape)
@@ -154,13 +150,13 @@ class Pipeline(Strategy):
         place_model(module, self.device)
         self._model = model
         self._in_shape = tuple(sample_shape) if lo == 0 else tuple(graph.blocks[lo - 1].out_shape[1:])
-        if AUTOCAST.get(cfg.precision) is not None or cfg.offload == "activations":
-            module = _Stage(module, self.device.type, AUTOCAST.get(cfg.precision), cfg.offload)
+        if AUTOCAST.get(cfg.model.precision) is not None or cfg.strategy.offload == "activations":
+            module = _Stage(module, self.device.type, AUTOCAST.get(cfg.model.precision), cfg.strategy.offload)
         blocks = graph.blocks
         in_shape = (micro, *sample_shape) if lo == 0 else blocks[lo - 1].out_shape
         self._stage, self.schedule = build_schedule(module, self.stage, self.stages, self.device, in_shape,
-                                                    blocks[hi - 1].out_shape, cfg.pipeline_schedule,
-                                                    cfg.microbatches, self.pp_group)
+                                                    blocks[hi - 1].out_shape, cfg.pipeline.schedule,
+                                                    cfg.pipeline.microbatches, self.pp_group)
         return module
 
     def _split(self, model: nn.Module, graph, sample_shape) -> tuple[list[tuple[int, int]], dict[str, Any]]:
@@ -174,18 +170,18 @@ class Pipeline(Strategy):
         from scaletrain.split.costs import ROUNDS
 
         cfg = self.cfg
-        micro = cfg.batch_size // cfg.microbatches
+        micro = cfg.optim.batch_size // cfg.pipeline.microbatches
         what = (f"pipeline split: measuring {len(graph.blocks)} blocks' costs on every rank ({ROUNDS} rounds, "
                 f"micro-batch {micro})")
         with phase(what) if self.rank.is_main else contextlib.nullcontext() as update:
-            costs = measured_together(graph, model, sample_shape, micro, cfg.precision, self.device, update)
+            costs = measured_together(graph, model, sample_shape, micro, cfg.model.precision, self.device, update)
         choice = None
         if self.rank.rank == 0:
             try:
-                part = plan.choose(cfg.split, graph, model, sample_shape, stages=self.stages,
-                                   microbatches=cfg.microbatches, schedule=cfg.pipeline_schedule,
-                                   batch_size=cfg.batch_size, precision=cfg.precision, optimizer=cfg.optimizer,
-                                   model_name=cfg.model, costs=costs)
+                part = plan.choose(cfg.pipeline.split, graph, model, sample_shape, stages=self.stages,
+                                   microbatches=cfg.pipeline.microbatches, schedule=cfg.pipeline.schedule,
+                                   batch_size=cfg.optim.batch_size, precision=cfg.model.precision,
+                                   optimizer=cfg.optim.optimizer, model_name=cfg.model.name, costs=costs)
                 choice = {"bounds": [list(b) for b in part.bounds], "method": part.method,
                           "predicted_step_s": part.step_s, "costs": "measured"}
             except UserError as e:
@@ -261,7 +257,7 @@ class Pipeline(Strategy):
         for x, y, _bad in loader:
             if len(y) == 0:
                 continue
-            chunks = x.tensor_split(min(self.cfg.microbatches, len(y)))
+            chunks = x.tensor_split(min(self.cfg.pipeline.microbatches, len(y)))
             outputs, sends = [], []
             for chunk in chunks:
                 if self.stage == 0:
@@ -368,9 +364,9 @@ class Pipeline(Strategy):
         held = gather_objects(self._held_bytes())
         if not chief:
             return {}
-        k, m = self.stages, self.cfg.microbatches
+        k, m = self.stages, self.cfg.pipeline.microbatches
         return {"pipeline": {
-            "stages": k, "replicas": self.replicas, "microbatches": m, "schedule": self.cfg.pipeline_schedule,
+            "stages": k, "replicas": self.replicas, "microbatches": m, "schedule": self.cfg.pipeline.schedule,
             "split": self.split_info.get("method"), "bounds": [list(b) for b in self.bounds],
             "stage_blocks": [self.block_names[lo:hi] for lo, hi in self.bounds],
             "predicted_step_s": self.split_info.get("predicted_step_s"), "split_costs": self.split_info.get("costs"),

@@ -1,0 +1,1 @@
+"""`--strategy pipeline`: the strategy (strategy.py, torch) and its settings (options.py, no torch)."""

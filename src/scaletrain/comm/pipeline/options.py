@@ -1,0 +1,64 @@
+"""The pipeline's settings (`--stages`, `--microbatches`, `--pipeline-schedule`, `--split`), their checks and
+the layout they make: no torch (config/ sections; comm/registry.py OPTION_SECTIONS)."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+from scaletrain.config.fields import at_least, check_choice, key
+from scaletrain.config.layout import Layout
+from scaletrain.errors import UserError
+
+SCHEDULES = ("gpipe", "1f1b")
+
+
+@dataclass(kw_only=True)
+class PipelineOptions:
+    """The pipeline (`--strategy pipeline`; docs/split.md)."""
+
+    stages: int | None = None
+    """pipeline: pipeline stages, one process each (default: all the job's processes, nproc x nnodes)."""
+
+    microbatches: int = 4
+    """pipeline: micro-batches each step's batch is split into (must divide --batch-size)."""
+
+    schedule: str = field(default="1f1b", metadata=key("pipeline_schedule"))
+    """pipeline: `gpipe` (all forwards, then all backwards) or `1f1b` (one forward, one backward: fewer
+    activations in flight); both from torch.distributed.pipelining (docs/split.md)."""
+
+    split: str = "auto"
+    """pipeline: where the model is cut into stages: `auto` (the predicted-fastest split under the memory
+    the stages have, as `scaletrain split` chooses it), `uniform` (equal block counts), `params` (equal
+    parameter counts, DeepSpeed's default), `time` (torchgpipe's balance by measured time) or a split.json
+    written by `scaletrain split`."""
+
+    def __post_init__(self) -> None:
+        check_choice("pipeline_schedule", self.schedule, SCHEDULES)
+        at_least(self, 1, "microbatches")
+        if self.stages is not None and self.stages < 2:
+            raise UserError(f"--stages must be at least 2 (got {self.stages}): one stage is --strategy allreduce")
+
+    def check(self, cfg: Any) -> None:  # a TrainConfig (config/ imports this module)
+        """What the pipeline refuses of the rest of the configuration."""
+        if cfg.model.precision == "fp16":
+            raise UserError("--precision fp16 is not supported with --strategy pipeline (the schedule runs "
+                            "backward itself, without the loss scaler): use --precision bf16 or fp32")
+        if cfg.model.sync_bn:
+            raise UserError("--sync-bn is not supported with --strategy pipeline: drop --sync-bn")
+        if cfg.optim.batch_size % self.microbatches:
+            raise UserError(f"--microbatches {self.microbatches} does not divide --batch-size "
+                            f"{cfg.optim.batch_size}: choose a batch size that is a multiple of it")
+
+    def shape(self, layout: Layout) -> Layout:
+        """K stages (default: every rank one) x R = world / K replicas."""
+        return dataclasses.replace(layout, stages=self.stages or layout.world)
+
+    def check_layout(self, layout: Layout) -> None:
+        if layout.world < 2:
+            raise UserError(f"--strategy pipeline needs at least 2 processes, one per stage (got --nproc x --nnodes "
+                            f"= {layout.world}): give --nproc 2 or more, or --nproc KxR (K stages x R replicas)")
+        if layout.world % layout.stages:
+            raise UserError(f"--strategy pipeline with --stages {layout.stages} needs a multiple of {layout.stages} "
+                            f"processes (got --nproc x --nnodes = {layout.world}): one process per stage and replica")
