@@ -226,3 +226,31 @@ def test_threads_share_the_available_cores(monkeypatch, local_world, threads):
 
 def test_first_slurm_host_keeps_a_suffix_after_the_range():
     assert first_slurm_host("node[1-2]-ib,login") == "node1-ib"
+
+
+def _timed_collective(rank: int, world: int) -> tuple[float, float, float]:
+    import time
+
+    import torch.distributed as dist
+    from multirank import group
+
+    from scaletrain.distributed.group import largest, time_collective
+
+    with group():
+        device = torch.device("cpu")
+        buf = torch.ones(4)
+
+        def exchange() -> None:  # rank 1 arrives 20 ms late to each all-reduce: every rank waits for it
+            if rank == 1:
+                time.sleep(0.02)
+            dist.all_reduce(buf)
+
+        mine = time_collective(exchange, 3, device)
+        return mine, largest(mine, device), largest(float(rank), device)
+
+
+def test_a_collective_is_timed_as_its_slowest_rank(ranks):
+    results = ranks.run(_timed_collective, 2)
+    assert [r[2] for r in results] == [1.0, 1.0]  # `largest` is every rank's maximum
+    assert results[0][1] == results[1][1] == max(r[0] for r in results)
+    assert all(r[0] >= 0.02 for r in results)  # rank 0 waits in the all-reduce for the late rank

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import torch
@@ -11,7 +10,8 @@ import torch.distributed as dist
 from scaletrain.comm.ring import ring_allreduce_
 from scaletrain.distributed.rank import RankInfo
 from scaletrain.distributed.device import choose_device, cpu_threads_per_rank
-from scaletrain.distributed.group import current_rank, current_world_size, init_process_group, shutdown
+from scaletrain.distributed.group import (current_rank, current_world_size, init_process_group, largest, shutdown,
+                                          time_collective)
 from scaletrain.perf.wire import allreduce_bytes, ps_push_bytes, ps_server_bytes, ring_bytes
 from scaletrain.rundir import append_jsonl
 
@@ -50,10 +50,10 @@ def _measure(strategy: str, size: int, seconds: float, device: torch.device, rin
 
     for _ in range(2):  # warm-up: connections, allocations
         once()
-    t = _timed(once, 1, device)
+    t = time_collective(once, 1, device)
     iters = max(3, min(200, int(seconds / max(t, 1e-6))))
-    iters = int(_agree_max(iters, device))  # every rank runs the same number of collectives
-    elapsed = _agree_max(_timed(once, iters, device) * iters, device) / iters
+    iters = int(largest(iters, device))  # every rank runs the same number of collectives
+    elapsed = largest(time_collective(once, iters, device), device)
     if strategy == "ring":
         sent = ring_bytes(buf.numel(), 4, world, rank)
     elif strategy == "ps":  # one shard, no headers; the busiest rank is the server: (P-1) S
@@ -63,7 +63,7 @@ def _measure(strategy: str, size: int, seconds: float, device: torch.device, rin
     else:
         sent = allreduce_bytes(size, world)
     return {"strategy": strategy, "world": world, "size": size,
-            "iters": int(iters), "time_s": elapsed, "bytes_per_rank": _agree_max(sent, device)}
+            "iters": int(iters), "time_s": elapsed, "bytes_per_rank": largest(sent, device)}
 
 
 def _ps_round(buf: torch.Tensor, inbox: list[torch.Tensor], rank: int, server: int) -> None:
@@ -77,20 +77,3 @@ def _ps_round(buf: torch.Tensor, inbox: list[torch.Tensor], rank: int, server: i
     total = torch.stack(inbox).sum(0)
     for work in [dist.isend(total, dst=w) for w in range(len(inbox))]:
         work.wait()
-
-
-def _timed(fn, iters: int, device: torch.device) -> float:
-    dist.barrier()
-    t0 = time.perf_counter()
-    for _ in range(iters):
-        fn()
-    if device.type == "cuda":
-        torch.cuda.synchronize()  # note: a sync point, once per measurement, so the time covers the kernels
-    return (time.perf_counter() - t0) / iters
-
-
-def _agree_max(value: float, device: torch.device) -> float:
-    """The largest value over ranks (a collective's time is its slowest rank's)."""
-    t = torch.tensor([float(value)], dtype=torch.float64, device=device)
-    dist.all_reduce(t, op=dist.ReduceOp.MAX)
-    return t.item()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from datetime import timedelta
 
 import torch
@@ -98,18 +99,28 @@ def broadcast_object(obj):
     return box[0]
 
 
-def time_allreduce(nbytes: int, device: torch.device, iters: int = 3) -> float:
-    """Seconds of one all-reduce of `nbytes` on the default group (after a warm-up), the slowest rank's."""
-    import time
+def largest(value: float, device: torch.device) -> float:
+    """The largest of every rank's `value` (collective): a collective's time is its slowest rank's."""
+    t = torch.tensor([float(value)], dtype=torch.float64, device=device)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return float(t.item())
 
-    buf = torch.zeros(max(1, nbytes // 4), dtype=torch.float32, device=device)
-    dist.all_reduce(buf)
+
+def time_collective(fn: Callable[[], object], iters: int, device: torch.device) -> float:
+    """Seconds per call of the collective `fn`, run `iters` times back to back from a barrier (a CUDA device
+    synchronised once, at the end, so the time covers the kernels), on this rank; `largest` makes it the
+    slowest rank's. The one way an exchange is timed (commbench, the all-reduce's bucket sweep)."""
     dist.barrier()
     t0 = time.perf_counter()
     for _ in range(iters):
-        dist.all_reduce(buf)
+        fn()
     if device.type == "cuda":
         torch.cuda.synchronize()
-    t = torch.tensor([(time.perf_counter() - t0) / iters], dtype=torch.float64, device=device)
-    dist.all_reduce(t, op=dist.ReduceOp.MAX)
-    return float(t.item())
+    return (time.perf_counter() - t0) / iters
+
+
+def time_allreduce(nbytes: int, device: torch.device, iters: int = 3) -> float:
+    """Seconds of one all-reduce of `nbytes` on the default group (after a warm-up), the slowest rank's."""
+    buf = torch.zeros(max(1, nbytes // 4), dtype=torch.float32, device=device)
+    dist.all_reduce(buf)
+    return largest(time_collective(lambda: dist.all_reduce(buf), iters, device), device)

@@ -33,8 +33,9 @@ from scaletrain.distributed.allocator import settle
 from scaletrain.predict import grid, probe, refnet, regress
 from scaletrain.predict.calibration import FORMAT, KIND
 from scaletrain.predict.ops import build_op
-from scaletrain.predict.timing import harness_excess, median_time, time_op
-from scaletrain.rundir import read_summary
+from scaletrain.perf.timing import median_time
+from scaletrain.predict.timing import harness_excess, time_op
+from scaletrain.rundir import COMMBENCH, read_summary
 
 OPTIMIZERS = ("sgd", "nesterov", "adamw", "adagrad")
 REFNET = "scaletrain.predict.refnet:build"
@@ -290,9 +291,9 @@ def _network(work: Path, quick: bool) -> dict[str, Any]:
     cmd = [sys.executable, "-m", "scaletrain", "commbench", "--nproc", "2", "--strategies", "allreduce,ring,ps",
            "--sizes", sizes, "--seconds", "0.1" if quick else "0.3", "--out", str(work)]
     result = _run(cmd)
-    if result.returncode != 0 or not (work / "commbench.json").is_file():
+    if result.returncode != 0 or not (work / COMMBENCH).is_file():
         return {"fits": {}, "error": _last_line(result)}
-    data = json.loads((work / "commbench.json").read_text())
+    data = json.loads((work / COMMBENCH).read_text())
     return {"fits": data["fits"], "rows": data["rows"]}
 
 

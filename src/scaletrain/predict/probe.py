@@ -21,6 +21,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from scaletrain.perf.timing import samples
+
 BATCH, SIZE = 32, 32
 
 
@@ -48,12 +50,7 @@ def probe_s(threads: int, device: torch.device | None = None, seconds: float = 0
                 p.grad = None
             return time.perf_counter() - t0
 
-        for _ in range(3):
-            step()
-        times, start = [], time.perf_counter()
-        while len(times) < 5 or (time.perf_counter() - start < seconds and len(times) < 200):
-            times.append(step())
-        return statistics.median(times)
+        return statistics.median(samples(step, warmup=3, least=5, seconds=seconds, most=200))
     finally:
         torch.set_num_threads(before)
 

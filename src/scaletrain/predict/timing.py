@@ -11,33 +11,12 @@ in-place op cannot run twice on one autograd graph).
 from __future__ import annotations
 
 import statistics
-import time
-from typing import Callable
 
 import torch
 from torch import nn
 
 from scaletrain.perf.precision import AUTOCAST
-
-
-def median_time(fn: Callable[[], object], repeats: int = 5, min_batch_s: float = 0.01, sync=None) -> float:
-    """Seconds per call of `fn`: warm up, size a batch of calls to `min_batch_s`, median over `repeats`."""
-    fn()
-    t0 = time.perf_counter()
-    fn()
-    if sync:
-        sync()
-    once = max(time.perf_counter() - t0, 1e-7)
-    calls = max(1, int(min_batch_s / once))
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        if sync:
-            sync()
-        times.append((time.perf_counter() - t0) / calls)
-    return statistics.median(times)
+from scaletrain.perf.timing import median_time
 
 
 def time_op(module: nn.Module, inputs: list[torch.Tensor], *, precision: str = "fp32", input_grad: bool = True,

@@ -1,5 +1,5 @@
 """Each block's cost per micro-batch (split/partition.py's `BlockCost`): predicted from a calibration
-(graph/timing.py, the performance model of docs/predict.md) or measured here, block by block.
+(predict/node_times.py, the performance model of docs/predict.md) or measured here, block by block.
 
 Bytes come from the block graph (perf/blocks.py), traced at some batch in fp32: they scale linearly with the
 batch, and activations scale with the precision's bytes (bf16/fp16 autocast halves them; weights stay fp32).
@@ -33,7 +33,7 @@ def block_costs(blocked: Blocked, model: nn.Module, input_shape: tuple[int, ...]
                 progress: Callable[[str, int, int], None] | None = None) -> list[BlockCost]:
     """The blocks' costs at `micro_batch` samples. `threads` and `ranks` (predicted only): the calibrated
     thread count to price at (default the calibrated machine's cores) and the processes sharing the node
-    (default as many as the cores hold at `threads`: graph/timing.py); measured times use this process's
+    (default as many as the cores hold at `threads`: predict/node_times.py); measured times use this process's
     threads, the least of `rounds` passes over the blocks (default ROUNDS), on `device` (default the model's),
     `progress(block, timed, to_time)` told after each block is timed (console/phase.py shows it)."""
     if source not in SOURCES:
@@ -61,7 +61,7 @@ def block_sizes(blocked: Blocked, micro_batch: int, precision: str = "fp32") -> 
 def _predicted(blocked: Blocked, model: nn.Module, input_shape: tuple[int, ...], micro_batch: int,
                calibration: dict[str, Any], precision: str, threads: int | None,
                ranks: int | None) -> list[tuple[float, float]]:
-    from scaletrain.graph.timing import block_times, node_times
+    from scaletrain.predict.node_times import block_times, node_times
 
     if precision not in calibration.get("precisions", ["fp32"]):
         raise UserError(f"the calibration has no {precision} timings: calibrate with --precision {precision} "
@@ -121,6 +121,7 @@ def _as_trained(module: nn.Module, x: torch.Tensor, *, precision: str, input_gra
     repeats the backward on one kept graph with activations out of place: on memory-bound blocks (ResNet-20's
     32x32 16-channel layer1) that came out 20-25% above the same block run this way (docs/split.md)."""
     from scaletrain.perf.precision import AUTOCAST
+    from scaletrain.perf.timing import samples
 
     module.train()
     dtype = AUTOCAST[precision]
@@ -142,7 +143,7 @@ def _as_trained(module: nn.Module, x: torch.Tensor, *, precision: str, input_gra
         return t1 - t0, time.perf_counter() - t1
 
     f, b = once()
-    runs = [once() for _ in range(max(repeats, min(100, math.ceil(min_s / max(f + b, 1e-6)))))]
+    runs = samples(once, least=max(repeats, min(100, math.ceil(min_s / max(f + b, 1e-6)))))
     module.zero_grad(set_to_none=True)
     return statistics.median(r[0] for r in runs), statistics.median(r[1] for r in runs)
 
@@ -150,7 +151,7 @@ def _as_trained(module: nn.Module, x: torch.Tensor, *, precision: str, input_gra
 def host_copy_rate(nbytes: int = 64 << 20) -> tuple[float, str]:
     """(bytes per second, what was measured): to and from pinned host memory on a GPU (the slower way); on a
     machine without one, a copy within host memory, the only copy there is."""
-    from scaletrain.predict.timing import median_time
+    from scaletrain.perf.timing import median_time
 
     if torch.cuda.is_available():
         host = torch.empty(nbytes, dtype=torch.uint8).pin_memory()

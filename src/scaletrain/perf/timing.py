@@ -1,0 +1,42 @@
+"""The one way a measurement is repeated on this machine: `samples` (untimed warm-up calls, then at least a
+number of timed ones, on until a time budget is spent) and its median; `median_time`, a call too quick for the
+clock timed in batches sized to it (calibration's ops and optimizer, a pipeline's host copies, the speed
+probe, split's block costs). A collective's time is `distributed/group.py` `time_collective`'s (back to back
+from a barrier, the slowest rank's); a whole training step's is the profiler's."""
+
+from __future__ import annotations
+
+import statistics
+import time
+from typing import Callable, TypeVar
+
+T = TypeVar("T")
+
+
+def samples(measure: Callable[[], T], *, least: int, seconds: float = 0.0, most: int | None = None,
+            warmup: int = 0) -> list[T]:
+    """`measure()` (which times one thing and returns its seconds, or a tuple of them) called `warmup` times
+    untimed, then `least` times, and on while `seconds` have not passed since (at most `most` times)."""
+    for _ in range(warmup):
+        measure()
+    out: list[T] = []
+    start = time.perf_counter()
+    while len(out) < least or (time.perf_counter() - start < seconds and (most is None or len(out) < most)):
+        out.append(measure())
+    return out
+
+
+def median_time(fn: Callable[[], object], repeats: int = 5, min_batch_s: float = 0.01, sync=None) -> float:
+    """Seconds per call of `fn`: warm up, size a batch of calls to `min_batch_s`, median over `repeats`."""
+    fn()
+    calls = max(1, int(min_batch_s / max(_per_call(fn, 1, sync), 1e-7)))
+    return statistics.median(samples(lambda: _per_call(fn, calls, sync), least=repeats))
+
+
+def _per_call(fn: Callable[[], object], calls: int, sync) -> float:
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    if sync:
+        sync()
+    return (time.perf_counter() - t0) / calls
