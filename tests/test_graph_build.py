@@ -11,7 +11,7 @@ from torch import nn
 
 from scaletrain.errors import UserError
 from scaletrain.graph.build import document, trace
-from scaletrain.perf.graph import module_graph
+from scaletrain.perf.walk import module_graph
 from scaletrain.perf.blocks import group
 from scaletrain.perf.flops import count_params, forward_flops
 

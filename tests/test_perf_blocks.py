@@ -14,7 +14,7 @@ from scaletrain.models import build_model, model_names
 from scaletrain.models.registry import minimum_image_size
 from scaletrain.perf.blocks import LEVELS, group
 from scaletrain.perf.flops import count_params, forward_flops
-from scaletrain.perf.graph import cut_points, layer_graph
+from scaletrain.perf.walk import cut_points, layer_graph
 
 # blocks: stem + residual blocks + fc (the global pool joins the last residual block), one per conv or
 # linear layer for the plain networks; modules: the top-level children (the pool with the flatten after it)

@@ -15,7 +15,7 @@ from torch import nn
 from scaletrain.cli import main
 from scaletrain.models.registry import build_model
 from scaletrain.perf.footprint import model_bytes
-from scaletrain.perf.graph import layer_graph
+from scaletrain.perf.walk import layer_graph
 from scaletrain.perf.saved import SavedBytes
 
 GPU = Path(__file__).parent / "data" / "gpu-h200-2026-11-26"

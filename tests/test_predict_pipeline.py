@@ -9,7 +9,7 @@ from torch import nn
 from predict_fixtures import NETWORK, fake_calibration
 from scaletrain.comm.fsdp import collective_seconds
 from scaletrain.config import TrainConfig
-from scaletrain.graph.timing import node_times
+from scaletrain.predict.node_times import node_times
 from scaletrain.predict import pipeline as PP
 from scaletrain.predict.predictor import Predictor
 

@@ -135,7 +135,7 @@ def shard_units(model: nn.Module, sample_shape: tuple[int, ...]) -> list[str]:
     submodule (a residual block; the children of a Sequential block), its top-level children where fx
     cannot trace it. Outermost first, none inside another."""
     from scaletrain.perf.blocks import group
-    from scaletrain.perf.graph import Untraceable, layer_graph
+    from scaletrain.perf.walk import Untraceable, layer_graph
 
     try:
         graph = layer_graph(model, sample_shape, 1)

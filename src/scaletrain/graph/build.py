@@ -13,7 +13,7 @@ from torch import nn
 from scaletrain.errors import UserError
 from scaletrain.perf.blocks import Block
 from scaletrain.perf.footprint import out_of_memory
-from scaletrain.perf.graph import LayerGraph, walk
+from scaletrain.perf.walk import LayerGraph, walk
 
 FORMAT = 1
 KIND = "scaletrain-graph"
@@ -27,7 +27,7 @@ class Traced:
 
 
 def trace(model: nn.Module, input_shape: tuple[int, ...], batch_size: int, label: str = "the model") -> Traced:
-    """`model`'s layer graph at `batch_size` (perf/graph.walk): fx first, module order for a Sequential fx cannot
+    """`model`'s layer graph at `batch_size` (perf/walk.walk): fx first, module order for a Sequential fx cannot
     trace. Any other model fx cannot trace, or a forward that fails, is a one-line UserError."""
     shape = "x".join(str(d) for d in (batch_size, *input_shape))
     try:

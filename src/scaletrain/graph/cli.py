@@ -40,7 +40,7 @@ def run_graph(args: argparse.Namespace) -> int:
     from scaletrain.graph.build import document, trace
     from scaletrain.graph.dot import to_dot
     from scaletrain.graph.picture import draw
-    from scaletrain.graph.timing import block_times, node_times
+    from scaletrain.predict.node_times import block_times, node_times
     from scaletrain.models import build_model
     from scaletrain.perf.blocks import LEVELS, group
     from scaletrain.perf.footprint import check_forward_fits

@@ -1,4 +1,4 @@
-"""A layer graph (perf/graph.py) grouped at one of three levels: layer, block or module (docs/graph.md).
+"""A layer graph (perf/walk.py) grouped at one of three levels: layer, block or module (docs/graph.md).
 
     layer    every node that computes (placeholders, the output and attribute reads left out)
     block    the single-entry/single-exit regions between consecutive cut points: a residual block, an
@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from scaletrain.perf.graph import LayerGraph, Node, cut_points
+from scaletrain.perf.walk import LayerGraph, Node, cut_points
 
 LEVELS = ("layer", "block", "module")
 _SKIP = ("placeholder", "output", "get_attr")
@@ -95,7 +95,7 @@ def _by_cuts(graph: LayerGraph, nodes: list[Node]) -> list[list[int]]:
 
 
 def _depthwise_only(seg: list[int], by_id: dict[int, Node]) -> bool:
-    """Its only FLOPs come from depthwise convolutions (groups = channels), recorded by perf.graph as kind
+    """Its only FLOPs come from depthwise convolutions (groups = channels), recorded by perf.walk as kind
     Conv2d with `depthwise` set."""
     computing = [by_id[i] for i in seg if by_id[i].flops > 0]
     return bool(computing) and all(getattr(n, "depthwise", False) for n in computing)

@@ -1,7 +1,7 @@
 """Memory a training request needs per process, estimated before anything large is allocated.
 
 The model is built on PyTorch's `meta` device (shapes only, no storage) and walked once on a meta batch
-(perf/graph.walk, the walk predict and the graph use); the activations are the bytes autograd saves for
+(perf/walk.walk, the walk predict and the graph use); the activations are the bytes autograd saves for
 backward in that pass (perf/saved.py). Parameters count four times
 over with a momentum optimizer (weights, gradients, momentum, the gradient bucket DDP keeps), five with
 AdamW, three with plain SGD (perf/memory.py, shared with predict and split). The digits dataset is held in memory resized to the image size, once per process.
@@ -19,7 +19,7 @@ from scaletrain import fmt
 from scaletrain.errors import UserError
 from scaletrain.perf.memory import activations_at, data_parallel_copies
 from scaletrain.perf.precision import param_bytes
-from scaletrain.perf.graph import walk
+from scaletrain.perf.walk import walk
 
 DIGITS_SAMPLES = 1797
 
@@ -76,7 +76,7 @@ def out_of_memory(e: BaseException) -> bool:
 
 def _meta_forward(factory, batch_size: int, in_channels: int, image_size: int) -> tuple[int, int, int] | None:
     """(parameters, the largest activation's bytes, the bytes autograd saves for backward in float32) of one
-    training forward pass on the meta device, from the one walk over the model (perf/graph.walk); None when
+    training forward pass on the meta device, from the one walk over the model (perf/walk.walk); None when
     the model cannot be built or run there."""
     try:
         with torch.device("meta"):  # tensors the forward makes itself are meta tensors too

@@ -1,4 +1,4 @@
-"""A model as the operations the performance model prices: each node of its torch.fx graph (perf/graph.py)
+"""A model as the operations the performance model prices: each node of its torch.fx graph (perf/walk.py)
 becomes an `Op` of one kind with the features that kind's cost depends on (docs/predict.md).
 
 Kinds and their features (batch first, square or not):
@@ -11,7 +11,7 @@ Kinds and their features (batch first, square or not):
     avgpool  n, c, h, w (input), k, stride                         AvgPool2d, AdaptiveAvgPool2d
     eltwise  elements (largest input or output), inputs            activations, add, mul, cat, pad, dropout ...
     view     -                                                     flatten, view, reshape, getitem on shapes ...
-A module fx cannot trace symbolically is walked by its modules instead (perf/graph.module_graph, forward hooks):
+A module fx cannot trace symbolically is walked by its modules instead (perf/walk.module_graph, forward hooks):
 its leaf modules become ops and the functional operations between them are not seen (the notes say so).
 """
 
@@ -26,7 +26,7 @@ from torch import nn
 
 from scaletrain.errors import UserError
 from scaletrain.perf.footprint import out_of_memory
-from scaletrain.perf.graph import LayerGraph, walk
+from scaletrain.perf.walk import LayerGraph, walk
 
 
 _NORMS = ("BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "GroupNorm", "LayerNorm", "InstanceNorm2d", "SyncBatchNorm")
@@ -76,7 +76,7 @@ class Workload:
 
 
 def trace_ops(model: nn.Module, input_shape: tuple[int, ...], batch_size: int) -> Workload:
-    """The ops of one forward pass of `batch_size` samples, from the one walk over the model (perf/graph.walk:
+    """The ops of one forward pass of `batch_size` samples, from the one walk over the model (perf/walk.walk:
     torch.fx, else its modules through forward hooks)."""
     shape = "x".join(str(d) for d in (batch_size, *input_shape))
     try:

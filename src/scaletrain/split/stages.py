@@ -12,7 +12,7 @@ from torch import fx, nn
 
 from scaletrain.errors import UserError
 from scaletrain.perf.blocks import Block, group
-from scaletrain.perf.graph import LayerGraph, Untraceable, layer_graph
+from scaletrain.perf.walk import LayerGraph, Untraceable, layer_graph
 
 Bounds = list[tuple[int, int]]  # per stage: (first block, one past its last block)
 

@@ -20,7 +20,7 @@ from typing import Any
 from torch import nn
 
 from scaletrain.perf.blocks import Block
-from scaletrain.perf.graph import LayerGraph
+from scaletrain.perf.walk import LayerGraph
 
 Times = tuple[float, float]  # (forward seconds, backward seconds)
 

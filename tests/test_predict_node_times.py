@@ -1,4 +1,4 @@
-"""graph/timing.py: predicted seconds per node add up to the forward and backward phases the performance
+"""predict/node_times.py: predicted seconds per node add up to the forward and backward phases the performance
 model predicts for one process (less the loss), per block to the sum of its nodes'; a Sequential fx cannot
 trace gets its children's times from their leaf modules."""
 
@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from scaletrain.graph.build import trace
-from scaletrain.graph.timing import block_times, layer_times, node_times
+from scaletrain.predict.node_times import block_times, layer_times, node_times
 from scaletrain.perf.blocks import group
 from scaletrain.predict import model as M
 from scaletrain.predict.points import Predictor

@@ -1,4 +1,4 @@
-"""perf/graph.py: the fx layer graph of every built-in model (FLOPs and parameters against the whole-model
+"""perf/walk.py: the fx layer graph of every built-in model (FLOPs and parameters against the whole-model
 counts), its edges, and the cut points where exactly one tensor crosses."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from torch import nn
 
 from scaletrain.models import build_model, model_names
 from scaletrain.perf.flops import count_params, forward_flops
-from scaletrain.perf.graph import Untraceable, cut_points, layer_graph
+from scaletrain.perf.walk import Untraceable, cut_points, layer_graph
 
 
 @pytest.mark.parametrize("name", model_names())
@@ -104,7 +104,7 @@ def test_the_one_walk_falls_back_to_the_modules_and_every_reader_takes_that_walk
     and the pre-flight memory check counts the same saved bytes as predict, on the meta device."""
     from scaletrain.graph.build import trace
     from scaletrain.perf.footprint import model_bytes
-    from scaletrain.perf.graph import walk
+    from scaletrain.perf.walk import walk
     from scaletrain.predict.ops import trace_ops
 
     assert walk(build_model("lenet5", num_classes=10, in_channels=1, image_size=32), (1, 32, 32)).traced_by == "fx"
@@ -138,7 +138,7 @@ def test_a_module_walk_of_another_model_is_not_its_dataflow():
         def forward(self, x):
             return self.fc(self.gate(x).flatten(1))
 
-    from scaletrain.perf.graph import walk
+    from scaletrain.perf.walk import walk
 
     g = walk(Net(), (8, 8, 8), 2)
     assert g.traced_by == "modules" and not g.exact
@@ -148,7 +148,7 @@ def test_a_module_walk_of_another_model_is_not_its_dataflow():
 def test_on_the_meta_device_the_walk_counts_what_training_saves():
     """At a batch above one the meta walk runs in training mode: dropout keeps its mask for backward (in
     evaluation mode it saves nothing), as a training step does."""
-    from scaletrain.perf.graph import walk
+    from scaletrain.perf.walk import walk
 
     with torch.device("meta"):
         plain = walk(nn.Sequential(nn.Linear(64, 64), nn.ReLU()), (64,), 16)
