@@ -36,6 +36,13 @@ def summary(run_dir: Path) -> dict:
     return json.loads((Path(run_dir) / "summary.json").read_text())
 
 
+def losses(run_dir: Path, rank: int = 0) -> list[float]:
+    """A run's training losses, step by step, as rank `rank` recorded them."""
+    from scaletrain.analysis import load_records
+
+    return [r["loss"] for r in load_records(run_dir)[rank]]
+
+
 def weights(run_dir: Path) -> dict[str, torch.Tensor]:
     return torch.load(Path(run_dir) / "checkpoint.pt", map_location="cpu", weights_only=True)["model"]
 

@@ -1,6 +1,7 @@
 """The layout's rules, checked on the source (docs/architecture.md): no import cycles, nothing below the
-command line imports it, the loop names no strategy, rank and environment are read in distributed/ alone, and
-perf/ stays below the rest."""
+command line imports it, the loop names no strategy, rank and environment are read in distributed/ alone,
+perf/ stays below the rest; and one way to do each thing: one owner of the run files' paths, one atomic
+write, one formatter of times and sizes, one reader of a configuration's TOML."""
 
 from __future__ import annotations
 
@@ -97,3 +98,35 @@ def test_a_strategy_is_one_module_and_one_registry_line():
     for name in STRATEGIES:
         cls = strategy_class(name)
         assert issubclass(cls, Strategy) and callable(getattr(cls, "create", None)), name
+
+
+def _sources() -> dict[str, str]:
+    return {p.relative_to(PACKAGE).as_posix(): p.read_text() for p in PACKAGE.rglob("*.py")}
+
+
+def test_only_rundir_spells_the_path_of_a_run_or_result_file():
+    """rundir.py names every file of a run, a study and each command's result (RunDir, StudyDir, PREDICTION,
+    ...): a path built from the literal name anywhere else is a second owner of that file."""
+    pattern = re.compile(r"""/ ['"](summary|config|epochs|study|prediction|validation|split|graph|commbench)"""
+                         r"""\.(json|toml|jsonl)['"]""")
+    assert [path for path, text in _sources().items() if path != "rundir.py" and pattern.search(text)] == []
+
+
+def test_one_atomic_write():
+    """Every file replaced in place goes through rundir.replace_atomic (temp file, fsync, rename)."""
+    renames = {path for path, text in _sources().items() if re.search(r"os\.(replace|rename)\(", text)}
+    # make-imagefolder renames a whole directory tree into place, which no file write can do
+    assert renames == {"rundir.py", "data/make_imagefolder.py"}
+
+
+def test_times_and_sizes_are_formatted_in_fmt_alone():
+    pattern = re.compile(r"^\s*def (_ms|_time|_seconds|hms|human|_size|_mib|_gib)\(", re.MULTILINE)
+    assert [path for path, text in _sources().items() if path != "fmt.py" and pattern.search(text)] == []
+
+
+def test_toml_is_parsed_by_the_configs_reader_and_the_data_files_own():
+    """A configuration (config.toml, a --config file, study.toml) is read by config/io.py alone; the others
+    parse TOML of their own kind (a hardware profile, the published numbers) or, watch, the text of a
+    config.toml whose change it follows (through config/io.py's train_table)."""
+    readers = {path for path, text in _sources().items() if "tomllib.load" in text}
+    assert readers == {"config/io.py", "perf/hardware.py", "predict/devset.py", "watch/reader.py"}

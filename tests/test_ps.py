@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from conftest import EXACT, FP64, assert_ok, assert_same_weights, scaletrain, summary
+from conftest import EXACT, FP64, losses, assert_ok, assert_same_weights, scaletrain, summary
 from scaletrain.cli import main
 from scaletrain.analysis import load_records
 
@@ -28,10 +28,6 @@ def train(launch):
     return run
 
 
-def _losses(out, rank=0):
-    return [r["loss"] for r in load_records(out)[rank]]
-
-
 @pytest.mark.equivalence
 # 3 workers and 2 servers are 5 ranks on 2 cores (~20 s): make test-slow; the 2-worker, 1-server twin stays fast
 @pytest.mark.parametrize("workers,servers", [(2, 1), pytest.param(3, 2, marks=pytest.mark.slow)])
@@ -41,7 +37,7 @@ def test_ps_sync_trajectory_equals_allreduce(train, tmp_path, workers, servers):
     s = train(tmp_path / "ps", "--nproc", str(workers + servers), "--ps-servers", str(servers),
               "--strategy", "ps-sync", *common)
     assert s["world_size"] == workers and s["replicas_identical"]
-    assert _losses(tmp_path / "ps") == pytest.approx(_losses(tmp_path / "engine"), rel=EXACT["rtol"])
+    assert losses(tmp_path / "ps") == pytest.approx(losses(tmp_path / "engine"), rel=EXACT["rtol"])
     assert_same_weights(tmp_path / "engine", tmp_path / "ps")
     ps, steps = s["ps"], s["steps"]
     assert ps["updates_per_shard"] == [steps] * servers and ps["staleness"]["max"] == 0

@@ -133,3 +133,23 @@ def test_a_run_is_not_a_study_and_back():
         load.load_study(DATA / "run-a")
     with pytest.raises(UserError, match="is a study, not a run"):
         load.load_run(DATA / "study-a")
+
+
+def test_overview_takes_the_ranks_that_share_the_batch_from_the_runs_layout(tmp_path, monkeypatch):
+    """A parameter-server run of 3 ranks, one a server: 2 workers share the global batch of 64 (32 each);
+    dividing by the world's 3 ranks gave 21 a rank, and the files alone counted 3 ranks' samples."""
+    run_dir = copy("run-a", tmp_path)
+    config = run_dir / "config.toml"
+    config.write_text(config.read_text().replace("nproc = 2", 'nproc = 3\nstrategy = "ps-sync"'))
+    summary = json.loads((run_dir / "summary.json").read_text())
+    (run_dir / "summary.json").write_text(json.dumps({**summary, "world_size": 3}))
+    ov = load.overview(load.load_run(run_dir))
+    assert (ov["world_size"], ov["batch_per_rank"], ov["global_batch"]) == (3, 32, 64)
+    (run_dir / "summary.json").unlink()
+    monkeypatch.setattr(load, "analyzer", lambda: None)
+    bare = load.overview(load.load_run(run_dir))
+    assert (bare["world_size"], bare["batch_per_rank"], bare["global_batch"]) == (3, 32, 64)
+    assert bare["samples_per_s"] == pytest.approx(ov["samples_per_s"])  # 2 workers' samples, as summary.json's
+    from scaletrain.report.tables import run_summary
+
+    assert dict(run_summary(ov, "summary.json").rows)["ranks x batch"] == "2 x 32 = 64 (of 3 ranks)"

@@ -5,7 +5,7 @@ ranks in-process (the `launch` fixture) and through the real CLI and elastic age
 import pytest
 import torch
 
-from conftest import EXACT, FP64, assert_same_weights, weights
+from conftest import EXACT, FP64, losses, assert_same_weights, weights
 from scaletrain.analysis import load_records
 
 BASE = ("--model", "lenet5", "--dataset", "digits", "--epochs", "1", "--batch-size", "32",
@@ -19,10 +19,6 @@ def train(launch):
     return run
 
 
-def _losses(out, rank=0):
-    return [r["loss"] for r in load_records(out)[rank]]
-
-
 @pytest.mark.equivalence
 @pytest.mark.parametrize("nproc", [2, pytest.param(3, marks=pytest.mark.slow)])  # 3 ranks: make test-slow
 def test_ring_trajectory_equals_allreduce(train, tmp_path, nproc):
@@ -30,7 +26,7 @@ def test_ring_trajectory_equals_allreduce(train, tmp_path, nproc):
     train(tmp_path / "engine", "--nproc", str(nproc), *FP64)
     ring = train(tmp_path / "ring", "--nproc", str(nproc), "--strategy", "ring", "--bucket-cap-mb", "0.05", *FP64)
     assert ring["replicas_identical"]
-    assert _losses(tmp_path / "ring") == pytest.approx(_losses(tmp_path / "engine"), rel=EXACT["rtol"])
+    assert losses(tmp_path / "ring") == pytest.approx(losses(tmp_path / "engine"), rel=EXACT["rtol"])
     assert_same_weights(tmp_path / "engine", tmp_path / "ring")
     # each rank sent 2 (P-1)/P of the gradient bytes per step (lenet5: 61,706 float64 gradients)
     sent = [r["bytes_sent"] for rs in load_records(tmp_path / "ring").values() for r in rs]
@@ -46,7 +42,7 @@ def test_topk_with_error_feedback_still_learns_and_sends_far_less(train, tmp_pat
 def test_fp16_compression_tracks_the_uncompressed_trajectory(train, tmp_path):
     train(tmp_path / "plain", "--nproc", "2")
     s = train(tmp_path / "fp16", "--nproc", "2", "--compress", "fp16")
-    assert _losses(tmp_path / "fp16") == pytest.approx(_losses(tmp_path / "plain"), rel=2e-2)
+    assert losses(tmp_path / "fp16") == pytest.approx(losses(tmp_path / "plain"), rel=2e-2)
     assert s["compression_ratio"] == pytest.approx(2.0, rel=1e-3)
 
 

@@ -23,8 +23,8 @@ from scaletrain.errors import UserError
 from scaletrain.study.cli import add_study_args, spec_from_args
 from scaletrain.study.grid import resolve_spec
 from scaletrain.distributed.env import JOIN_VARS
-from scaletrain.study.runner import (StudyDir, check_study_dir, error_line, run_state,
-                                     train_command, write_spec)
+from scaletrain.rundir import StudyDir
+from scaletrain.study.runner import check_study_dir, error_line, run_state, train_command, write_spec
 from scaletrain.fmt import hms
 from scaletrain.study.view import flag_lines, plan_table, results_table
 

@@ -344,3 +344,18 @@ def test_a_long_file_is_read_a_chunk_at_a_time(watched, tmp_path, monkeypatch):
     expected = [json.loads(line)["step"] for line in (watched.out / "metrics-rank1.jsonl").read_text().splitlines()]
     assert [r["step"] for r in obs.windows[1]] == expected
     assert [s.step for s in obs.steps] == list(range(len(expected)))
+
+
+@pytest.mark.parametrize("config, replicas, world", [
+    ({"nproc": 4}, 4, 4),
+    ({"nproc": 5, "strategy": "ps-sync", "ps_servers": 2}, 3, 5),
+    ({"nproc": 6, "strategy": "pipeline", "stages": 2}, 3, 6),
+    ({"nproc": 4, "strategy": "pipeline"}, 1, 4),
+    ({"nproc": "four"}, 1, "unknown"),  # a damaged config.toml: no layout (the reader names the value)
+])
+def test_before_a_steps_rate_watch_counts_replicas_by_the_runs_layout(config, replicas, world):
+    from scaletrain.watch.state import replicas as replicas_of, title
+
+    assert replicas_of([], config) == replicas
+    obs = type("Obs", (), {"config": {"model": "m", "dataset": "d", **config}, "summary": None})()
+    assert title(obs).endswith(f"{world} ranks" if world != "unknown" else "ranks unknown")

@@ -1,7 +1,9 @@
 """Numbers as people read them, one function per kind, for every command's console, report and page (the one
-formatting module: it imports nothing, so every layer may use it); a missing value is "-", never 0."""
+formatting module: it imports nothing but math, so every layer may use it); a missing value is "-", never 0."""
 
 from __future__ import annotations
+
+import math
 
 DASH = "-"
 
@@ -57,13 +59,23 @@ def change(fraction: float | None, digits: int = 1) -> str:
     return DASH if fraction is None else f"{100 * fraction:+.{digits}f}%"
 
 
-def size(n_bytes: float | None) -> str:
+def size(n_bytes: float | None, up: bool = False) -> str:
+    """`3.0 GiB`, one decimal; rounded up when `up` (a memory need shown is then itself enough)."""
     if n_bytes is None:
         return DASH
     for unit, scale in (("PiB", 2**50), ("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
         if abs(n_bytes) >= scale:
-            return f"{n_bytes / scale:.1f} {unit}"
+            value = math.ceil(n_bytes / scale * 10) / 10 if up else n_bytes / scale
+            return f"{value:.1f} {unit}"
     return f"{n_bytes:.0f} B"
+
+
+def message_size(n_bytes: int) -> str:
+    """A message's size as `--sizes` writes it: `64K`, `1M`, `512B` (binary multiples)."""
+    for unit, scale in (("M", 1 << 20), ("K", 1 << 10)):
+        if n_bytes >= scale:
+            return f"{n_bytes / scale:g}{unit}"
+    return f"{n_bytes}B"
 
 
 def number(x: float | None) -> str:

@@ -49,6 +49,34 @@ class RunDir:
         return self.root / f"ps-server{server}.json"
 
 
+class StudyDir:
+    """Paths of a study's files (see docs/study.md)."""
+
+    def __init__(self, root: str | Path) -> None:
+        self.root = Path(root)
+        self.spec = self.root / STUDY_SPEC
+        self.results = self.root / STUDY_RESULTS
+
+    def run(self, point_id: str, k: int) -> Path:
+        return self.root / "points" / point_id / f"r{k}"
+
+    def log(self, point_id: str, k: int) -> Path:
+        # beside the run dir, not in it: train refuses an --out that already holds files of a run
+        return self.root / "points" / point_id / f"r{k}.log"
+
+    def relative(self, path: Path) -> str:
+        return path.relative_to(self.root).as_posix()
+
+
+# the result files of the other commands, in their --out (docs/run-directory.md)
+STUDY_SPEC, STUDY_RESULTS = "study.toml", "study.json"
+PREDICTION = "prediction.json"
+VALIDATION = "validation.json"
+SPLIT = "split.json"
+GRAPH = "graph.json"
+COMMBENCH = "commbench.json"
+
+
 def default_out(model: str, dataset: str) -> str:
     name = f"{model}-{dataset}".replace(":", "_").replace("/", "_").replace(".", "_")[:60]
     return str(Path("runs") / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}")
@@ -85,12 +113,12 @@ class Kind:
 # holds no result. Folders inside a result (a run's plots/, a study's points/ and prediction/) are not looked in.
 KINDS = (Kind("training run", "train", ("config.toml", "summary.json", "epochs.jsonl", "checkpoint.pt",
                                         "trace.json", "metrics-rank*.jsonl")),
-         Kind("study", "study", ("study.toml", "study.json")),
-         Kind("prediction", "predict", ("prediction.json",)),
-         Kind("graph", "graph", ("graph.json", "graph.dot")),
-         Kind("split", "split", ("split.json",)),
-         Kind("validation", "validate", ("validation.json",)),
-         Kind("commbench result", "commbench", ("commbench.json", "rows.jsonl")))
+         Kind("study", "study", (STUDY_SPEC, STUDY_RESULTS)),
+         Kind("prediction", "predict", (PREDICTION,)),
+         Kind("graph", "graph", (GRAPH, "graph.dot")),
+         Kind("split", "split", (SPLIT,)),
+         Kind("validation", "validate", (VALIDATION,)),
+         Kind("commbench result", "commbench", (COMMBENCH, "rows.jsonl")))
 
 
 def _held(folder: Path) -> dict[str, list[str]]:
@@ -173,7 +201,7 @@ def read_summary(root: Path | str, strict: bool = True,
     none. strict: its values checked against report/schema.SUMMARY, and a damaged file one line naming it and
     `fix`. Not strict (a launcher or a study polling runs that may be mid-write): None also when it cannot be
     read or holds no JSON object."""
-    path = Path(root) / "summary.json"
+    path = RunDir(Path(root)).summary
     if not strict:
         try:
             data = json.loads(path.read_text())

@@ -60,7 +60,7 @@ def _comma_list(flag: str, text: str, parse, example: str, noun: str, unit: str 
     return values
 
 
-def _size(item: str) -> int:
+def _message_bytes(item: str) -> int:
     from scaletrain.units import parse_size
 
     size = parse_size(item)
@@ -79,7 +79,7 @@ def check_request(args: argparse.Namespace) -> tuple[list[str], list[int], list[
     bad = [s for s in strategies if s not in STRATEGIES]
     if bad:
         raise UserError(f"--strategies: unknown {', '.join(bad)}: use {', '.join(STRATEGIES)}")
-    sizes = _comma_list("--sizes", args.sizes, _size, "1K,64M", "a size",
+    sizes = _comma_list("--sizes", args.sizes, _message_bytes, "1K,64M", "a size",
                         unit=" bytes (sizes round down to whole 4-byte float32 elements)")
     if args.nproc:
         procs = _comma_list("--nproc", args.nproc, int, "2,4", "a whole number")
@@ -182,16 +182,16 @@ def _report(rows_path: Path, out: Path) -> int:
     from scaletrain.console.width import output_console
     from scaletrain.commbench.view import fits_line, table
     from scaletrain.perf.alphabeta import with_model
-    from scaletrain.rundir import write_json_atomic
+    from scaletrain.rundir import COMMBENCH, write_json_atomic
 
     rows = [json.loads(line) for line in rows_path.read_text().splitlines() if line.strip()]
     rows, fits = with_model(rows)
-    write_json_atomic(out / "commbench.json", {"rows": rows, "fits": fits})
+    write_json_atomic(out / COMMBENCH, {"rows": rows, "fits": fits})
     console = output_console(highlight=False)
     console.print(table(rows))
     for strategy, fit in fits.items():
         console.print(fits_line(strategy, fit))
-    console.print(f"results: {out / 'commbench.json'}")
+    console.print(f"results: {out / COMMBENCH}")
     return 0
 
 

@@ -6,12 +6,7 @@ from typing import Any
 
 from rich.table import Table
 
-
-def _size(n: int) -> str:
-    for unit, scale in (("M", 1 << 20), ("K", 1 << 10)):
-        if n >= scale:
-            return f"{n / scale:g}{unit}"
-    return f"{n}B"
+from scaletrain import fmt
 
 
 def table(rows: list[dict[str, Any]]) -> Table:
@@ -19,8 +14,8 @@ def table(rows: list[dict[str, Any]]) -> Table:
     for col in ("strategy", "P", "size", "time us", "algbw GB/s", "busbw GB/s", "sent/rank", "model us", "error"):
         t.add_column(col, justify="left" if col == "strategy" else "right")
     for r in sorted(rows, key=lambda r: (r["strategy"], r["world"], r["size"])):
-        t.add_row(r["strategy"], str(r["world"]), _size(r["size"]), f"{r['time_s'] * 1e6:,.0f}",
-                  f"{r['algbw'] / 1e9:.3f}", f"{r['busbw'] / 1e9:.3f}", _size(int(r["bytes_per_rank"])),
+        t.add_row(r["strategy"], str(r["world"]), fmt.message_size(r["size"]), f"{r['time_s'] * 1e6:,.0f}",
+                  f"{r['algbw'] / 1e9:.3f}", f"{r['busbw'] / 1e9:.3f}", fmt.message_size(int(r["bytes_per_rank"])),
                   f"{r['predicted_s'] * 1e6:,.0f}", f"{r['error']:+.0%}")
     return t
 

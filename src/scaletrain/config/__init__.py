@@ -8,8 +8,8 @@ from scaletrain.config.layout import Layout
 from scaletrain.config.sections import OPTIMIZERS, PRECISIONS, SCHEDULES
 from scaletrain.config.specs import Injection, parse_inject, torch_profile_window
 from scaletrain.config.schema import KEYS, SECTIONS, config_fields
-from scaletrain.config.train import TrainConfig
+from scaletrain.config.train import TrainConfig, layout_of
 
 __all__ = ["ALIASES", "INVOCATION_ONLY", "KEYS", "OPTIMIZERS", "PRECISIONS", "SCHEDULES", "SECTIONS", "Injection",
            "Layout", "TrainConfig", "build_config", "check_setting", "config_fields", "config_from_dict", "field_names",
-           "load_toml", "parse_inject", "read_toml", "save_toml", "torch_profile_window"]
+           "layout_of", "load_toml", "parse_inject", "read_toml", "save_toml", "torch_profile_window"]

@@ -14,6 +14,7 @@ from scaletrain.config.fields import setting_key
 from scaletrain.config.schema import KEYS, SECTIONS, config_fields
 from scaletrain.config.train import TrainConfig
 from scaletrain.errors import UserError
+from scaletrain.rundir import RunDir, default_out
 
 # names other tools use for our keys: only for suggestions, never accepted silently
 ALIASES = {"learning_rate": "lr", "num_workers": "workers", "wd": "weight_decay", "batch": "batch_size",
@@ -24,26 +25,31 @@ def field_names() -> list[str]:
     return list(KEYS)
 
 
-def read_toml(path: str | Path, what: str = "config file") -> dict[str, Any]:
-    """A TOML file as a dict; a missing or malformed file is one clear line."""
+def read_toml(path: str | Path, what: str = "config file", fix: str = "fix that line") -> dict[str, Any]:
+    """A TOML file as a dict; a missing or malformed file is one clear line (`what` names the file, `fix` the
+    remedy for a malformed one)."""
     path = Path(path)
     if not path.is_file():
         raise UserError(f"{what} {path} does not exist: check the --config path")
     try:
         return tomllib.loads(path.read_text())
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
-        raise UserError(f"{what} {path} is not valid TOML ({e}): fix that line") from None
+        raise UserError(f"{what} {path}".strip() + f" is not valid TOML ({e}): {fix}") from None
+
+
+def train_table(raw: dict[str, Any]) -> dict[str, Any]:
+    """A configuration's settings: the file itself, or its [train] table when it holds only that (as
+    `scaletrain train --config` and a run's readers accept)."""
+    return raw["train"] if set(raw) == {"train"} and isinstance(raw["train"], dict) else raw
 
 
 def load_toml(path: str | Path) -> dict[str, Any]:
     """Read a TOML config into {field: value}, naming any unknown or misspelt key."""
     path = Path(path)
     raw = read_toml(path)
-    if set(raw) == {"train"}:  # the settings may sit in a [train] table
-        if not isinstance(raw["train"], dict):
-            raise UserError(f"'train' in {path} must be a [train] table of settings: write them as key = value")
-        raw = raw["train"]
-    return {setting_name(key, str(path)): value for key, value in raw.items()}
+    if set(raw) == {"train"} and not isinstance(raw["train"], dict):
+        raise UserError(f"'train' in {path} must be a [train] table of settings: write them as key = value")
+    return {setting_name(key, str(path)): value for key, value in train_table(raw).items()}
 
 
 def setting_name(key: str, where: str) -> str:
@@ -151,7 +157,7 @@ def resolve_train_config(overrides: dict[str, Any], config_file: str | None) -> 
         out = overrides.get("out") or file_values.get("out")
         if not out:
             raise UserError("--resume needs --out DIR: the run directory to continue")
-        saved = Path(out) / "config.toml"
+        saved = RunDir(Path(out)).config
         base = load_toml(saved) if saved.is_file() else {}
         for key in INVOCATION_ONLY:  # an older run's config.toml may hold them; they are never inherited
             base.pop(key, None)
@@ -161,7 +167,5 @@ def resolve_train_config(overrides: dict[str, Any], config_file: str | None) -> 
                         f"it, or give --nproc {overrides['nproc']}")
     cfg = build_config(file_values, overrides)
     if cfg.launch.out is None:
-        from scaletrain.rundir import default_out
-
         cfg.launch.out = default_out(cfg.model.name, cfg.data.dataset)
     return cfg

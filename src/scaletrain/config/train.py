@@ -88,3 +88,12 @@ class TrainConfig:
     def sections(self) -> list[Any]:
         return [getattr(self, name) for name in SECTIONS]
 
+
+def layout_of(flat: dict[str, Any]) -> Layout | None:
+    """The layout of a run's saved settings (its config.toml, summary.json's `config`), or None where they do
+    not make a configuration (a damaged or hand-edited file: its readers name what is wrong)."""
+    try:
+        return TrainConfig.from_dict(flat).layout
+    except (UserError, TypeError, ValueError):
+        return None
+

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -52,14 +51,15 @@ def load_digits_split(cache: Path | None = None) -> tuple[DigitsSplit, DigitsSpl
 def _keep(path: Path, train: DigitsSplit, val: DigitsSplit) -> None:
     """Written beside and renamed into place, so that ranks writing at once never leave half a file; a cache
     that cannot be written (read-only home) costs only the import next time."""
-    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp.npz")
+    from scaletrain.rundir import replace_atomic
+
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        np.savez(tmp, train_images=train.images, train_labels=train.labels, train_indices=train.indices,
-                 val_images=val.images, val_labels=val.labels, val_indices=val.indices)
-        os.replace(tmp, path)
+        replace_atomic(path, lambda f: np.savez(f, train_images=train.images, train_labels=train.labels,
+                                                train_indices=train.indices, val_images=val.images,
+                                                val_labels=val.labels, val_indices=val.indices))
     except OSError:
-        tmp.unlink(missing_ok=True)
+        pass
 
 
 def _split_with_sklearn() -> tuple[DigitsSplit, DigitsSplit]:

@@ -5,10 +5,11 @@ caching), so the looking is retried for a few seconds."""
 
 from __future__ import annotations
 
-import os
 import shutil
 import time
 from pathlib import Path
+
+from scaletrain.rundir import replace_atomic
 
 LOOK_S = 5.0  # how long a node keeps looking for the others' files
 
@@ -29,13 +30,8 @@ def prepare(out: str, session: str) -> tuple[Path, bool]:
 def write_token(folder: Path, rank: int) -> str | None:
     """Write node<rank> atomically; None when written, else why not (this node is not in node 0's folder,
     or may not write there)."""
-    tmp = folder / f".node{rank}.tmp"
     try:
-        with open(tmp, "w") as f:
-            f.write(f"{rank}\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, folder / f"node{rank}")
+        replace_atomic(folder / f"node{rank}", lambda f: f.write(f"{rank}\n"), mode="w")
     except OSError as e:
         return f"{e.strerror or e}" + (f" ({folder} does not exist here)" if not folder.exists() else "")
     return None

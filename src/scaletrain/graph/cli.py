@@ -45,7 +45,7 @@ def run_graph(args: argparse.Namespace) -> int:
     from scaletrain.perf.blocks import LEVELS, group
     from scaletrain.perf.footprint import check_forward_fits
     from scaletrain.predict.calibration import unsteady
-    from scaletrain.rundir import check_out, replace_atomic, write_json_atomic
+    from scaletrain.rundir import GRAPH, check_out, replace_atomic, write_json_atomic
 
     check_out(args.out, "graph")
     if args.level not in LEVELS:
@@ -87,7 +87,7 @@ def run_graph(args: argparse.Namespace) -> int:
     if cal is None:
         doc["notes"].append("no predicted times: no calibration of this machine yet; `scaletrain calibrate` "
                             "makes one (about 5 minutes), or pass --calibration FILE")
-    write_json_atomic(out / "graph.json", doc)
+    write_json_atomic(out / GRAPH, doc)
     replace_atomic(out / "graph.dot", lambda f: f.write(to_dot(doc)), mode="w")
     pictures = draw(doc, out)
     console.print(summary_table(doc))
@@ -95,7 +95,7 @@ def run_graph(args: argparse.Namespace) -> int:
         console.print(f"note: {note}", soft_wrap=True)  # one line each, however narrow the terminal
     if basis:
         console.print(f"times: {basis}", soft_wrap=True)
-    for path in (out / "graph.json", out / "graph.dot", *pictures):
+    for path in (out / GRAPH, out / "graph.dot", *pictures):
         console.print(f"wrote {path}", soft_wrap=True)
     return 0
 

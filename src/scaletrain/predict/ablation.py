@@ -39,6 +39,7 @@ def ablation(calibration: str | Path, studies: list[str | Path]) -> list[dict[st
     from scaletrain.predict.cli import predict_spec
     from scaletrain.predict.predictor import CORRECTIONS
     from scaletrain.predict.scaling import predict_grid
+    from scaletrain.rundir import StudyDir
     from scaletrain.validate import ratios
     from scaletrain.validate.load import load_measured
     from scaletrain.validate.match import error_summary, validate
@@ -46,7 +47,7 @@ def ablation(calibration: str | Path, studies: list[str | Path]) -> list[dict[st
     cal = C.load(Path(calibration))
     network = {"intra": dict(cal["network"]["fits"]), "inter": None, "source": "calibration"}
     measured = {str(s): load_measured([Path(s)]) for s in studies}
-    specs = {str(s): predict_spec(str(Path(s) / "study.toml"), {}, {}) for s in studies}
+    specs = {str(s): predict_spec(str(StudyDir(s).spec), {}, {}) for s in studies}
     rows = []
     for off in [None, *CORRECTIONS]:
         without = frozenset([off] if off else [])

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from scaletrain.command import Command
 from scaletrain.errors import UserError
+from scaletrain.rundir import COMMBENCH
 from scaletrain.units import parse_latency, parse_rate  # noqa: F401 (predict's own flags; re-exported)
 
 if TYPE_CHECKING:
@@ -119,13 +120,11 @@ def hardware_profile(name: str):
 
 def _is_run_config(path: str) -> bool:
     """Whether `path` is a TOML of training settings (`model = ...`) or a study file ([axes], [train])."""
-    import tomllib
-
-    from scaletrain.config import field_names
+    from scaletrain.config import field_names, read_toml
 
     try:
-        data = tomllib.loads(Path(path).read_text())
-    except (OSError, ValueError):
+        data = read_toml(path)
+    except (OSError, UserError):
         return False
     keys = {k.replace("-", "_") for k in data}
     return bool(keys) and (keys <= set(field_names()) or bool(keys & {"axes", "train"}) and "format" not in keys)
@@ -147,7 +146,7 @@ def network_from(args: argparse.Namespace, cal: dict[str, Any] | None, hw) -> di
     if args.network:
         path = Path(args.network)
         if path.is_dir():
-            path = path / "commbench.json"
+            path = path / COMMBENCH
         if not path.is_file():
             raise UserError(f"--network {args.network}: no commbench.json there: run scaletrain commbench across "
                             "the nodes first")
@@ -209,7 +208,7 @@ def run_predict(args: argparse.Namespace, spec: StudySpec | None = None) -> int:
     from scaletrain.console.width import output_console
     from scaletrain.predict.report import print_prediction, write_prediction_report
     from scaletrain.predict.scaling import check_grid, predict_grid
-    from scaletrain.rundir import check_out, write_json_atomic
+    from scaletrain.rundir import PREDICTION, check_out, write_json_atomic
 
     spec = spec if spec is not None else spec_from_args(args)
     check_request(args, spec)
@@ -228,11 +227,11 @@ def run_predict(args: argparse.Namespace, spec: StudySpec | None = None) -> int:
                                   shared_cores=args.shared_cores, cores=cores, probe=probe, progress=update)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    write_json_atomic(out / "prediction.json", prediction)
+    write_json_atomic(out / PREDICTION, prediction)
     report = write_prediction_report(prediction, out)
     console = output_console(highlight=False)
     print_prediction(prediction, console)
-    console.print(f"prediction.json: {out / 'prediction.json'}\nreport: {report}")
+    console.print(f"{PREDICTION}: {out / PREDICTION}\nreport: {report}")
     return 0
 
 

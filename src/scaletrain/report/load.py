@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import re
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from statistics import median
@@ -12,10 +11,13 @@ from collections.abc import Callable
 from typing import Any
 
 from scaletrain.analysis import RANK_FILE, RUN_FACTS, analyze_run, load_records
+from scaletrain.config import io as config_io
+from scaletrain.config import layout_of
+from scaletrain.config.io import train_table
 from scaletrain.errors import UserError
 from scaletrain.report import schema
 from scaletrain.analysis.throughput import steady_samples_per_s, warmup_steps
-from scaletrain.rundir import read_jsonl, read_summary
+from scaletrain.rundir import RunDir, StudyDir, read_jsonl, read_summary
 
 # the profiler's keys of summary.json (docs/run-directory.md), recomputed from metrics files when possible
 ANALYSIS_KEYS = ("phases_mean_s", "step_time_mean_s", "overlap_ratio", "comm_total_mean_s", "comm_hidden_mean_s",
@@ -62,11 +64,11 @@ def kind_of(path: str | Path) -> str:
         raise UserError(f"{p} does not exist: {WHAT_TO_GIVE}")
     if not p.is_dir():
         raise UserError(f"{p} is a file, not a directory: {WHAT_TO_GIVE}")
-    if (p / "study.json").is_file():
+    if StudyDir(p).results.is_file():
         return "study"
-    if (p / "summary.json").is_file() or any(RANK_FILE.fullmatch(f.name) for f in p.iterdir()):
+    if RunDir(p).summary.is_file() or any(RANK_FILE.fullmatch(f.name) for f in p.iterdir()):
         return "run"
-    if (p / "study.toml").is_file():
+    if StudyDir(p).spec.is_file():
         raise UserError(f"{p} has study.toml but no study.json: no point of the study has finished yet; "
                         "run the study (scaletrain study) before reporting it")
     raise UserError(f"{p} is neither a run nor a study: it has no study.json, summary.json or "
@@ -93,10 +95,11 @@ def load_run(path: str | Path) -> Run:
         why = f" (the run failed: {summary['error']})" if summary and summary.get("error") else ""
         raise UserError(f"{root} has no metrics lines in metrics-rank*.jsonl{why}: the run recorded no training "
                         "step; train it (or resume it) before reporting")
-    config = read_toml(root / "config.toml") if (root / "config.toml").is_file() else {}
-    schema.check(config, schema.CONFIG, str(root / "config.toml"), FIX_CONFIG)
-    epochs = read_jsonl(root / "epochs.jsonl", notes)
-    _check_lines(epochs, root / "epochs.jsonl", schema.EPOCH_RECORD)
+    files = RunDir(root)
+    config = read_toml(files.config) if files.config.is_file() else {}
+    schema.check(config, schema.CONFIG, str(files.config), FIX_CONFIG)
+    epochs = read_jsonl(files.epochs, notes)
+    _check_lines(epochs, files.epochs, schema.EPOCH_RECORD)
     analysis, source = _analysis(records, config, summary)
     return Run(root, config, summary, records, epochs, analysis, source, notes)
 
@@ -125,8 +128,10 @@ def overview(run: Run) -> dict[str, Any]:
     """The headline numbers of a run, from summary.json where present, else from the other files."""
     s = run.summary or {}
     c = run.config
-    world = s.get("world_size") or c.get("nproc") or len(run.records)
-    per_rank = (s["global_batch"] // world) if s.get("global_batch") else c.get("batch_size")
+    layout = layout_of(c) if c else None  # (a custom loop's records come without a config)
+    world = s.get("world_size") or (layout.world if layout else None) or len(run.records)
+    replicas = layout.replicas if layout else world  # the ranks that share the global batch
+    per_rank = c.get("batch_size") or ((s["global_batch"] // replicas) if s.get("global_batch") else None)
     times = s.get("epoch_times_s") or [e["epoch_time_s"] for e in run.epochs if "epoch_time_s" in e]
     evals = [e for e in run.epochs if e.get("top1") is not None]
     rank0 = run.records.get(0) or next((r for r in run.records.values() if r), [])
@@ -134,7 +139,7 @@ def overview(run: Run) -> dict[str, Any]:
     rank0 = [r if "step_in_epoch" in r else {**r, "step_in_epoch": i} for i, r in enumerate(rank0)]
     steps_per_epoch = max(r["step_in_epoch"] for r in rank0) + 1 if rank0 else 0
     samples_per_s = s.get("samples_per_s") if "samples_per_s" in s else \
-        steady_samples_per_s(rank0, world, steps_per_epoch)
+        steady_samples_per_s(rank0, replicas, steps_per_epoch)
     step_time = run.analysis.get("step_time_mean_s")
     if step_time is None:
         skip = warmup_steps(steps_per_epoch)
@@ -143,8 +148,8 @@ def overview(run: Run) -> dict[str, Any]:
     return {
         "name": _run_name(run.root), "status": s.get("status", "unfinished"), "error": s.get("error"),
         "model": s.get("model") or c.get("model"), "dataset": s.get("dataset") or c.get("dataset"),
-        "world_size": world, "batch_per_rank": per_rank,
-        "global_batch": s.get("global_batch") or (per_rank * world if per_rank else None),
+        "world_size": world, "replicas": replicas, "batch_per_rank": per_rank,
+        "global_batch": s.get("global_batch") or (per_rank * replicas if per_rank else None),
         "precision": s.get("precision") or c.get("precision"), "device": s.get("device") or c.get("device"),
         "backend": s.get("backend"), "workers": c.get("workers"),
         "epochs": s.get("epochs", len(times)), "epochs_planned": s.get("epochs_planned") or c.get("epochs"),
@@ -164,15 +169,16 @@ def load_study(path: str | Path) -> Study:
     root = Path(path)
     if kind_of(root) != "study":
         raise UserError(f"{root} is a run, not a study: report it as a run, or give the study's --out directory")
-    points = _read_json(root / "study.json")
+    study = StudyDir(root)
+    points = _read_json(study.results)
     if not isinstance(points, list) or not all(isinstance(p, dict) and "id" in p for p in points):
-        raise UserError(f"{root / 'study.json'} is not a list of points with an 'id' each: the file is damaged; "
+        raise UserError(f"{study.results} is not a list of points with an 'id' each: the file is damaged; "
                         "rerun the study to rewrite it")
     for i, p in enumerate(points, 1):
         name = f" ({p['id']})" if isinstance(p["id"], str) else ""
-        schema.check(p, schema.STUDY_POINT, f"{root / 'study.json'} point {i}{name}", FIX_STUDY)
-    spec = read_toml(root / "study.toml") if (root / "study.toml").is_file() else {}
-    schema.check(spec, schema.STUDY_TOML, str(root / "study.toml"), "fix that value in study.toml")
+        schema.check(p, schema.STUDY_POINT, f"{study.results} point {i}{name}", FIX_STUDY)
+    spec = read_toml(study.spec) if study.spec.is_file() else {}
+    schema.check(spec, schema.STUDY_TOML, str(study.spec), "fix that value in study.toml")
     # a hand-written study.toml may give an axis one bare value: it is a list of one
     spec["axes"] = {a: v if isinstance(v, list) else [v] for a, v in (spec.get("axes") or {}).items()}
     axes = list(spec["axes"].keys())
@@ -212,12 +218,7 @@ def _read_json(path: Path) -> Any:
 
 def read_toml(path: Path) -> dict[str, Any]:
     """A run's config.toml or a study's study.toml as a dict (its [train] table when it has only that)."""
-    try:
-        data = tomllib.loads(path.read_text())
-    except tomllib.TOMLDecodeError as e:
-        raise UserError(f"{path} is not valid TOML ({e}): fix or delete that file") from None
-    # a config may keep its settings in a [train] table (as `scaletrain train --config` accepts)
-    return data["train"] if set(data) == {"train"} and isinstance(data["train"], dict) else data
+    return train_table(config_io.read_toml(path, "", fix="fix or delete that file"))
 
 
 def _run_name(root: Path) -> str:

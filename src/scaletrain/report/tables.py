@@ -53,7 +53,9 @@ def rich_table(grid: Grid) -> Table | Text:
 def run_summary(ov: dict[str, Any], analysis_source: str) -> Grid:
     g = Grid(f"{ov['name']}: {ov['model']} on {ov['dataset']}", ["", ""], header=False, text_columns=(0, 1))
     status = ov["status"] + (f": {ov['error']}" if ov.get("error") else "")
-    batch = (f"{ov['world_size']} x {ov['batch_per_rank']} = {ov['global_batch']}" if ov.get("batch_per_rank")
+    replicas = ov.get("replicas") or ov["world_size"]  # the ranks that share the global batch
+    others = f" (of {ov['world_size']} ranks)" if replicas != ov["world_size"] else ""
+    batch = (f"{replicas} x {ov['batch_per_rank']} = {ov['global_batch']}{others}" if ov.get("batch_per_rank")
              else f"{ov['world_size']} ranks")
     device = ov.get("device") or "-"
     times = ov.get("epoch_times_s") or []

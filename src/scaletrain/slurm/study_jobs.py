@@ -6,7 +6,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import fcntl
-import shutil
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
@@ -14,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from scaletrain.errors import UserError
-from scaletrain.rundir import read_summary
+from scaletrain.rundir import StudyDir, read_summary
 from scaletrain.slurm import jobs, submit
 from scaletrain.slurm.command import train_argv
 from scaletrain.slurm.options import SlurmOptions
@@ -23,8 +22,8 @@ from scaletrain.slurm.train_job import SCRIPT_SETS_PORT, check_cluster, check_he
 from scaletrain.study.grid import PER_RUN, Point, Threads, fair_threads, load_spec_file, points, resolve_spec, \
     validate_points
 from scaletrain.study.results import study_entries
-from scaletrain.study.runner import StudyDir, check_study_dir, error_line, recorded_spec, run_state, \
-    write_results, write_spec
+from scaletrain.study.runner import (PlannedRun, check_study_dir, error_line, planned_runs, prepare_run, recorded_spec,
+                                     run_state, write_results, write_spec)
 
 
 @dataclass(frozen=True)
@@ -68,8 +67,7 @@ def submit_study(args: argparse.Namespace, opts: SlurmOptions, workdir: Path) ->
     spec, threads = fair_threads(spec, None, recorded_spec(study))
     grid = points(spec)
     check_study_dir(study, spec)
-    todo = [(p, k, run_state(study.run(p.id, k))) for p in grid for k in range(spec.repeats)]
-    todo = [(p, k, state) for p, k, state in todo if state != "completed"]
+    todo = [(r.point, r.repeat, r.state) for r in planned_runs(study, grid, spec.repeats)]
     on_nodes = {p.id: p.config.replace(nnodes=opts.nodes, master_port=SCRIPT_SETS_PORT) for p, _, _ in todo}
     validate_points([replace(p, config=on_nodes[p.id]) for p, _, _ in todo],
                     lambda cfg: check_here(cfg, opts, validate))
@@ -86,7 +84,7 @@ def submit_study(args: argparse.Namespace, opts: SlurmOptions, workdir: Path) ->
     jobs.slurm_dir(study.root).mkdir(parents=True, exist_ok=True)
     submitted = []
     for pj in planned:
-        _prepare_run(study, pj.point.id, pj.repeat, pj.state)
+        prepare_run(study, PlannedRun(pj.point, pj.repeat, pj.state), resume=True)
         pj.script.write_text(pj.script_text)
     gather(study.root, write_report=False)  # study.json lists every point (pending) before any job ends
     try:
@@ -115,18 +113,6 @@ def _batch_job(study: StudyDir, p: Point, k: int, opts: SlurmOptions, workdir: P
                     output=str(study.log(p.id, k)), workdir=workdir.resolve(), after=[gather_cmd],
                     threads_from_cores=threads.processes if threads.source == "node" else None,
                     title=f"scaletrain study {study.root}: point {p.id}, repeat {k}")
-
-
-def _prepare_run(study: StudyDir, point_id: str, k: int, state: str) -> None:
-    """As the study's runner does: a failed run starts again from nothing; an unfinished one with a checkpoint
-    is resumed by its job, one without starts again. The log (SLURM appends to it) starts afresh with it."""
-    run, log = study.run(point_id, k), study.log(point_id, k)
-    if state == "failed" or (state == "unfinished" and not (run / "checkpoint.pt").is_file()):
-        shutil.rmtree(run)
-        state = "new"
-    if state == "new":
-        log.unlink(missing_ok=True)
-    log.parent.mkdir(parents=True, exist_ok=True)
 
 
 @contextlib.contextmanager

@@ -106,7 +106,7 @@ def run_split(args: argparse.Namespace) -> int:
     from scaletrain.console.width import output_console
     from scaletrain.models import build_model
     from scaletrain.perf.footprint import check_forward_fits
-    from scaletrain.rundir import check_out, write_json_atomic
+    from scaletrain.rundir import SPLIT, check_out, write_json_atomic
     from scaletrain.split import plan
     from scaletrain.split.costs import ROUNDS, block_sizes
     from scaletrain.split.partition import baselines, check_memory, optimal
@@ -152,11 +152,11 @@ def run_split(args: argparse.Namespace) -> int:
                                notes=notes)
     try:
         out.mkdir(parents=True, exist_ok=True)
-        write_json_atomic(out / "split.json", report)
+        write_json_atomic(out / SPLIT, report)
     except OSError as e:
-        raise UserError(f"cannot write {out / 'split.json'} ({e.strerror}): choose another --out") from None
+        raise UserError(f"cannot write {out / SPLIT} ({e.strerror}): choose another --out") from None
     print_split(report, console)
-    console.print(f"wrote {out / 'split.json'}  (train with it: --strategy pipeline --split {out / 'split.json'})")
+    console.print(f"wrote {out / SPLIT}  (train with it: --strategy pipeline --split {out / SPLIT})")
     return 0
 
 

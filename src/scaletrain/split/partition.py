@@ -37,6 +37,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from scaletrain import fmt
 from scaletrain.errors import UserError
 from scaletrain.split import schedule as play
 
@@ -234,20 +235,10 @@ def _infeasible(model: _Model, smallest: int) -> Infeasible:
     offload = " even with offload" if model.host_rate else ""
     hint = " or --offload" if not model.host_rate else ""
     return Infeasible(
-        f"no split into {model.k} stages fits {_size(model.limit)} per stage{offload} ({model.schedule}, "
+        f"no split into {model.k} stages fits {fmt.size(model.limit)} per stage{offload} ({model.schedule}, "
         f"{model.m} micro-batches): the smallest limit with a feasible split is {smallest} bytes "
-        f"({_size(smallest, up=True)}); raise the limit to that, use more stages, fewer micro-batches{hint}",
+        f"({fmt.size(smallest, up=True)}); raise the limit to that, use more stages, fewer micro-batches{hint}",
         smallest)
-
-
-def _size(n: float | None, up: bool = False) -> str:
-    """MiB/GiB with one decimal, rounded up when `up` (so the figure shown is itself enough)."""
-    assert n is not None
-    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if n >= scale:
-            value = math.ceil(n / scale * 10) / 10 if up else n / scale
-            return f"{value:.1f} {unit}"
-    return f"{n:.0f} B"
 
 
 def _solve(n: int, k: int, value: Callable[[int, int, int], float], combine: Callable[[float, float], float],

@@ -11,6 +11,7 @@ from typing import Any, Callable
 from torch import nn
 
 from scaletrain.errors import UserError
+from scaletrain.rundir import SPLIT
 from scaletrain.split.costs import block_costs, block_sizes
 from scaletrain.split.partition import BASELINES, BlockCost, Bounds, Partition, check_memory, evaluate, optimal
 from scaletrain.split.stages import Blocked, check_bounds
@@ -85,7 +86,7 @@ def load_split(path: str | Path, blocked: Blocked, stages: int, model_name: str 
     """The chosen bounds of a split.json (or a directory holding one) made for this model and stage count."""
     path = Path(path)
     if path.is_dir():
-        path = path / "split.json"
+        path = path / SPLIT
     make = f"make one with `scaletrain split --model {model_name or 'MODEL'} --stages {stages}`"
     if not path.is_file():
         raise UserError(f"split file {path} does not exist: {make}, or use --split auto|uniform|params|time")

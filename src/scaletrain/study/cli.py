@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import shutil
 import sys
 import time
 from pathlib import Path
@@ -16,8 +15,9 @@ from scaletrain.study.grid import (AXES, STUDY_OWNED, StudySpec, Threads, fair_t
                                    points, resolve_spec, validate_points)
 from scaletrain.study.results import failed_points, study_entries
 from scaletrain.distributed.env import child_env
-from scaletrain.study.runner import (StudyDir, check_study_dir, initial_record, recorded_spec, run_point, run_state,
-                                     terminate_as_interrupt, write_results, write_spec)
+from scaletrain.rundir import StudyDir
+from scaletrain.study.runner import (PlannedRun, check_study_dir, initial_record, prepare_run, recorded_spec,
+                                     run_point, run_state, terminate_as_interrupt, write_results, write_spec)
 
 EXAMPLE = ("example: scaletrain study --nproc 1,2 --workers 0,2 --model resnet20 --dataset digits "
            "--epochs 1 --out runs/study")
@@ -81,7 +81,7 @@ def run_study(args: argparse.Namespace, spec: StudySpec | None = None) -> int:
     write_results(study, study_entries(grid, runs))
     total = len(grid) * spec.repeats
     done = sum(r["status"] == "completed" for rs in runs.values() for r in rs)
-    console.print(f"study {study.root}: {_size(len(grid), spec.repeats)}"
+    console.print(f"study {study.root}: {_runs_text(len(grid), spec.repeats)}"
                   + (f", {done} already done (resuming)" if resuming else ""))
     console.print(threads_line(threads))
     try:
@@ -128,7 +128,7 @@ def _run_all(console, study: StudyDir, spec: StudySpec, grid: list, runs: dict[s
                 if state != "new":  # train refuses an --out that holds a run: start this one afresh
                     console.print(f"{label}: removing {'an' if state == 'unfinished' else 'a'} {state} earlier run "
                                   "and starting it again")
-                    shutil.rmtree(run)
+                prepare_run(study, PlannedRun(point, k, state), resume=False)
                 repeat = f"  repeat {k + 1}/{spec.repeats}" if spec.repeats > 1 else ""
                 what = f"point {i}/{len(grid)}  {axes_text(point.axes)}{repeat}"
                 current = progress.add_task(what, total=None, count="")
@@ -206,12 +206,12 @@ def _predict(spec: StudySpec, args: argparse.Namespace) -> dict[str, Any]:
 
 def _write_prediction(console, study: StudyDir, prediction: dict[str, Any]) -> None:
     from scaletrain.predict.report import write_prediction_report
-    from scaletrain.rundir import write_json_atomic
+    from scaletrain.rundir import PREDICTION, write_json_atomic
 
     out = study.root / "prediction"
     out.mkdir(parents=True, exist_ok=True)
-    write_json_atomic(out / "prediction.json", prediction)
-    console.print(f"prediction: {out / 'prediction.json'} ({len(prediction['points'])} points; "
+    write_json_atomic(out / PREDICTION, prediction)
+    console.print(f"prediction: {out / PREDICTION} ({len(prediction['points'])} points; "
                   f"report {write_prediction_report(prediction, out)})")
 
 
@@ -219,18 +219,19 @@ def _validate(console, study: StudyDir) -> None:
     """--predict: the prediction against what the study measured."""
     from scaletrain.validate import load_measured, load_prediction, validate
     from scaletrain.validate.match import summary_line
+    from scaletrain.rundir import VALIDATION
     from scaletrain.validate.output import prepare, ratio_line, write_validation
 
     notes: list[str] = []
     result = validate(load_prediction(study.root / "prediction"), load_measured([study.root], notes))
     out = prepare(study.root / "validation")
     write_validation(result, out)
-    console.print(f"validation: {out / 'validation.json'}: {summary_line(result['summary'])}")
+    console.print(f"validation: {out / VALIDATION}: {summary_line(result['summary'])}")
     if ratio_line(result):
         console.print(ratio_line(result))
 
 
-def _size(n_points: int, repeats: int) -> str:
+def _runs_text(n_points: int, repeats: int) -> str:
     """Like `3 points x 2 repeats = 6 runs`."""
     def plural(n: int, word: str) -> str:
         return f"{n} {word}{'s' * (n != 1)}"
@@ -246,7 +247,7 @@ def _dry_run(console, study: StudyDir, spec: StudySpec, grid: list, threads: Thr
     total = len(grid) * spec.repeats
     console.print(plan_table(grid, states, spec.repeats, f"study {study.root} (dry run)"))
     console.print(threads_line(threads))
-    console.print(f"{_size(len(grid), spec.repeats)}: {done} done, {total - done} to run; nothing launched")
+    console.print(f"{_runs_text(len(grid), spec.repeats)}: {done} done, {total - done} to run; nothing launched")
     return 0
 
 

@@ -14,8 +14,8 @@ from typing import Any
 
 import tomli_w
 
-from scaletrain.config import ALIASES, TrainConfig, applies, build_config, check_setting, field_names, read_toml
-from scaletrain.config.io import from_text, has_kind, setting_kind
+from scaletrain.config import TrainConfig, applies, build_config, check_setting, field_names, read_toml
+from scaletrain.config.io import from_text, has_kind, setting_kind, setting_name
 from scaletrain.errors import UserError
 
 AXES = ("nproc", "workers", "batch_size", "precision", "dataset", "model", "strategy", "compress", "ps_servers",
@@ -111,13 +111,8 @@ def parse_axis(name: str, text: str) -> list[Any]:
 
 
 def _train_key(key: str, path: Path) -> str:
-    """A [train] key as a field name, naming a misspelt one (as config.load_toml does)."""
-    name = key.replace("-", "_")
-    known = field_names()
-    if name not in known:
-        close = difflib.get_close_matches(name, known + list(ALIASES), n=1)
-        hint = f"did you mean '{ALIASES.get(close[0], close[0])}'?" if close else f"known keys: {', '.join(known)}"
-        raise UserError(f"unknown key '{key}' in [train] of {path}: {hint}")
+    """A [train] key as a setting's key, naming a misspelt one (config/io.py's setting_name, as config.toml's)."""
+    name = setting_name(key, f"[train] of {path}")
     if name in STUDY_OWNED:
         raise UserError(f"'{key}' in [train] of {path} is set by the study for each run: remove it "
                         "(the study directory is --out)")

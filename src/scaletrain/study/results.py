@@ -6,6 +6,8 @@ import json
 import statistics
 from typing import Any
 
+from scaletrain.config import layout_of
+
 
 def run_epoch_time(summary: dict[str, Any]) -> float | None:
     """A run's epoch time: the median of its epochs (robust to the first one, which includes loader start-up)."""
@@ -57,12 +59,11 @@ def point_entry(point_id: str, axes: dict[str, Any], config: dict[str, Any],
 
 
 def _nproc(entry: dict[str, Any]) -> int:
-    """The processes that train: nproc, less the servers of a parameter-server point."""
+    """The processes of a node that train: nproc, less the servers of a parameter-server point (the layout's)."""
     axes, config = entry.get("axes") or {}, entry.get("config") or {}
     nproc = axes.get("nproc", config.get("nproc") or 1)
-    if str(config.get("strategy") or "").startswith("ps-"):
-        return max(1, nproc - axes.get("ps_servers", config.get("ps_servers") or 1))
-    return nproc
+    layout = layout_of({**config, **axes, "nnodes": 1, "master_port": None})
+    return max(1, layout.trainers) if layout is not None else nproc
 
 
 def add_speedups(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -5,42 +5,25 @@ from __future__ import annotations
 import contextlib
 import os
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from scaletrain.config import TrainConfig
 from scaletrain.config.flags import as_flags
 from scaletrain.errors import UserError
-from scaletrain.rundir import check_out, read_summary, replace_atomic, write_json_atomic
+from scaletrain.rundir import RunDir, StudyDir, check_out, read_summary, replace_atomic, write_json_atomic
 from scaletrain.study.grid import PER_RUN, Point, StudySpec, load_spec_file, resolve_spec, spec_difference, spec_toml
 
 """Variables that make `scaletrain train` join an outer launch instead of starting its own."""
 STOP_GRACE_S = 60.0
 POLL_S = 1.0  # how often a launch's `waiting` is called
-
-
-class StudyDir:
-    """Paths of a study's files (see docs/study.md)."""
-
-    def __init__(self, root: str | Path) -> None:
-        self.root = Path(root)
-        self.spec = self.root / "study.toml"
-        self.results = self.root / "study.json"
-
-    def run(self, point_id: str, k: int) -> Path:
-        return self.root / "points" / point_id / f"r{k}"
-
-    def log(self, point_id: str, k: int) -> Path:
-        # beside the run dir, not in it: train refuses an --out that already holds files of a run
-        return self.root / "points" / point_id / f"r{k}.log"
-
-    def relative(self, path: Path) -> str:
-        return path.relative_to(self.root).as_posix()
 
 
 def check_study_dir(study: StudyDir, spec: StudySpec) -> bool:
@@ -88,6 +71,39 @@ def run_state(run: Path) -> str:
     if summary.get("status") == "failed" and not str(summary.get("error")).startswith("interrupted"):
         return "failed"
     return "unfinished" if run.exists() else "new"
+
+
+@dataclass(frozen=True)
+class PlannedRun:
+    """One repeat of one point still to run, and its run directory's state before this invocation."""
+
+    point: Point
+    repeat: int
+    state: str
+    """run_state: new, unfinished or failed (completed runs are not planned)."""
+
+
+def planned_runs(study: StudyDir, grid: list[Point], repeats: int) -> list[PlannedRun]:
+    """The runs still to do, in the order every runner starts them (here one at a time, on SLURM as jobs):
+    interleaved, every point's first repeat, then every point's second, ..., so that a drift of the machine's
+    speed during the study falls on every point alike instead of on the last points."""
+    runs = [PlannedRun(p, k, run_state(study.run(p.id, k))) for k in range(repeats) for p in grid]
+    return [r for r in runs if r.state != "completed"]
+
+
+def prepare_run(study: StudyDir, run: PlannedRun, resume: bool) -> str:
+    """Make a planned run's directory ready to start, and return the state it starts from: a failed run starts
+    again from nothing, an unfinished one too unless `resume` and it left a checkpoint (a SLURM job resumes
+    it; train refuses an --out that holds a run otherwise). A run started anew starts its log anew."""
+    path, log = study.run(run.point.id, run.repeat), study.log(run.point.id, run.repeat)
+    state = run.state
+    if state == "failed" or (state == "unfinished" and not (resume and RunDir(path).checkpoint.is_file())):
+        shutil.rmtree(path, ignore_errors=True)
+        state = "new"
+    if state == "new":
+        log.unlink(missing_ok=True)
+    log.parent.mkdir(parents=True, exist_ok=True)
+    return state
 
 
 def initial_record(study: StudyDir, point_id: str, k: int) -> dict[str, Any]:
@@ -180,6 +196,6 @@ def run_point(study: StudyDir, point: Point, k: int, env: Mapping[str, str],
             "error": error_line(log.read_text(errors="replace"), summary, code)}
 
 
-__all__ = ["StudyDir", "check_study_dir", "recorded_spec", "write_spec", "write_results", "run_state",
+__all__ = ["PlannedRun", "planned_runs", "prepare_run", "check_study_dir", "recorded_spec", "write_spec", "write_results", "run_state",
            "initial_record", "train_command", "error_line", "launch", "stop",
            "terminate_as_interrupt", "run_point"]

@@ -10,7 +10,7 @@ import numpy as np
 import torch
 
 from scaletrain.errors import UserError
-from scaletrain.rundir import replace_atomic
+from scaletrain.rundir import RunDir, replace_atomic
 
 FORMAT = 1
 
@@ -100,7 +100,7 @@ def check_resume(ckpt: dict[str, Any], wanted: dict[str, Any], path: Path, defau
                        f"{_state_keys(was)}, {now}'s by {_state_keys(now)})")
     if changes:
         raise UserError(f"--resume cannot change {'; '.join(changes)}: resume with the run's own settings "
-                        f"(see {Path(path).parent / 'config.toml'}), or start a new run with another --out")
+                        f"(see {RunDir(Path(path).parent).config}), or start a new run with another --out")
 
 
 def _state_keys(strategy: str) -> str:

@@ -13,10 +13,10 @@ from typing import Any
 from scaletrain.errors import UserError
 from scaletrain.report import schema
 from scaletrain.report.load import kind_of, load_study, read_toml
-from scaletrain.rundir import read_summary
+from scaletrain.rundir import PREDICTION, RunDir, read_summary
 from scaletrain.validate.match import FORMAT, MeasuredRun
 
-PREDICTION_FILE = "prediction.json"
+PREDICTION_FILE = PREDICTION
 GIVE_PREDICTION = "give the prediction.json that `scaletrain predict` wrote, or its --out directory"
 USABLE = ("completed", "stopped")
 """Statuses whose summary.json holds a run's steady-state means (a stopped run trained whole epochs)."""
@@ -87,9 +87,10 @@ def read_run(run_dir: Path, label: str, point: str | None = None, point_config: 
         return skip(f"{status}{error}")
     if summary.get("step_time_mean_s") is None:
         return skip("summary.json has no step_time_mean_s (trained with --profile off, or too few steps)")
-    if (run_dir / "config.toml").is_file():
-        config = read_toml(run_dir / "config.toml")
-        schema.check(config, schema.CONFIG, str(run_dir / "config.toml"), "fix that value, or rerun the run")
+    saved = RunDir(run_dir).config
+    if saved.is_file():
+        config = read_toml(saved)
+        schema.check(config, schema.CONFIG, str(saved), "fix that value, or rerun the run")
     elif point_config is not None:
         config = point_config
     else:

@@ -10,10 +10,9 @@ from scaletrain import fmt
 from scaletrain.report.output import check_report_dir, writing
 from scaletrain.report.series import PHASE_LABELS
 from scaletrain.report.tables import Grid
-from scaletrain.rundir import write_json_atomic
+from scaletrain.rundir import VALIDATION, write_json_atomic
 from scaletrain.validate.match import largest_phase_error
 
-VALIDATION = "validation.json"
 PLOTS = "plots"
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from scaletrain.analysis import RANK_FILE
+from scaletrain.config.io import train_table
 from scaletrain.errors import UserError
 from scaletrain.rundir import RunDir
 from scaletrain.train.restarts import path_of, restarts
@@ -179,8 +180,7 @@ def _step(r: dict[str, Any]) -> Step:
 
 
 def _toml(text: str) -> dict[str, Any]:
-    value = tomllib.loads(text)
-    return value.get("train", value) if set(value) == {"train"} else value
+    return train_table(tomllib.loads(text))
 
 
 def _json(text: str) -> Any:

@@ -12,6 +12,7 @@ from typing import Any
 
 from scaletrain.analysis import RUN_FACTS, analyze_run
 from scaletrain.analysis.throughput import warmup_steps
+from scaletrain.config import layout_of
 
 POSITIONS = warmup_steps(1 << 30) + 1  # steps in an epoch that may be warm-up, then all the others together
 RECENT = 50  # steps of the primary rank behind the "recent" samples/s, step time and the ETA
@@ -156,13 +157,8 @@ def replicas(steps: list[Step], config: dict[str, Any]) -> int:
     for s in reversed(steps):
         if s.samples_per_s and s.samples and s.step_time_s > 0:
             return max(1, round(s.samples_per_s * s.step_time_s / s.samples))
-    world = (_int(config.get("nproc")) or 1) * (_int(config.get("nnodes")) or 1)
-    strategy = str(config.get("strategy") or "")
-    if strategy.startswith("ps-"):
-        return max(1, world - (_int(config.get("ps_servers")) or 1))
-    if strategy == "pipeline":
-        return max(1, world // (_int(config.get("stages")) or world))
-    return world
+    layout = layout_of(config)  # (before the first step's rate: the configuration's, config/layout.py)
+    return max(1, layout.replicas) if layout is not None else 1
 
 
 def recent_throughput(steps: list[Step], config: dict[str, Any]) -> tuple[float | None, float | None]:
@@ -247,11 +243,13 @@ def title(obs: Observed) -> str:
     c, s = obs.config, obs.summary or {}
     if not c and not s:
         return "(no config.toml yet)"
-    world = (_int(c.get("nproc")) or 1) * (_int(c.get("nnodes")) or 1) if c else s.get("world_size")
+    layout = layout_of(c) if c else None
+    world = layout.world if layout is not None else s.get("world_size")
     device = s.get("device") or c.get("device")
     where = f" ({device})" if device and device != "auto" else ""
+    ranks = f"{world} rank{'s' if world != 1 else ''}" if world else "ranks unknown"
     return (f"{c.get('model') or s.get('model')} on {c.get('dataset') or s.get('dataset')}, "
-            f"{c.get('strategy') or 'allreduce'}, {world} rank{'s' if world != 1 else ''}{where}")
+            f"{c.get('strategy') or 'allreduce'}, {ranks}{where}")
 
 
 def _int(value: Any) -> int | None:
