@@ -130,3 +130,10 @@ def test_toml_is_parsed_by_the_configs_reader_and_the_data_files_own():
     config.toml whose change it follows (through config/io.py's train_table)."""
     readers = {path for path, text in _sources().items() if "tomllib.load" in text}
     assert readers == {"config/io.py", "perf/hardware.py", "predict/devset.py", "watch/reader.py"}
+
+
+def test_tables_are_grids():
+    """A console table is a Grid rendered by grid.rich_table (the report's HTML renders the same Grid); the views
+    listed still build rich Tables of their own (docs/architecture.md): no new one."""
+    builders = {path for path, text in _sources().items() if re.search(r"\bTable\(", text)}
+    assert builders == {"grid.py", "study/view.py", "graph/cli.py", "console/summary.py", "watch/terminal.py"}

@@ -6,7 +6,7 @@ import base64
 import re
 
 from scaletrain.report import html, plots
-from scaletrain.report.tables import Grid
+from scaletrain.grid import Grid
 
 
 def assert_self_contained(text: str) -> None:

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from rich.console import Console
 
+from scaletrain.grid import Grid, rich_table
 from scaletrain.report import compare, tables
 from scaletrain.report.load import load_run, load_study, overview
 
@@ -28,9 +29,9 @@ ANALYSIS = {  # hand-made: two ranks, two phases, so every cell can be checked b
 }
 
 
-def text(grid: tables.Grid) -> str:
+def text(grid: Grid) -> str:
     console = Console(record=True, width=160, file=io.StringIO())
-    console.print(tables.rich_table(grid))
+    console.print(rich_table(grid))
     return console.export_text()
 
 

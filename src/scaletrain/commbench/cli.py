@@ -181,6 +181,7 @@ def _launch(args, nproc: int, strategies: list[str], sizes: list[int], rows_path
 def _report(rows_path: Path, out: Path) -> int:
     from scaletrain.console.width import output_console
     from scaletrain.commbench.view import fits_line, table
+    from scaletrain.grid import rich_table
     from scaletrain.perf.alphabeta import with_model
     from scaletrain.rundir import COMMBENCH, write_json_atomic
 
@@ -188,7 +189,7 @@ def _report(rows_path: Path, out: Path) -> int:
     rows, fits = with_model(rows)
     write_json_atomic(out / COMMBENCH, {"rows": rows, "fits": fits})
     console = output_console(highlight=False)
-    console.print(table(rows))
+    console.print(rich_table(table(rows)))
     for strategy, fit in fits.items():
         console.print(fits_line(strategy, fit))
     console.print(f"results: {out / COMMBENCH}")

@@ -4,20 +4,19 @@ from __future__ import annotations
 
 from typing import Any
 
-from rich.table import Table
-
 from scaletrain import fmt
+from scaletrain.grid import Grid
 
 
-def table(rows: list[dict[str, Any]]) -> Table:
-    t = Table(title="all-reduce: measured (slowest rank) and the alpha-beta model")
-    for col in ("strategy", "P", "size", "time us", "algbw GB/s", "busbw GB/s", "sent/rank", "model us", "error"):
-        t.add_column(col, justify="left" if col == "strategy" else "right")
+def table(rows: list[dict[str, Any]]) -> Grid:
+    g = Grid("all-reduce: measured (slowest rank) and the alpha-beta model",
+             ["strategy", "P", "size", "time us", "algbw GB/s", "busbw GB/s", "sent/rank", "model us", "error"])
     for r in sorted(rows, key=lambda r: (r["strategy"], r["world"], r["size"])):
-        t.add_row(r["strategy"], str(r["world"]), fmt.message_size(r["size"]), f"{r['time_s'] * 1e6:,.0f}",
-                  f"{r['algbw'] / 1e9:.3f}", f"{r['busbw'] / 1e9:.3f}", fmt.message_size(int(r["bytes_per_rank"])),
-                  f"{r['predicted_s'] * 1e6:,.0f}", f"{r['error']:+.0%}")
-    return t
+        g.rows.append([r["strategy"], str(r["world"]), fmt.message_size(r["size"]), f"{r['time_s'] * 1e6:,.0f}",
+                       f"{r['algbw'] / 1e9:.3f}", f"{r['busbw'] / 1e9:.3f}",
+                       fmt.message_size(int(r["bytes_per_rank"])), f"{r['predicted_s'] * 1e6:,.0f}",
+                       f"{r['error']:+.0%}"])
+    return g
 
 
 def fits_line(strategy: str, fit: dict[str, Any]) -> str:

@@ -112,12 +112,13 @@ def _node0(node, expect, facts, json_path: str | None, start: float) -> int:
     from scaletrain.doctor import session
     from scaletrain.doctor.checks import evaluate, exit_code
     from scaletrain.doctor.table import document, summary_line, table, verdict, write_json
+    from scaletrain.grid import rich_table
 
     g, boards = session.run_node0(node, facts)
     checks = evaluate(g, expect)
     seconds = time.monotonic() - start
     console = output_console(highlight=False)
-    console.print(table(g, checks, seconds))
+    console.print(rich_table(table(g, checks, seconds)))
     console.print(f"doctor: {summary_line(checks)}")
     if json_path:
         write_json(json_path, document(g, checks, expect, seconds))

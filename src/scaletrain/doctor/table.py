@@ -7,7 +7,7 @@ from collections import Counter
 from dataclasses import asdict
 from pathlib import Path
 
-from rich.table import Table
+from scaletrain.grid import Grid
 
 from scaletrain.doctor.checks import exit_code, worst
 from scaletrain.doctor.gathered import Check, Expect, Gathered
@@ -17,14 +17,12 @@ FORMAT = 1
 STYLE = {"pass": "green", "warn": "yellow", "fail": "bold red"}
 
 
-def table(g: Gathered, checks: list[Check], seconds: float) -> Table:
-    t = Table(title=f"scaletrain doctor: {g.nnodes} node{'s' if g.nnodes != 1 else ''}, rendezvous "
-                    f"{g.master_addr}:{g.master_port}, {seconds:.1f} s", title_justify="left")
-    for col in ("check", "host(s)", "result", "measured", "fix"):
-        t.add_column(col, overflow="fold")
-    for c in checks:
-        t.add_row(c.check, c.hosts, f"[{STYLE[c.status]}]{c.status}[/]", c.value, c.fix or "")
-    return t
+def table(g: Gathered, checks: list[Check], seconds: float) -> Grid:
+    """The checks, node 0's table (the result in rich markup: its colour)."""
+    return Grid(f"scaletrain doctor: {g.nnodes} node{'s' if g.nnodes != 1 else ''}, rendezvous "
+                f"{g.master_addr}:{g.master_port}, {seconds:.1f} s", ["check", "host(s)", "result", "measured", "fix"],
+                rows=[[c.check, c.hosts, f"[{STYLE[c.status]}]{c.status}[/]", c.value, c.fix or ""] for c in checks],
+                text_columns=(0, 1, 2, 3, 4))
 
 
 def summary_line(checks: list[Check]) -> str:

@@ -18,7 +18,7 @@ from scaletrain.report import plots
 from scaletrain.report.html import Section, page, write_page
 from scaletrain.report.output import check_report_dir, writing
 from scaletrain.report.series import PHASE_LABELS, Line, phase_names
-from scaletrain.report.tables import Grid, rich_table
+from scaletrain.grid import Grid, rich_table
 
 REPORT = "report.html"
 PLOTS = "plots"

@@ -10,6 +10,7 @@ import tempfile
 from pathlib import Path
 
 from scaletrain.analysis import pipeline as stages
+from scaletrain.grid import Grid
 from scaletrain.report import plots, series, tables
 from scaletrain.report.html import Section, page, write_page
 from scaletrain.report.load import Run, Study, axis_values, load_run, load_study, overview
@@ -29,7 +30,7 @@ def write_study_report(study_dir: str | Path) -> Path:
     return render_study(load_study(study_dir))
 
 
-def run_grids(run: Run) -> list[tables.Grid]:
+def run_grids(run: Run) -> list[Grid]:
     """The run's tables, in reading order: summary, phases, communication, ranks, diagnosis (and a pipeline's
     stages)."""
     a = run.analysis
@@ -113,7 +114,7 @@ def _pipeline_section(run: Run, out: Path) -> Section | None:
     return Section("pipeline stages", lead=lead, grids=[tables.pipeline_stages(pipe, rows)], figures=figures)
 
 
-def study_grids(study: Study) -> list[tables.Grid]:
+def study_grids(study: Study) -> list[Grid]:
     """The study's tables: the scaling table, points above the ideal, phases per point, diagnosis per point."""
     return [tables.study_points(study.points, study.axes), tables.study_flags(study.points),
             tables.study_phases(study.points), tables.study_diagnosis(study.points)]

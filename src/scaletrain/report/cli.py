@@ -7,6 +7,7 @@ import argparse
 from scaletrain.command import Command
 from scaletrain.console.width import output_console
 from scaletrain.errors import UserError
+from scaletrain.grid import rich_table
 from scaletrain.report import compare, tables
 from scaletrain.report.load import Run, kind_of, load, overview
 from scaletrain.report.output import check_page_path, check_report_dir
@@ -27,16 +28,16 @@ def run_report(args: argparse.Namespace) -> int:
     if isinstance(target, Run):
         grids = build.run_grids(target)
         for grid in grids:
-            console.print(tables.rich_table(grid))
+            console.print(rich_table(grid))
         for note in target.notes:
             console.print(f"note: {note}")
         path = build.render_run(target)
     else:
         points, flags, _, diagnosis = build.study_grids(target)
-        console.print(tables.rich_table(points))
+        console.print(rich_table(points))
         for *_, message in flags.rows:  # whole lines, so that they read (and grep) as one sentence each
             console.print(f"warning: {message}", soft_wrap=True, highlight=False, markup=False)
-        console.print(tables.rich_table(diagnosis))
+        console.print(rich_table(diagnosis))
         path = build.render_study(target)
     console.print(f"report: {path}", soft_wrap=True, highlight=False)
     return 0
@@ -69,8 +70,8 @@ def run_compare(args: argparse.Namespace) -> int:
         cmp = compare.compare_studies(a.points, b.points, axes, settings)
         grid = tables.compare_studies(cmp)
     console = output_console()
-    console.print(tables.rich_table(tables.compare_config(cmp)))  # what was asked differently, then what differs
-    console.print(tables.rich_table(grid))
+    console.print(rich_table(tables.compare_config(cmp)))  # what was asked differently, then what differs
+    console.print(rich_table(grid))
     console.print(cmp["verdict"], soft_wrap=True, highlight=False)
     if args.html:
         path = build.render_compare(cmp, a, b, args.html)

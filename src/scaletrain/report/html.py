@@ -11,7 +11,7 @@ from html import escape
 from pathlib import Path
 
 import scaletrain
-from scaletrain.report.tables import Grid
+from scaletrain.grid import Grid
 from scaletrain.rundir import replace_atomic
 
 CSS = """

@@ -1,51 +1,16 @@
-"""The report's tables as data (Grid: title, columns, rows of strings, a note), and as rich Tables.
-
-The same Grid feeds the terminal (`rich_table`) and the HTML page, so both show the same numbers.
-"""
+"""The report's tables as Grids (scaletrain/grid.py): the same Grid feeds the terminal and the HTML page, so
+both show the same numbers."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any
 
-from rich.table import Table
-from rich.text import Text
-
 from scaletrain import fmt
+from scaletrain.grid import Grid
 from scaletrain.report.compare import SUMMARY_FACTS, Row
 from scaletrain.report.series import PHASE_LABELS, phase_names
 from scaletrain.study.results import above_ideal, scaling_flags
 from scaletrain.study.view import threads_text
-
-
-@dataclass
-class Grid:
-    """A table to show: `text_columns` are left-aligned (the others hold numbers, right-aligned)."""
-
-    title: str
-    columns: list[str]
-    rows: list[list[str]] = field(default_factory=list)
-    note: str | None = None
-    header: bool = True
-    text_columns: tuple[int, ...] = (0,)
-
-
-def rich_table(grid: Grid) -> Table | Text:
-    """The grid as a rich Table; a grid without rows is just its title and note (no empty box)."""
-    if not grid.rows:
-        return Text(f"{grid.title}: {grid.note or 'nothing to show'}")
-    # a narrow table is widened to its title rather than wrap the title over several lines
-    t = Table(title=grid.title, show_header=grid.header, caption=grid.note, caption_justify="left",
-              min_width=len(grid.title))
-    for i, col in enumerate(grid.columns):
-        if i in grid.text_columns:  # text wraps between words; a word breaks only beyond 20 characters
-            words = [w for text in (col, *(r[i] for r in grid.rows)) for w in text.split()]
-            t.add_column(col, overflow="fold", min_width=min(max(map(len, words), default=1), 20))
-        else:  # numbers never break; a long header may wrap above them
-            t.add_column(col, justify="right", min_width=max((len(r[i]) for r in grid.rows), default=1))
-    for row in grid.rows:
-        t.add_row(*row)
-    return t
 
 
 # ---- one run ----

@@ -6,8 +6,8 @@ import shlex
 from pathlib import Path
 
 from rich.console import Console
-from rich.table import Table
 
+from scaletrain.grid import Grid, rich_table
 from scaletrain.slurm.options import SlurmOptions
 from scaletrain.slurm.study_jobs import StudySubmission
 from scaletrain.slurm.train_job import Submission
@@ -52,14 +52,12 @@ def print_study(console: Console, sub: StudySubmission, opts: SlurmOptions, dry_
     root = _path(sub.study.root)
     title = (f"study {root}: {len(sub.jobs)} of {total} runs to submit (dry run)" if dry_run else
              f"study {root}: {len(sub.jobs)} jobs submitted ({_where(opts)})")
-    table = Table(title=title, title_justify="left")
-    for column in ("point", "repeat", "job" if not dry_run else "run now", "log"):
-        table.add_column(column)
+    grid = Grid(title, ["point", "repeat", "job" if not dry_run else "run now", "log"], text_columns=(0, 2, 3))
     for pj in sub.jobs:
         state = {"unfinished": "resumes", "failed": "starts again"}.get(pj.state, "new")
-        table.add_row(pj.point.id, str(pj.repeat), pj.job.job_id if pj.job else state,
-                      _path(sub.study.log(pj.point.id, pj.repeat)))
-    console.print(table)
+        grid.rows.append([pj.point.id, str(pj.repeat), pj.job.job_id if pj.job else state,
+                          _path(sub.study.log(pj.point.id, pj.repeat))])
+    console.print(rich_table(grid))
     console.print(threads_line(sub.threads))
     if sub.completed:
         console.print(f"{sub.completed} of {total} runs already completed: not submitted again")

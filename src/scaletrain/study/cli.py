@@ -240,12 +240,13 @@ def _runs_text(n_points: int, repeats: int) -> str:
 
 
 def _dry_run(console, study: StudyDir, spec: StudySpec, grid: list, threads: Threads) -> int:
+    from scaletrain.grid import rich_table
     from scaletrain.study.view import plan_table, threads_line
 
     states = {p.id: [run_state(study.run(p.id, k)) for k in range(spec.repeats)] for p in grid}
     done = sum(s == "completed" for ss in states.values() for s in ss)
     total = len(grid) * spec.repeats
-    console.print(plan_table(grid, states, spec.repeats, f"study {study.root} (dry run)"))
+    console.print(rich_table(plan_table(grid, states, spec.repeats, f"study {study.root} (dry run)")))
     console.print(threads_line(threads))
     console.print(f"{_runs_text(len(grid), spec.repeats)}: {done} done, {total - done} to run; nothing launched")
     return 0

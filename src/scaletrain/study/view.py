@@ -9,6 +9,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from scaletrain import fmt
+from scaletrain.grid import Grid
 from scaletrain.study.grid import Threads
 from scaletrain.study.results import above_ideal, on_gpu, run_epoch_time, scaling_flags, threads_per_rank
 
@@ -112,11 +113,9 @@ def flag_lines(entries: list[dict[str, Any]]) -> list[str]:
     return [f"[yellow]warning:[/] {escape(f['message'])}" for f in scaling_flags(entries)]
 
 
-def plan_table(points: list[Any], done: dict[str, list[str]], repeats: int, title: str) -> Table:
+def plan_table(points: list[Any], done: dict[str, list[str]], repeats: int, title: str) -> Grid:
     """--dry-run: every point with its axes and what a real run would do with each repeat."""
-    t = Table(title=title)
-    for col in ("#", "point", "axes", "runs"):
-        t.add_column(col, justify="right" if col == "#" else "left")
+    g = Grid(title, ["#", "point", "axes", "runs"], text_columns=(1, 2, 3))
     todo = {"completed": "done", "failed": "rerun (failed)", "unfinished": "rerun (unfinished)", "new": "run"}
     for i, p in enumerate(points, 1):
         words = [todo[s] for s in done[p.id]]
@@ -124,8 +123,8 @@ def plan_table(points: list[Any], done: dict[str, list[str]], repeats: int, titl
             runs = words[0] + (f" (x{repeats})" if repeats > 1 else "")
         else:
             runs = ", ".join(f"r{k}: {w}" for k, w in enumerate(words))
-        t.add_row(str(i), p.id, axes_text(p.axes), runs)
-    return t
+        g.rows.append([str(i), p.id, axes_text(p.axes), runs])
+    return g
 
 
 __all__ = ["axes_text", "run_label", "run_line", "threads_text", "threads_line", "results_table", "flag_lines", "plan_table"]

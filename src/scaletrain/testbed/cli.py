@@ -61,19 +61,18 @@ def run_testbed(args: argparse.Namespace) -> int:
 
 
 def _status(console, net) -> int:
-    from rich.table import Table
+    from scaletrain.grid import Grid, rich_table
 
     tb = net.current()
     if tb is None:
         console.print("no testbed is up: scaletrain testbed up --hosts 2")
         return 0
     sent = net.tx_bytes(tb)
-    table = Table(title=f"testbed: {tb.hosts} hosts, {tb.rate}, delay {tb.delay}")
-    for col in ("host", "address", "link shaping", "bytes sent"):
-        table.add_column(col)
-    for i in range(tb.hosts):
-        table.add_row(tb.host(i), tb.address(i), net.qdisc(tb, i), f"{sent[tb.host(i)]:,}")
-    console.print(table)
+    grid = Grid(f"testbed: {tb.hosts} hosts, {tb.rate}, delay {tb.delay}",
+                ["host", "address", "link shaping", "bytes sent"], text_columns=(0, 1, 2),
+                rows=[[tb.host(i), tb.address(i), net.qdisc(tb, i), f"{sent[tb.host(i)]:,}"]
+                      for i in range(tb.hosts)])
+    console.print(rich_table(grid))
     return 0
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 from scaletrain.command import Command
 from scaletrain.console.width import output_console
 from scaletrain.errors import UserError
-from scaletrain.report.tables import rich_table
+from scaletrain.grid import rich_table
 from scaletrain.rundir import check_out
 from scaletrain.validate.load import load_measured, load_prediction, prediction_path
 from scaletrain.validate.match import describe_unmatched, summary_line, validate

@@ -9,7 +9,7 @@ from scaletrain.errors import UserError
 from scaletrain import fmt
 from scaletrain.report.output import check_report_dir, writing
 from scaletrain.report.series import PHASE_LABELS
-from scaletrain.report.tables import Grid
+from scaletrain.grid import Grid
 from scaletrain.rundir import VALIDATION, write_json_atomic
 from scaletrain.validate.match import largest_phase_error
 
