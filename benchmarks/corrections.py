@@ -29,7 +29,7 @@ def _pct(x: float | None) -> str:
 def table(rows: list[dict[str, Any]], title: str, study: str | None = None):
     """The rows as a Grid (over every study, or over `study`'s points): errors with each correction left out,
     the change against every correction on, and the error of the phases the correction prices."""
-    from scaletrain.report.tables import Grid
+    from scaletrain.grid import Grid
 
     def of(r: dict[str, Any]) -> dict[str, Any]:
         return r if study is None else r["studies"][study]
@@ -63,7 +63,7 @@ def main() -> int:
     rows = ablation(args.calibration, args.studies)
     from rich.console import Console
 
-    from scaletrain.report.tables import rich_table
+    from scaletrain.grid import rich_table
 
     console = Console(width=160)
     for study in [None, *args.studies]:
