@@ -25,20 +25,19 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import fields
 from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
 
-from scaletrain.config import TrainConfig
+from scaletrain.config.applies import defaults
 from scaletrain.distributed import allocator
 
 HERE = Path(__file__).resolve().parent
 TARGET = 0.97  # scaletrain within 3% of the plain loop
 PROFILER_TARGET = 0.98  # the step profiler costs under 2%
 NOISY_SPREAD = 0.15  # (max - min) / median of one side's runs; ~7% on an idle 2-core machine
-_DEFAULTS = {f.name: f.default for f in fields(TrainConfig)}
+_DEFAULTS = defaults()  # every setting's default, by key
 # scaletrain's ranks fix glibc's malloc thresholds (distributed/allocator.py); the plain loop gets the same through
 # glibc's environment variables, so that the ratio measures the training loop, not the allocator
 SAME_MALLOC = {"MALLOC_MMAP_THRESHOLD_": str(allocator.MMAP_THRESHOLD),

@@ -38,7 +38,6 @@ import sys
 import tempfile
 import time
 from collections import OrderedDict
-from dataclasses import fields
 from pathlib import Path
 from typing import Any, Callable
 
@@ -47,7 +46,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 from torch import nn
 
-from scaletrain.config import TrainConfig
+from scaletrain.config.applies import defaults
 from scaletrain.distributed.allocator import settle
 
 STAGES = 2  # one process per stage; this machine has two cores
@@ -56,7 +55,7 @@ BEST_TARGET = 0.97  # auto / the exhaustive best
 NAMED = ("auto", "uniform", "params", "time")  # plan.METHODS: the splits `--split` names
 CALIBRATED = "calibration"  # auto on the calibration's predicted block costs, when this machine has one
 LR = 1e-3  # small: ~100 steps on random labels must stay finite (denormals or NaNs would skew the times)
-_DEFAULTS = {f.name: f.default for f in fields(TrainConfig)}
+_DEFAULTS = defaults()  # every setting's default, by key
 
 
 # ---------------------------------------------------------------------------------------------- the models

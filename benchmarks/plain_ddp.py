@@ -26,20 +26,19 @@ import socket
 import sys
 import time
 import uuid
-from dataclasses import fields
 
 import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, DistributedSampler
 
-from scaletrain.config import TrainConfig
+from scaletrain.config.applies import defaults
 from scaletrain.data import build_datasets, collate
 from scaletrain.distributed.device import cpu_threads_per_rank
 from scaletrain.analysis.throughput import warmup_steps
 from scaletrain.models import build_model
 
-_DEFAULTS = {f.name: f.default for f in fields(TrainConfig)}
+_DEFAULTS = defaults()  # every setting's default, by key
 
 
 def train(p: dict) -> dict | None:
