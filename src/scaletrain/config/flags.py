@@ -10,6 +10,7 @@ import inspect
 import textwrap
 
 from scaletrain.comm import registry
+from scaletrain.comm.pipeline.options import stages_x_replicas
 from scaletrain.config.fields import setting_key, settings
 from scaletrain.config.schema import SECTIONS
 
@@ -27,10 +28,10 @@ def _number_or_word(text: str) -> float | str:
 
 
 def _nproc(text: str) -> int | str:
-    """`--nproc N`, or `--nproc KxR`: R replicas of a K-stage pipeline (K x R processes)."""
-    k, sep, r = text.lower().replace(" ", "").partition("x")
-    if sep and k.isdigit() and r.isdigit():
-        return f"{int(k)}x{int(r)}"
+    """`--nproc N`, or `--nproc KxR`: R replicas of a K-stage pipeline (comm/pipeline/options.py expands it)."""
+    kxr = stages_x_replicas(text)
+    if kxr is not None:
+        return f"{kxr[0]}x{kxr[1]}"
     try:
         return int(text)
     except ValueError:

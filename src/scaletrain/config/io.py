@@ -9,6 +9,7 @@ from typing import Any
 
 import tomli_w
 
+from scaletrain.comm.pipeline.options import expand_nproc
 from scaletrain.config import applies
 from scaletrain.config.fields import setting_key
 from scaletrain.config.schema import KEYS, SECTIONS, config_fields
@@ -144,14 +145,8 @@ def config_from_dict(data: dict[str, Any]) -> TrainConfig:
 def resolve_train_config(overrides: dict[str, Any], config_file: str | None) -> TrainConfig:
     """What `scaletrain train` runs: defaults < the run's saved config.toml (on --resume) < the --config
     file < `overrides` (the flags given); `--nproc KxR` as K stages x R replicas; the default --out."""
-    overrides = dict(overrides)
     kxr = overrides.get("nproc") if isinstance(overrides.get("nproc"), str) else None
-    if kxr:  # --nproc KxR: R replicas of a K-stage pipeline
-        k, r = (int(v) for v in kxr.split("x"))
-        if overrides.get("stages", k) != k:
-            raise UserError(f"--nproc {k}x{r} means {k} stages, but --stages is {overrides['stages']}: give one of "
-                            "them")
-        overrides |= {"nproc": k * r, "stages": k}
+    overrides = expand_nproc(dict(overrides))
     file_values = load_toml(config_file) if config_file else {}
     if overrides.get("resume"):
         out = overrides.get("out") or file_values.get("out")

@@ -14,6 +14,25 @@ from scaletrain.errors import UserError
 SCHEDULES = ("gpipe", "1f1b")
 
 
+def stages_x_replicas(text: str) -> tuple[int, int] | None:
+    """`--nproc KxR` (R replicas of a K-stage pipeline, K x R processes) -> (K, R); None for anything else."""
+    k, sep, r = text.lower().replace(" ", "").partition("x")
+    return (int(k), int(r)) if sep and k.isdigit() and r.isdigit() else None
+
+
+def expand_nproc(overrides: dict[str, Any]) -> dict[str, Any]:
+    """The flags given with `--nproc KxR` spelt as `--nproc K*R --stages K` (one line when --stages says
+    otherwise); the others unchanged."""
+    nproc = overrides.get("nproc")
+    kxr = stages_x_replicas(nproc) if isinstance(nproc, str) else None
+    if kxr is None:
+        return overrides
+    k, r = kxr
+    if overrides.get("stages", k) != k:
+        raise UserError(f"--nproc {k}x{r} means {k} stages, but --stages is {overrides['stages']}: give one of them")
+    return {**overrides, "nproc": k * r, "stages": k}
+
+
 @dataclass(kw_only=True)
 class PipelineOptions:
     """The pipeline (`--strategy pipeline`; docs/split.md)."""
