@@ -326,7 +326,8 @@ def test_the_layout_divides_the_ranks_as_the_strategy_does(settings, layout):
 @pytest.mark.parametrize("settings, needle", [
     ({"nproc": 6, "strategy": "pipeline", "stages": 4}, "needs a multiple of 4 processes"),
     ({"nproc": 1, "strategy": "pipeline"}, "needs at least 2 processes"),
-    ({"nproc": 2, "strategy": "ps-sync", "ps_servers": 2}, "needs more processes than servers"),
+    ({"nproc": 2, "strategy": "ps-sync", "ps_servers": 2},
+     "--strategy ps-sync with --ps-servers 2 needs more processes than servers"),
     ({"nproc": 2, "inject": "slow-rank=2:0.1"}, "there are only 2 ranks"),
 ])
 def test_a_layout_the_strategy_cannot_run_is_refused_at_launch(settings, needle):

@@ -31,7 +31,7 @@ would do nothing."""
 
 OPTION_SECTIONS = {"ps-sync": "ps", "ps-async": "ps", "pipeline": "pipeline"}
 """The TrainConfig section holding a strategy's own settings (comm/ps/options.py, comm/pipeline/options.py): its
-`check(cfg)` refuses what the strategy cannot run with, `shape(layout)` and `check_layout(layout)` say how the
+`check(cfg)` refuses what the strategy cannot run with, `shape(layout)` and `check_layout(cfg, layout)` say how the
 strategy divides the job's ranks (config/layout.py)."""
 
 

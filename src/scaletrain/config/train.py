@@ -52,7 +52,7 @@ class TrainConfig:
         """How the job's ranks divide (config/layout.py), from the launch and the strategy's options."""
         layout = Layout(nodes=self.launch.nnodes, per_node=self.launch.nproc)
         options = self.strategy_options
-        return options.shape(layout) if options is not None and hasattr(options, "shape") else layout
+        return options.shape(layout) if options is not None else layout
 
     def check_launch(self) -> None:
         """What depends on the launch's shape (nproc x nnodes), checked when launching, not per study axis."""
@@ -64,8 +64,8 @@ class TrainConfig:
                 raise UserError(f"--inject {what}={rank}:...: there are only {layout.world} ranks "
                                 f"(0..{layout.world - 1}): name one of them")
         options = self.strategy_options
-        if options is not None and hasattr(options, "check_layout"):
-            options.check_layout(layout)
+        if options is not None:
+            options.check_layout(self, layout)
 
     # ------------------------------------------------------------ the flat form: flags, config.toml, run files
     def to_dict(self) -> dict[str, Any]:

@@ -74,7 +74,7 @@ class PipelineOptions:
         """K stages (default: every rank one) x R = world / K replicas."""
         return dataclasses.replace(layout, stages=self.stages or layout.world)
 
-    def check_layout(self, layout: Layout) -> None:
+    def check_layout(self, cfg: Any, layout: Layout) -> None:
         if layout.world < 2:
             raise UserError(f"--strategy pipeline needs at least 2 processes, one per stage (got --nproc x --nnodes "
                             f"= {layout.world}): give --nproc 2 or more, or --nproc KxR (K stages x R replicas)")

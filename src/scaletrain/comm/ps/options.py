@@ -54,7 +54,7 @@ class PsOptions:
         """The job's last `servers` ranks serve; the rest train, each on its own data."""
         return dataclasses.replace(layout, servers=self.servers)
 
-    def check_layout(self, layout: Layout) -> None:
+    def check_layout(self, cfg: Any, layout: Layout) -> None:
         if layout.trainers < 1:
-            raise UserError(f"--strategy ps-* with --ps-servers {self.servers} needs more processes than servers "
-                            f"(got {layout.world}): raise --nproc to at least {self.servers + 1}")
+            raise UserError(f"--strategy {cfg.strategy.name} with --ps-servers {self.servers} needs more processes "
+                            f"than servers (got {layout.world}): raise --nproc to at least {self.servers + 1}")
