@@ -33,6 +33,9 @@ def test_straggler_names_the_rank():
     findings = diagnose(_run(forward=0.04, backward=0.06), stragglers, {}, DEFAULT_THRESHOLDS)
     assert findings[0]["kind"] == "straggler" and findings[0]["rank"] == 3
     assert "rank 3" in findings[0]["message"] and "90%" in findings[0]["message"]
+    # ranks that do not step together (the run's lockstep fact: ps-async) hold no one back
+    apart = diagnose(_run(forward=0.04, backward=0.06), stragglers, {"lockstep": False}, DEFAULT_THRESHOLDS)
+    assert apart and all(f["kind"] != "straggler" for f in apart)
 
 
 def test_compute_bound_when_nothing_else_and_only_then():
@@ -129,11 +132,11 @@ def test_no_bucket_cap_at_or_above_the_gradients_size():
 def test_buckets_and_compression_only_for_strategies_they_apply_to():
     # the run records whether DDP's buckets carry its gradients and whether --compress goes with its strategy
     comm = _run(comm_exposed=0.05, forward=0.02, backward=0.03)
-    fsdp = diagnose(comm, NO_STRAGGLERS, {"strategy": "fsdp", "bucket_cap_mb": None, "batch_size": 64,
+    fsdp = diagnose(comm, NO_STRAGGLERS, {"bucket_cap_mb": None, "batch_size": 64,
                                           "gradient_bytes": 100 * MiB, "gradient_buckets": False,
                                           "compressible": False}, DEFAULT_THRESHOLDS)[0]["lever"]
     assert "--bucket-cap-mb" not in fsdp and "bf16" not in fsdp  # FSDP: no DDP buckets, no --compress
-    ring = diagnose({**comm, "overlap_ratio": 0.8}, NO_STRAGGLERS, {"strategy": "ring", "batch_size": 64,
+    ring = diagnose({**comm, "overlap_ratio": 0.8}, NO_STRAGGLERS, {"batch_size": 64,
                                                                     "compressible": False},
                     DEFAULT_THRESHOLDS)[0]["lever"]
     assert "bf16" not in ring and "--batch-size 128" in ring
@@ -147,12 +150,18 @@ def test_buckets_and_compression_only_for_strategies_they_apply_to():
 
 def test_more_parameter_servers_only_while_workers_remain():
     comm = _run(comm_exposed=0.05, forward=0.02, backward=0.03)
-    full = diagnose(comm, NO_STRAGGLERS, {"strategy": "ps-sync", "ps_servers": 1, "nproc": 2, "batch_size": 8},
+    full = diagnose(comm, NO_STRAGGLERS, {"exchange_settings": ["ps_servers"], "ps_servers": 1, "nproc": 2,
+                                          "batch_size": 8},
                     DEFAULT_THRESHOLDS)[0]["lever"]
     assert "--ps-servers" not in full  # 2 processes: 1 server, 1 worker, none to spare
-    room = diagnose(comm, NO_STRAGGLERS, {"strategy": "ps-sync", "ps_servers": 1, "nproc": 4, "batch_size": 8},
+    room = diagnose(comm, NO_STRAGGLERS, {"exchange_settings": ["ps_servers"], "ps_servers": 1, "nproc": 4,
+                                          "batch_size": 8},
                     DEFAULT_THRESHOLDS)[0]["lever"]
     assert "--ps-servers 2" in room
+    assert "--ps-push" not in room  # ps-sync's workers push every step together
+    pushes = diagnose(comm, NO_STRAGGLERS, {"exchange_settings": ["ps_servers", "ps_push"], "ps_servers": 1,
+                                            "nproc": 4, "batch_size": 8, "ps_push": 2}, DEFAULT_THRESHOLDS)
+    assert "--ps-push 4" in pushes[0]["lever"]
 
 
 def test_workers_only_while_each_rank_has_cores_for_them():

@@ -46,13 +46,16 @@ def test_summary_merges_staleness_and_names_dead_workers_once():
     assert out["dead_workers"] == [{"rank": 1, "pushes": 2, "shard_updates_at_death": 4,
                                     "error": "Connection reset by peer"}]
     assert out["dropped_stale"] == 2 and out["server_bytes_received"] == [200, 200]
+    assert out["asynchronous"] is True  # the summary line shows staleness for ps-async alone
 
 
 def test_the_summary_line_names_dead_workers_and_staleness():
     from scaletrain.console.summary import ps_line
 
-    ps = {"mode": "ps-async", "servers": 1, "workers": 3, "dead_workers": [{"rank": 1}], "dropped_stale": 0,
+    ps = {"mode": "ps-async", "asynchronous": True, "servers": 1, "workers": 3, "dead_workers": [{"rank": 1}],
+          "dropped_stale": 0,
           "staleness": {"pushes": 10, "mean": 1.1742, "p90": 2, "max": 11}}
     assert ps_line(ps) == ("ps-async: 1 server, 3 workers (1 died: rank 1); staleness mean 1.17, p90 2, max 11; "
                            "0 dropped")
-    assert ps_line({**ps, "mode": "ps-sync", "servers": 2, "dead_workers": []}) == "ps-sync: 2 servers, 3 workers"
+    sync = {**ps, "mode": "ps-sync", "asynchronous": False, "servers": 2, "dead_workers": []}
+    assert ps_line(sync) == "ps-sync: 2 servers, 3 workers"

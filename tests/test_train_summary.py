@@ -50,9 +50,15 @@ def test_exchange_names_the_gradients_and_which_communication_levers_apply():
 
     model = torch.nn.Linear(10, 2)  # 22 fp32 parameters
     model.bias.requires_grad_(False)  # a frozen parameter has no gradient to send
-    facts = {name: summary.exchange(SimpleNamespace(gradient_buckets=strategy_class(name).gradient_buckets,
-                                                    cfg=SimpleNamespace(strategy=SimpleNamespace(name=name))), model)
-             for name in STRATEGIES}
+    def strategy(name):  # the class's facts, without joining a process group
+        cls = strategy_class(name)
+        return SimpleNamespace(gradient_buckets=cls.gradient_buckets, exchange_settings=cls.exchange_settings,
+                               lockstep=cls.lockstep, cfg=SimpleNamespace(strategy=SimpleNamespace(name=name)))
+
+    facts = {name: summary.exchange(strategy(name), model) for name in STRATEGIES}
     assert {f["gradient_bytes"] for f in facts.values()} == {20 * 4}
     assert {n for n, f in facts.items() if f["gradient_buckets"]} == {"allreduce", "ring"}  # DDP's buckets
     assert {n for n, f in facts.items() if f["compressible"]} == {"allreduce", "ps-sync", "ps-async"}
+    assert {n for n, f in facts.items() if not f["lockstep"]} == {"ps-async"}  # its workers hold no one back
+    assert {n: f["exchange_settings"] for n, f in facts.items() if f["exchange_settings"]} == {
+        "ps-sync": ["ps_servers"], "ps-async": ["ps_servers", "ps_push"]}

@@ -20,7 +20,7 @@ Records = list[dict[str, Any]]
 
 RANK_FILE = re.compile(r"metrics-rank(\d+)\.jsonl")
 RUN_FACTS = ("device", "local_world_size", "threads_per_rank", "cpu_cores", "testbed", "gradient_bytes",
-             "gradient_buckets", "compressible")
+             "gradient_buckets", "compressible", "exchange_settings", "lockstep")
 """Facts of how a run sat and exchanged (summary.json) that the analysis reads with the config, as the trainer
 passed them; re-analyses (report, watch) take them from summary.json."""
 

@@ -74,8 +74,8 @@ def diagnose(run: dict[str, Any], stragglers: dict[str, Any], config: dict[str, 
     waits = pipeline_bound(phases, step, config, thresholds)
     if waits is not None:
         findings.append(waits)
-    # asynchronous workers (ps-async) never wait for each other: a slower one is no straggler
-    repeated = [] if config.get("strategy") == "ps-async" else stragglers.get("repeated", [])
+    # ranks that do not step together (ps-async's workers) never wait for each other: a slower one is no straggler
+    repeated = [] if config.get("lockstep") is False else stragglers.get("repeated", [])
     for s in repeated:
         share = s["lag_mean_s"] / step
         findings.append({"kind": "straggler", "share": share, "rank": s["rank"],

@@ -16,9 +16,10 @@ A lever the facts cannot vouch for (a key absent from the config) is left out ra
                                gradients when cap / 4 would still hold them all
   --compress bf16              communication-bound, the strategy takes compression (compressible) and
                                none is set (--precision bf16 sends the same fp32 gradients)
-  --ps-servers S               communication-bound with a parameter server, and a server more still leaves
-                               a worker: S = min(2 x servers, processes - 1)
-  --ps-push 2P                 ps-async, communication-bound
+  --ps-servers S               communication-bound, ps_servers among the strategy's exchange_settings (a
+                               parameter server), and a server more still leaves a worker:
+                               S = min(2 x servers, processes - 1)
+  --ps-push 2P                 communication-bound, ps_push among the exchange_settings (ps-async)
   --batch-size 2B              communication- or compute-bound: more compute per exchange
   --microbatches 2M            pipeline-bound, and 2M divides --batch-size (when it is known)
   fewer stages                 pipeline-bound with more than 2 stages
@@ -105,19 +106,7 @@ def bigger_batch(config: dict[str, Any]) -> str:
 
 def comm_lever(config: dict[str, Any], overlap: float | None) -> str:
     more = f"more compute per exchange: {bigger_batch(config)}"
-    fewer = compress_lever(config)
-    strategy = config.get("strategy") or ""
-    if strategy.startswith("ps-"):  # the exchange follows backward whole; the servers' links are the limit
-        levers = []
-        servers = config.get("ps_servers") or 1
-        processes = (config.get("nproc") or 0) * (config.get("nnodes") or 1)
-        spread = min(2 * servers, processes - 1)
-        if spread > servers:
-            levers.append(f"spread the parameters over more servers: try --ps-servers {spread}")
-        levers.append(more)
-        if strategy == "ps-async":
-            levers.append(f"push less often: --ps-push {2 * (config.get('ps_push') or 1)}")
-        return _join([*levers, fewer])
+    settings = config.get("exchange_settings") or ()
     low = overlap is not None and overlap < 0.5
     cap = bucket_cap(config) if low else None
     if low and config.get("gradient_buckets") and config.get("bucket_cap_mb") == "auto":
@@ -126,7 +115,15 @@ def comm_lever(config: dict[str, Any], overlap: float | None) -> str:
         head = [f"start reducing earlier with smaller buckets: try --bucket-cap-mb {cap[0]}{cap[1]}", more]
     else:
         head = [more]
-    return _join([*head, fewer])
+    if "ps_servers" in settings:  # the exchange follows backward whole; the servers' links are the limit
+        servers = config.get("ps_servers") or 1
+        processes = (config.get("nproc") or 0) * (config.get("nnodes") or 1)
+        spread = min(2 * servers, processes - 1)
+        if spread > servers:
+            head.insert(0, f"spread the parameters over more servers: try --ps-servers {spread}")
+    if "ps_push" in settings:
+        head.append(f"push less often: --ps-push {2 * (config.get('ps_push') or 1)}")
+    return _join([*head, compress_lever(config)])
 
 
 def pipeline_lever(config: dict[str, Any], k: int, m: int, theory: float, measured: float) -> str:

@@ -29,6 +29,10 @@ OPTIONS = {
 A setting some strategy takes, set with a strategy that does not take it, is refused (config/applies.py): it
 would do nothing."""
 
+VALUES_OF_ONE = {("offload", "params"): (("fsdp",), "FSDP2's CPU offload policy keeps the shards in host memory")}
+"""Values of a setting every strategy takes that only some strategies can run with: (key, value) -> (those
+strategies, why); config refuses the value with any other strategy."""
+
 OPTION_SECTIONS = {"ps-sync": "ps", "ps-async": "ps", "pipeline": "pipeline"}
 """The TrainConfig section holding a strategy's own settings (comm/ps/options.py, comm/pipeline/options.py): its
 `check(cfg)` refuses what the strategy cannot run with, `shape(layout)` and `check_layout(cfg, layout)` say how the

@@ -14,6 +14,7 @@ import math
 import re
 from dataclasses import dataclass, field
 
+from scaletrain.comm.registry import VALUES_OF_ONE
 from scaletrain.comm.spec import check, parse_compress
 from scaletrain.config.fields import at_least, check_choice, flag, key
 from scaletrain.config.specs import Injection, parse_inject, torch_profile_window
@@ -248,9 +249,10 @@ class StrategyConfig:
         check(self.name, self.compress)
         self.compression = parse_compress(self.compress)
         check_choice("offload", self.offload, OFFLOADS)
-        if self.offload == "params" and self.name != "fsdp":
-            raise UserError("--offload params needs --strategy fsdp (FSDP2's CPU offload policy keeps the shards "
-                            "in host memory): add it, or use --offload activations")
+        takers, why = VALUES_OF_ONE.get(("offload", self.offload), ((self.name,), ""))
+        if self.name not in takers:
+            raise UserError(f"--offload {self.offload} needs --strategy {' or '.join(takers)} ({why}): add it, or "
+                            "use --offload activations")
         if isinstance(self.bucket_cap_mb, str):
             if self.bucket_cap_mb.strip().lower() != "auto":
                 try:

@@ -197,7 +197,8 @@ SUMMARY = Record({
     "comm_total_mean_s": Opt(NUM), "comm_hidden_mean_s": Opt(NUM), "bytes_sent_per_step": Opt(NUM),
     "ranks": Opt(ListOf(RANK_STATS)), "stragglers": Opt(STRAGGLERS), "peak_memory_bytes": Opt(NUM),
     "memory_kind": Opt(STR), "diagnosis": Opt(ListOf(FINDING)), "testbed": Opt(BOOL), "gradient_bytes": Opt(INT),
-    "gradient_buckets": Opt(BOOL), "compressible": Opt(BOOL),
+    "gradient_buckets": Opt(BOOL), "compressible": Opt(BOOL), "exchange_settings": Opt(ListOf(STR)),
+    "lockstep": Opt(BOOL),
 })
 
 # config.toml (TOML has no null) and a study point's "config" (JSON: unset settings may be null)

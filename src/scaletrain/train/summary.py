@@ -33,10 +33,12 @@ def placement(device: torch.device, rank: RankInfo) -> dict[str, Any]:
 
 
 def exchange(strategy, model: torch.nn.Module) -> dict[str, Any]:
-    """What the diagnosis's communication levers rest on (docs/metrics.md): the bytes of one rank's gradients,
-    whether DDP's buckets carry them (--bucket-cap-mb applies) and whether --compress goes with the strategy."""
+    """What the diagnosis's levers rest on (docs/metrics.md): the bytes of one rank's gradients, whether DDP's
+    buckets carry them (--bucket-cap-mb applies), whether --compress goes with the strategy, the other settings
+    that change its exchange, and whether its ranks step together (a slow one holds the others back)."""
     return {"gradient_bytes": sum(p.numel() * p.element_size() for p in model.parameters() if p.requires_grad),
-            "gradient_buckets": strategy.gradient_buckets, "compressible": compressible(strategy.cfg.strategy.name)}
+            "gradient_buckets": strategy.gradient_buckets, "compressible": compressible(strategy.cfg.strategy.name),
+            "exchange_settings": list(strategy.exchange_settings), "lockstep": strategy.lockstep}
 
 
 def run_summary(trainer, status: str, wall_time: float, digests: list[str], where: dict[str, Any]) -> dict[str, Any]:

@@ -13,6 +13,7 @@ from typing import Any
 from scaletrain.analysis import RUN_FACTS, analyze_run
 from scaletrain.analysis.throughput import warmup_steps
 from scaletrain.config import layout_of
+from scaletrain.config.applies import defaults
 
 POSITIONS = warmup_steps(1 << 30) + 1  # steps in an epoch that may be warm-up, then all the others together
 RECENT = 50  # steps of the primary rank behind the "recent" samples/s, step time and the ETA
@@ -249,7 +250,7 @@ def title(obs: Observed) -> str:
     where = f" ({device})" if device and device != "auto" else ""
     ranks = f"{world} rank{'s' if world != 1 else ''}" if world else "ranks unknown"
     return (f"{c.get('model') or s.get('model')} on {c.get('dataset') or s.get('dataset')}, "
-            f"{c.get('strategy') or 'allreduce'}, {ranks}{where}")
+            f"{c.get('strategy') or defaults()['strategy']}, {ranks}{where}")
 
 
 def _int(value: Any) -> int | None:

@@ -63,6 +63,8 @@ def summarize(servers: list[dict[str, Any]]) -> dict[str, Any]:
                                 "error": log["error"]}
     return {
         "mode": servers[0]["mode"] if servers else None, "servers": len(servers),
+        # ps-async's workers step at their own pace: the staleness of their pushes is theirs
+        "asynchronous": bool(servers) and servers[0]["mode"] == "ps-async",
         "updates_per_shard": [s["updates"] for s in servers],
         "dropped_stale": sum(s["dropped_stale"] for s in servers),
         "staleness": {"mean": sum(k * v for k, v in hist.items()) / n if n else None,

@@ -33,6 +33,7 @@ class ParameterServer(Strategy):
     server_class: type[Server]
     local_update = False  # the servers apply the update
     synchronous = True  # every worker's push waits for the others' (priced by comm/ps/cost.py)
+    exchange_settings = ("ps_servers",)  # the servers' links are the limit: more servers, more links
 
     @classmethod
     def cost(cls, pricing):
@@ -123,6 +124,7 @@ class AsyncParameterServer(ParameterServer):
     tolerates_dead_workers = True
     lockstep = False  # workers step at their own pace: they agree only at epoch ends
     agent_per_rank = True  # one node's agent would stop every worker when one dies
+    exchange_settings = ("ps_servers", "ps_push")  # pushing less often also moves fewer bytes
 
     def make_client(self, model: torch.nn.Module, steps_per_epoch: int) -> Client:
         cfg = self.cfg
