@@ -26,6 +26,7 @@ from scaletrain.distributed.env import JOIN_VARS
 from scaletrain.rundir import StudyDir
 from scaletrain.study.runner import check_study_dir, error_line, run_state, train_command, write_spec
 from scaletrain.fmt import hms
+from scaletrain.grid import rich_table
 from scaletrain.study.view import flag_lines, plan_table, results_table
 
 HAS_REPORT = hasattr(report_package, "write_study_report")  # helper B's; the study calls it at the end
@@ -210,7 +211,7 @@ def test_results_table_shows_std_scaling_and_diagnosis():
          "samples_per_s": 1234.0, "speedup": 1.6, "ideal_speedup": 2.0, "efficiency": 0.8,
          "diagnosis": [{"kind": "communication-bound"}]}
     console = Console(width=200, record=True)
-    console.print(results_table([e], ["nproc"], "t"))
+    console.print(rich_table(results_table([e], ["nproc"], "t")))
     text = console.export_text()
     for needle in ("0:00:02", "±", "0.1", "1,234", "1.60x", "2.00x", "80%", "communication-bound"):
         assert needle in text
@@ -226,7 +227,7 @@ def test_results_table_lists_threads_per_rank_and_flags_efficiency_above_one():
     old = {**base, "id": "nproc4", "axes": {"nproc": 4}, "config": {"nproc": 4}, "threads_per_rank": None,
            "efficiency": 0.5}
     console = Console(width=200, record=True)
-    console.print(results_table([base, fast, old], ["nproc"], "t"))
+    console.print(rich_table(results_table([base, fast, old], ["nproc"], "t")))
     text = console.export_text()
     rows = {line.split()[0]: line.split() for line in text.splitlines() if line.strip()[:1].isdigit()}
     assert "threads/rank" in text

@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from rich.console import Console
-from rich.table import Table
 
 from scaletrain.console.width import output_console
 from scaletrain import fmt
-from scaletrain.rundir import RunDir
+from scaletrain.grid import Grid, rich_table
+from scaletrain.rundir import RunDir, read_summary
 
 
 def _pct(x: float | None) -> str:
@@ -24,12 +23,14 @@ def epoch_line(record: dict[str, Any], epochs: int) -> str:
             f"  loss {record['train_loss']:.4f}{acc}")
 
 
-def summary_table(s: dict[str, Any]) -> Table:
-    t = Table(title=f"{s['model']} on {s['dataset']}: {s['status']}", show_header=False)
+def summary_table(s: dict[str, Any], replicas: int | None = None) -> Grid:
+    """replicas: the ranks that share the global batch (the layout's; a parameter server's servers take none)."""
     times = s.get("epoch_times_s") or []
+    world, replicas = s["world_size"], replicas or s["world_size"]
+    of = f"of {world} ranks; " if replicas != world else ""
     rows = [
-        ("ranks x batch", f"{s['world_size']} x {s['global_batch'] // s['world_size']} = {s['global_batch']} "
-                          f"({s['device']}, {s['backend']}, {s['precision']})"),
+        ("ranks x batch", f"{replicas} x {s['global_batch'] // replicas} = {s['global_batch']} "
+                          f"({of}{s['device']}, {s['backend']}, {s['precision']})"),
         ("epochs", f"{s['epochs']}/{s['epochs_planned']}"),
         ("top-1 / best / top-5", f"{_pct(s['top1'])} / {_pct(s['best_top1'])} / {_pct(s['top5'])}"),
         ("epoch time (mean)", f"{sum(times) / len(times):.2f} s" if times else "-"),
@@ -46,9 +47,8 @@ def summary_table(s: dict[str, Any]) -> Table:
         rows.append(("parameter server", ps_line(ps)))
     if s.get("bad_images_skipped"):
         rows.append(("unreadable images skipped", str(s["bad_images_skipped"])))
-    for k, v in rows:
-        t.add_row(k, v)
-    return t
+    return Grid(f"{s['model']} on {s['dataset']}: {s['status']}", ["", ""], [list(r) for r in rows], header=False,
+                text_columns=(0, 1))
 
 
 def ps_line(ps: dict[str, Any]) -> str:
@@ -57,7 +57,7 @@ def ps_line(ps: dict[str, Any]) -> str:
     died = f" ({len(dead)} died: rank {', '.join(str(d['rank']) for d in dead)})" if dead else ""
     text = f"{ps['mode']}: {ps['servers']} server{'s' if ps['servers'] > 1 else ''}, {ps['workers']} workers{died}"
     st = ps.get("staleness") or {}
-    if ps["mode"] == "ps-async" and st.get("pushes"):
+    if ps.get("asynchronous") and st.get("pushes"):
         text += f"; staleness mean {st['mean']:.2f}, p90 {st['p90']}, max {st['max']}; {ps['dropped_stale']} dropped"
     return text
 
@@ -77,10 +77,13 @@ def diagnosis_lines(s: dict[str, Any]) -> list[str]:
     return [f"{f['kind']}: {f['message']}\n    -> {f['lever']}" for f in s.get("diagnosis") or []]
 
 
-def print_summary(run: RunDir, console: Console | None = None) -> None:
+def print_summary(run: RunDir, replicas: int | None = None, console: Console | None = None) -> None:
     console = console or output_console()
-    s = json.loads(run.summary.read_text())
-    console.print(summary_table(s))
+    s = read_summary(run.root, strict=False)
+    if s is None:
+        console.print(f"run directory: {run.root}  (no readable summary.json: the run did not finish)")
+        return
+    console.print(rich_table(summary_table(s, replicas)))
     line = phases_line(s)
     if line:
         console.print(line, highlight=False)
@@ -93,12 +96,10 @@ def print_summary(run: RunDir, console: Console | None = None) -> None:
 
 
 def print_models(rows: list[dict[str, Any]], image_size: int, console: Console | None = None) -> None:
-    t = Table(title=f"models at {image_size}x{image_size}")
-    for col in ("model", "description", "parameters", "forward GFLOPs"):
-        t.add_column(col, justify="right" if col in ("parameters", "forward GFLOPs") else "left")
-    for r in rows:
-        flops = f"{r['flops'] / 1e9:.3f}" if r.get("flops") is not None else (r.get("note") or "-")
-        t.add_row(r["name"], r["description"], f"{r['params']:,}", flops)
+    cells = [[r["name"], r["description"], f"{r['params']:,}",
+              f"{r['flops'] / 1e9:.3f}" if r.get("flops") is not None else (r.get("note") or "-")] for r in rows]
+    t = rich_table(Grid(f"models at {image_size}x{image_size}", ["model", "description", "parameters",
+                                                                 "forward GFLOPs"], cells, text_columns=(0, 1)))
     console = console or output_console()
     console.print(t)
     console.print("any other model: --model package.module:factory")

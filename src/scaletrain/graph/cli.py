@@ -12,6 +12,7 @@ from scaletrain import fmt
 from scaletrain.command import Command
 from scaletrain.config import PRECISIONS
 from scaletrain.errors import UserError
+from scaletrain.grid import Grid, rich_table
 
 MAX_ROWS = 60  # the terminal table's rows; graph.json has every node
 
@@ -90,7 +91,7 @@ def run_graph(args: argparse.Namespace) -> int:
     write_json_atomic(out / GRAPH, doc)
     replace_atomic(out / "graph.dot", lambda f: f.write(to_dot(doc)), mode="w")
     pictures = draw(doc, out)
-    console.print(summary_table(doc))
+    console.print(rich_table(summary_table(doc)))
     for note in doc["notes"]:
         console.print(f"note: {note}", soft_wrap=True)  # one line each, however narrow the terminal
     if basis:
@@ -127,28 +128,21 @@ def calibration(path: str | None) -> tuple[dict[str, Any] | None, str | None]:
                  + (" (--quick)" if cal.get("quick") else "") + "; one process, loss and optimizer left out")
 
 
-def summary_table(doc: dict[str, Any]):
-    from rich.table import Table
-
+def summary_table(doc: dict[str, Any]) -> Grid:
     from scaletrain.graph import labels
 
     t = doc["totals"]
-    table = Table(title=f"{doc['model']}: {t['nodes']} {doc['level']} nodes, {t['edges']} edges, "
-                        f"{t['cut_points']} cut points, batch {doc['batch_size']}")
-    for col in ("#", "name", "output", "params", "FLOPs", "fwd ms", "bwd ms", "cut"):
-        table.add_column(col, justify="left" if col in ("name", "output", "cut") else "right",
-                         no_wrap=col != "name", overflow="ellipsis")
     cuts = set(doc["cut_points"])
-    for n in doc["nodes"][:MAX_ROWS]:
-        table.add_row(str(n["id"]), n["name"], labels.shape(n["out_shape"]), labels.count(n["params"]),
-                      labels.count(n["flops"]), fmt.ms_sig(n["forward_s"], unit=False),
-                      fmt.ms_sig(n["backward_s"], unit=False),
-                      "cut" if n["id"] in cuts else "")
+    rows = [[str(n["id"]), n["name"], labels.shape(n["out_shape"]), labels.count(n["params"]),
+             labels.count(n["flops"]), fmt.ms_sig(n["forward_s"], unit=False), fmt.ms_sig(n["backward_s"], unit=False),
+             "cut" if n["id"] in cuts else ""] for n in doc["nodes"][:MAX_ROWS]]
     if len(doc["nodes"]) > MAX_ROWS:
-        table.add_row("", f"... {len(doc['nodes']) - MAX_ROWS} more in graph.json", *[""] * 6)
-    table.add_row("", "total", "", labels.count(t["params"]), labels.count(t["flops"]),
-                  fmt.ms_sig(t["forward_s"], unit=False), fmt.ms_sig(t["backward_s"], unit=False), "", style="bold")
-    return table
+        rows.append(["", f"... {len(doc['nodes']) - MAX_ROWS} more in graph.json", *[""] * 6])
+    total = ["", "total", "", labels.count(t["params"]), labels.count(t["flops"]),
+             fmt.ms_sig(t["forward_s"], unit=False), fmt.ms_sig(t["backward_s"], unit=False), ""]
+    return Grid(f"{doc['model']}: {t['nodes']} {doc['level']} nodes, {t['edges']} edges, {t['cut_points']} cut "
+                f"points, batch {doc['batch_size']}", ["#", "name", "output", "params", "FLOPs", "fwd ms", "bwd ms",
+                                                       "cut"], rows, text_columns=(1, 2, 7), foot=[total])
 
 
 COMMANDS = (

@@ -167,7 +167,7 @@ def draw(doc: dict[str, Any], out_dir: str | Path) -> list[Path]:
     from matplotlib.figure import Figure
     from matplotlib.patches import FancyBboxPatch, Rectangle
 
-    from scaletrain.rundir import replace_atomic
+    from scaletrain.plot import save
 
     lay = layout(doc["nodes"], doc["edges"])
     width = max(lay.width, MIN_W)
@@ -213,9 +213,7 @@ def draw(doc: dict[str, Any], out_dir: str | Path) -> list[Path]:
     dpi = min(110, MAX_PIXELS / max(width, lay.height + extra))
     out = Path(out_dir)
     paths = [out / "graph.png", out / "graph.svg"]
-    replace_atomic(paths[0], lambda f: fig.savefig(f, format="png", dpi=dpi, metadata={"Software": None}))
-    replace_atomic(paths[1], lambda f: fig.savefig(f, format="svg", metadata={"Date": None}))
-    return paths
+    return [save(fig, p, dpi=dpi, tight=False) for p in paths]
 
 
 def _title(doc: dict[str, Any], chars: int) -> str:

@@ -11,7 +11,7 @@ from html import escape
 from pathlib import Path
 
 import scaletrain
-from scaletrain.grid import Grid
+from scaletrain.grid import Grid, plain
 from scaletrain.rundir import replace_atomic
 
 CSS = """
@@ -27,6 +27,7 @@ caption { text-align: left; font-weight: 600; padding: 0.3rem 0; }
 th, td { border: 1px solid #ddd; padding: 0.25rem 0.6rem; vertical-align: top; }
 th { background: #f0f0f0; }
 td.num { text-align: right; font-variant-numeric: tabular-nums; }
+tr.foot td { font-weight: bold; border-top: 1px solid #999; }
 p.note { color: #555; font-size: 0.85rem; margin: 0.2rem 0 0.8rem; }
 figure { margin: 1rem 0; }
 figure img { max-width: 100%; height: auto; border: 1px solid #eee; }
@@ -54,9 +55,9 @@ def grid_html(grid: Grid) -> str:
     head = ("<thead><tr>" + "".join(f"<th>{escape(c)}</th>" for c in grid.columns) + "</tr></thead>"
             if grid.header else "")
     body = "".join(
-        "<tr>" + "".join(f'<td class="text">{escape(cell)}</td>' if i in grid.text_columns else
-                         f'<td class="num">{_number(cell)}</td>' for i, cell in enumerate(row)) + "</tr>"
-        for row in grid.rows)
+        f"<tr{tag}>" + "".join(f'<td class="text">{escape(plain(cell))}</td>' if i in grid.text_columns else
+                               f'<td class="num">{_number(plain(cell))}</td>' for i, cell in enumerate(row)) + "</tr>"
+        for row, tag in [*((r, "") for r in grid.rows), *((r, ' class="foot"') for r in grid.foot)])
     table = (f'<div class="scroll"><table><caption>{escape(grid.title)}</caption>{head}<tbody>{body}</tbody>'
              f"</table></div>") if grid.rows else f"<h3>{escape(grid.title)}</h3>"
     note = f'<p class="note">{escape(grid.note)}</p>' if grid.note else ""

@@ -1,7 +1,6 @@
 """The report's plots as PNG files: each function takes data, draws it off-screen and returns the path.
 
-Figures are built with matplotlib's object API (Figure + Agg canvas), never pyplot: no window, no
-global backend switch, nothing left open between plots.
+Figures are built with matplotlib's object API and written through the one plot layer (plot.py).
 """
 
 from __future__ import annotations
@@ -11,28 +10,8 @@ from pathlib import Path
 
 from matplotlib.figure import Figure
 
+from scaletrain.plot import phase_color, save
 from scaletrain.report.series import PHASE_LABELS, Line, phase_names
-
-# one colour per phase everywhere (runs, studies, comparisons), from matplotlib's tab10
-PHASE_COLORS = {"data_wait": "#ff7f0e", "h2d": "#8c564b", "forward": "#1f77b4", "backward": "#2ca02c",
-                "comm_exposed": "#d62728", "optimizer": "#9467bd", "bubble": "#e377c2", "p2p": "#17becf",
-                "other": "#7f7f7f"}
-EXTRA_COLORS = ("#bcbd22", "#aec7e8", "#ffbb78")
-
-
-def _color(phase: str, names: list[str]) -> str:
-    if phase in PHASE_COLORS:
-        return PHASE_COLORS[phase]
-    extras = [n for n in names if n not in PHASE_COLORS]
-    return EXTRA_COLORS[extras.index(phase) % len(EXTRA_COLORS)]
-
-
-def _save(fig: Figure, path: str | Path) -> Path:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=100, bbox_inches="tight", metadata={"Software": None})
-    return path
-
 
 def _stack_legend(ax) -> None:
     """Legend beside the plot, top entry = top of the stack, so it reads like the bars."""
@@ -50,7 +29,7 @@ def phase_bars(bars: dict[str, dict[str, float]], path: str | Path, title: str) 
     bottom = [0.0] * len(labels)
     for name in names:
         heights = [1000 * bars[label].get(name, 0.0) for label in labels]
-        ax.bar(labels, heights, bottom=bottom, label=PHASE_LABELS.get(name, name), color=_color(name, names))
+        ax.bar(labels, heights, bottom=bottom, label=PHASE_LABELS.get(name, name), color=phase_color(name, names))
         bottom = [b + h for b, h in zip(bottom, heights)]
     ax.set_ylabel("ms per step")
     ax.set_title(title)
@@ -59,7 +38,7 @@ def phase_bars(bars: dict[str, dict[str, float]], path: str | Path, title: str) 
         for tick in ax.get_xticklabels():
             tick.set_horizontalalignment("right")
     _stack_legend(ax)
-    return _save(fig, path)
+    return save(fig, path)
 
 
 def step_time_lines(lines: dict[int, Line], path: str | Path) -> Path:
@@ -74,7 +53,7 @@ def step_time_lines(lines: dict[int, Line], path: str | Path) -> Path:
     ax.set_ylim(bottom=0)
     if ax.get_legend_handles_labels()[0]:
         ax.legend(fontsize="small", frameon=False)
-    return _save(fig, path)
+    return save(fig, path)
 
 
 def phase_share_area(steps: list[int], shares: dict[str, list[float]], path: str | Path) -> Path:
@@ -83,14 +62,14 @@ def phase_share_area(steps: list[int], shares: dict[str, list[float]], path: str
     fig = Figure(figsize=(7.5, 3.8))
     ax = fig.subplots()
     ax.stackplot(steps, *[[100 * v for v in shares[n]] for n in names],
-                 labels=[PHASE_LABELS.get(n, n) for n in names], colors=[_color(n, names) for n in names])
+                 labels=[PHASE_LABELS.get(n, n) for n in names], colors=[phase_color(n, names) for n in names])
     ax.set_xlabel("step")
     ax.set_ylabel("% of step time")
     ax.set_ylim(0, 100)
     ax.set_xlim(steps[0], steps[-1] if len(steps) > 1 else steps[0] + 1)
     ax.set_title("phase shares over steps (mean over ranks)")
     _stack_legend(ax)
-    return _save(fig, path)
+    return save(fig, path)
 
 
 MAX_TICKS = 12
@@ -115,7 +94,7 @@ def line_plot(lines: Sequence[Line], path: str | Path, title: str, xlabel: str, 
     ax.set_ylim(bottom=0)
     if ax.get_legend_handles_labels()[0]:
         ax.legend(fontsize="small", frameon=False)
-    return _save(fig, path)
+    return save(fig, path)
 
 
 def stage_timeline(spans: dict[int, list[tuple[str, float, float]]], labels: dict[int, str], path: str | Path,
@@ -129,7 +108,7 @@ def stage_timeline(spans: dict[int, list[tuple[str, float, float]]], labels: dic
     seen: set[str] = set()
     for row, rank in enumerate(ranks):
         for name, a, b in spans[rank]:
-            ax.broken_barh([(1000 * a, 1000 * (b - a))], (row - 0.4, 0.8), color=_color(name, names),
+            ax.broken_barh([(1000 * a, 1000 * (b - a))], (row - 0.4, 0.8), color=phase_color(name, names),
                            label=None if name in seen else PHASE_LABELS.get(name, name))
             seen.add(name)
     ax.set_yticks(range(len(ranks)), [labels.get(r, f"rank {r}") for r in ranks])
@@ -141,4 +120,4 @@ def stage_timeline(spans: dict[int, list[tuple[str, float, float]]], labels: dic
     order = sorted(range(len(texts)), key=lambda i: [PHASE_LABELS.get(n, n) for n in names].index(texts[i]))
     ax.legend([handles[i] for i in order], [texts[i] for i in order], loc="upper left", bbox_to_anchor=(1.01, 1.0),
               fontsize="small", frameon=False)
-    return _save(fig, path)
+    return save(fig, path)

@@ -166,6 +166,7 @@ def _follow(console, what: str, run: Path, log: str) -> Callable[[], None]:
 def _finish(console, study: StudyDir, spec: StudySpec, grid: list, runs: dict[str, list[dict[str, Any]]],
             threads: Threads) -> int:
     from scaletrain.report import write_study_report
+    from scaletrain.grid import rich_table
     from scaletrain.study.view import flag_lines, results_table, threads_line
 
     entries = study_entries(grid, runs)
@@ -173,7 +174,7 @@ def _finish(console, study: StudyDir, spec: StudySpec, grid: list, runs: dict[st
     # columns for the axes that vary (and nproc, the scaling axis); the fixed ones go in the caption
     shown = [a for a, values in spec.axes.items() if a == "nproc" or len(values) > 1]
     fixed = ", ".join(f"{a}={values[0]}" for a, values in spec.axes.items() if a not in shown)
-    console.print(results_table(entries, shown, f"study {study.root}", fixed or None))
+    console.print(rich_table(results_table(entries, shown, f"study {study.root}", fixed or None)))
     console.print(threads_line(threads))
     for line in flag_lines(entries):
         console.print(line)

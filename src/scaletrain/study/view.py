@@ -4,9 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from rich import box
 from rich.markup import escape
-from rich.table import Table
 
 from scaletrain import fmt
 from scaletrain.grid import Grid
@@ -79,33 +77,28 @@ def threads_line(t: Threads) -> str:
             f"process{'es' * (t.processes != 1)}, the grid's largest; --threads to change)")
 
 
-def results_table(entries: list[dict[str, Any]], axes: list[str], title: str, caption: str | None = None) -> Table:
+def results_table(entries: list[dict[str, Any]], axes: list[str], title: str, caption: str | None = None) -> Grid:
     """Configuration columns, threads per rank, then epoch time (h:mm:ss, seconds, ± std), samples/s and scaling.
 
-    An efficiency above 1.0 is marked "!" and explained by `flag_lines`."""
-    t = Table(title=title, caption=caption, box=box.SIMPLE_HEAD)
-    for name in axes:
-        t.add_column(name, justify="right" if name in ("nproc", "workers", "batch_size") else "left",
-                     overflow="fold")
+    An efficiency above 1.0 is marked "!" and explained by `flag_lines`. An open grid: a line of it is a row."""
     # status and ± only when they tell something: all completed, or a single repeat, need no column
     show_status = any(e["status"] != "completed" for e in entries)
     show_std = any(e.get("epoch_time_std_s") is not None for e in entries)
-    cols = (["threads/rank"] + ["status"] * show_status + ["epoch time", "seconds"] + ["±"] * show_std
+    cols = (list(axes) + ["threads/rank"] + ["status"] * show_status + ["epoch time", "seconds"] + ["±"] * show_std
             + ["samples/s", "speedup", "ideal", "efficiency", "diagnosis"])
-    for col in cols:
-        # fold, not "…": in a narrow terminal every number stays whole, over two lines if need be
-        t.add_column(col, justify="left" if col in ("status", "diagnosis") else "right", overflow="fold")
+    text = tuple(i for i, c in enumerate(cols) if c in ("status", "diagnosis")
+                 or (c in axes and c not in ("nproc", "workers", "batch_size")))
+    rows = []
     for e in entries:
         status = {"completed": "[green]completed[/]", "failed": "[red]failed[/]"}.get(e["status"], e["status"])
-        rate = fmt.number(e.get("samples_per_s"))
         efficiency = "-" if e.get("efficiency") is None else f"{100 * e['efficiency']:.0f}%"
         if above_ideal(e.get("efficiency")):
             efficiency = f"[red]{efficiency} ![/]"
-        t.add_row(*[str(e["axes"].get(a, "-")) for a in axes], threads_text(e), *[status] * show_status,
-                  fmt.hms(e["epoch_time_s"]), _secs(e["epoch_time_s"]), *[_secs(e.get("epoch_time_std_s"))] * show_std,
-                  rate,
-                  _ratio(e.get("speedup")), _ratio(e.get("ideal_speedup")), efficiency, _diagnosis(e))
-    return t
+        rows.append([*[str(e["axes"].get(a, "-")) for a in axes], threads_text(e), *[status] * show_status,
+                     fmt.hms(e["epoch_time_s"]), _secs(e["epoch_time_s"]),
+                     *[_secs(e.get("epoch_time_std_s"))] * show_std, fmt.number(e.get("samples_per_s")),
+                     _ratio(e.get("speedup")), _ratio(e.get("ideal_speedup")), efficiency, _diagnosis(e)])
+    return Grid(title, cols, rows, note=caption, text_columns=text, open=True)
 
 
 def flag_lines(entries: list[dict[str, Any]]) -> list[str]:

@@ -1,6 +1,6 @@
 """The validation's plots as PNG files: predicted against measured step time, and the error of each phase.
 
-Drawn with matplotlib's object API (Figure + Agg canvas), never pyplot, as report/plots.py does.
+Drawn with matplotlib's object API and written through the one plot layer (plot.py).
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from typing import Any
 
 from matplotlib.figure import Figure
 
-from scaletrain.report.plots import PHASE_COLORS
+from scaletrain.plot import PHASE_COLORS, save
 from scaletrain.report.series import PHASE_LABELS, phase_names
 
 LOG_SPAN = 10.0
@@ -19,13 +19,6 @@ BAND = 0.10
 """The shaded band around y = x: predictions within this relative error."""
 LABELLED = 12
 """Up to this many points are labelled with their id on the scatter."""
-
-
-def _save(fig: Figure, path: str | Path) -> Path:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=100, bbox_inches="tight", metadata={"Software": None})
-    return path
 
 
 def step_time_scatter(points: list[dict[str, Any]], path: str | Path, title: str) -> Path:
@@ -56,7 +49,7 @@ def step_time_scatter(points: list[dict[str, Any]], path: str | Path, title: str
     ax.set_ylabel("predicted step time (ms)")
     ax.set_title(title)
     ax.legend(fontsize="small", frameon=False, loc="upper left")
-    return _save(fig, path)
+    return save(fig, path)
 
 
 def phase_errors(summary: dict[str, dict[str, Any]], path: str | Path) -> Path:
@@ -76,4 +69,4 @@ def phase_errors(summary: dict[str, dict[str, Any]], path: str | Path) -> Path:
     ax.tick_params(axis="x", labelrotation=30)
     for tick in ax.get_xticklabels():
         tick.set_horizontalalignment("right")
-    return _save(fig, path)
+    return save(fig, path)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import time
 
-from rich import box
 from rich.console import Group, RenderableType
 from rich.panel import Panel
 from rich.progress_bar import ProgressBar
@@ -12,6 +11,7 @@ from rich.table import Table
 from rich.text import Text
 
 from scaletrain import fmt
+from scaletrain.grid import Grid, rich_table
 from scaletrain.watch.state import Snapshot, ago
 
 STYLES = {"running": "bold green", "completed": "bold blue", "waiting": "bold cyan", "stalled": "bold red",
@@ -72,36 +72,27 @@ def throughput_line(s: Snapshot) -> str:
     return f"{recent}   {mean}"
 
 
-def phase_table(s: Snapshot) -> Table:
+def phase_table(s: Snapshot) -> Table | Text:
     """Mean milliseconds per phase and rank over steady steps, a mean row and each phase's share."""
     span = f"the last {s.window} steps of each rank" if s.window_full else "all steps so far"
-    t = Table(title=f"phases per rank, ms (mean over the steady steps of {span})", title_justify="left",
-              box=box.SIMPLE_HEAD, pad_edge=False)
-    t.add_column("rank", justify="right")
-    t.add_column("steps", justify="right")
-    t.add_column("step", justify="right")
-    for name in s.phases:
-        t.add_column(name, justify="right")
-    t.add_column("p90", justify="right")
-    t.add_column("slowest", justify="right")
-    for r in s.ranks:
-        phases = r.get("phases_mean_s") or {}
-        share = r.get("slowest_share")
-        t.add_row(str(r["rank"]), str(r["steps"]), fmt.ms(r["step_time_mean_s"], unit=False),
-                  *(fmt.ms(phases.get(name), unit=False) for name in s.phases),
-                  fmt.ms(r["step_time_p90_s"], unit=False),
-                  "-" if share is None else f"{share:.0%}")
+    rows = [[str(r["rank"]), str(r["steps"]), fmt.ms(r["step_time_mean_s"], unit=False),
+             *(fmt.ms((r.get("phases_mean_s") or {}).get(name), unit=False) for name in s.phases),
+             fmt.ms(r["step_time_p90_s"], unit=False),
+             "-" if r.get("slowest_share") is None else f"{r['slowest_share']:.0%}"] for r in s.ranks]
+    foot = []
     if s.run_phases and s.step_time_mean_s:
-        t.add_section()
-        t.add_row("mean", "", fmt.ms(s.step_time_mean_s, unit=False),
-                  *(fmt.ms(s.run_phases[name], unit=False) for name in s.phases), "", "", style="bold")
-        t.add_row("share", "", "100%", *(f"{s.run_phases[name] / s.step_time_mean_s:.0%}" for name in s.phases),
-                  "", "", style="dim")
+        foot = [["mean", "", fmt.ms(s.step_time_mean_s, unit=False),
+                 *(fmt.ms(s.run_phases[name], unit=False) for name in s.phases), "", ""],
+                ["share", "", "100%", *(f"{s.run_phases[name] / s.step_time_mean_s:.0%}" for name in s.phases),
+                 "", ""]]
+    note = None
     if not s.ranks:
-        t.caption = "no steady-state step yet (the first steps of each epoch are warm-up)"
+        note = "no steady-state step yet (the first steps of each epoch are warm-up)"
     elif not s.phases:
-        t.caption = "not profiled (--profile off): step times only"
-    return t
+        note = "not profiled (--profile off): step times only"
+    return rich_table(Grid(f"phases per rank, ms (mean over the steady steps of {span})",
+                           ["rank", "steps", "step", *s.phases, "p90", "slowest"], rows, note=note,
+                           text_columns=(), foot=foot, open=True))
 
 
 def stragglers(s: Snapshot) -> Text:

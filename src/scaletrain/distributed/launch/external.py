@@ -39,7 +39,7 @@ def join_external_launch(cfg: TrainConfig) -> int:
         request_preemption_on(run)
         result = run_worker(cfg, rank)
         if rank.is_main:
-            print_summary(run)
+            print_summary(run, cfg)
         if (result or {}).get("status") == "preempted" or run.preempt.exists():
             code = PREEMPTED
     except UserError as e:

@@ -70,7 +70,7 @@ def launch_local(cfg: TrainConfig, run: RunDir, port: int) -> int:
             watchdog.stop()
     status = (read_summary(run.root, strict=False) or {}).get("status")
     if cfg.launch.node_rank == 0:
-        print_summary(run)
+        print_summary(run, cfg)
         if status in ("stopped", "preempted"):
             print_resume_hint(run, cfg, stopped=status)
     return PREEMPTED if status == "preempted" else 0

@@ -30,7 +30,7 @@ def print_resume_hint(run: RunDir, cfg: TrainConfig, stopped: str | None = None)
     print(f"{why}: scaletrain train --resume --out {run.root}", file=sys.stderr)
 
 
-def print_summary(run: RunDir) -> None:
+def print_summary(run: RunDir, cfg: TrainConfig) -> None:
     from scaletrain.console.summary import print_summary
 
-    print_summary(run)
+    print_summary(run, cfg.layout.replicas)
