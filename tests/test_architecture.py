@@ -51,6 +51,27 @@ def test_the_training_loop_names_no_strategy():
             assert f'"{name}"' not in text, (path, name)
 
 
+def test_no_strategy_is_named_outside_comm():
+    """What differs between strategies is asked of the strategy (its class facts, recorded in summary.json:
+    lockstep, gradient_buckets, exchange_settings) or of the registry, never decided by its name elsewhere.
+    commbench and perf/alphabeta.py time collective patterns (allreduce, ring, ps), which are not strategies."""
+    from scaletrain.comm.registry import STRATEGIES
+
+    collective_kinds = {"allreduce", "ring", "ps"}
+    compared = re.compile(r"strateg[a-z_]*(\.name|\(\))?\)? *(==|!=|in) *[(\"'{]|strateg[a-z_]*\.startswith"
+                          r"|\.get\(\"strategy\"\) *(==|!=)")
+    offenders = []
+    for path in PACKAGE.rglob("*.py"):
+        rel = path.relative_to(PACKAGE)
+        if rel.parts[0] == "comm":
+            continue
+        text = path.read_text()
+        named = [n for n in STRATEGIES if n not in collective_kinds and n != "pipeline" and f'"{n}"' in text]
+        if named or (rel.parts[0] != "commbench" and rel != Path("perf/alphabeta.py") and compared.search(text)):
+            offenders.append((str(rel), named))
+    assert offenders == []
+
+
 def test_rank_and_environment_are_read_in_distributed_alone():
     pattern = re.compile(r"os\.environ|os\.getenv|get_rank\(|get_world_size\(")
     offenders = [str(p.relative_to(PACKAGE)) for p in PACKAGE.rglob("*.py")
@@ -137,7 +158,15 @@ def test_toml_is_parsed_by_the_configs_reader_and_the_data_files_own():
 
 
 def test_tables_are_grids():
-    """A console table is a Grid rendered by grid.rich_table (the report's HTML renders the same Grid); the views
-    listed still build rich Tables of their own (docs/architecture.md): no new one."""
+    """A table is a Grid rendered by grid.rich_table (the report's HTML renders the same Grid): every command's
+    console, the run's closing summary, a study's results, the graph's summary and watch's live frame."""
     builders = {path for path, text in _sources().items() if re.search(r"\bTable\(", text)}
-    assert builders == {"grid.py", "study/view.py", "graph/cli.py", "console/summary.py", "watch/terminal.py"}
+    assert builders == {"grid.py"}
+
+
+def test_figures_reach_files_through_the_plot_layer():
+    """plot.py writes every figure (atomically, without a date stamp) and holds the phases' colours."""
+    writers = {path for path, text in _sources().items() if ".savefig(" in text}
+    assert writers == {"plot.py"}
+    colours = {path for path, text in _sources().items() if re.search(r'"forward": "#', text)}
+    assert colours == {"plot.py"}

@@ -18,6 +18,8 @@ from __future__ import annotations
 import time
 from datetime import timedelta
 
+from scaletrain.perf.timing import samples
+
 MESSAGE_BYTES = 2 << 20  # 2 MiB: 17 ms at 1 Gbit/s, well past the 4 ms token bucket of a testbed link
 WARMUP_BYTES = 64 << 10
 REPEATS = 3
@@ -58,17 +60,19 @@ def measure_pair(store, a: int, b: int, me: int) -> dict:
     opts = dist.AllreduceOptions()
     opts.timeout = timedelta(seconds=OP_TIMEOUT_S)
     data = torch.ones(MESSAGE_BYTES // 4)
+    def once() -> float:
+        t0 = time.perf_counter()
+        group.allreduce([data], opts).wait()
+        return time.perf_counter() - t0
+
+    def spent(seconds: list[float]) -> bool:  # both sides must agree: stop when either has spent the budget
+        stop = torch.tensor([float(sum(seconds) > BUDGET_S)])
+        group.allreduce([stop], opts).wait()
+        return stop.item() > 0
+
     try:
         group.allreduce([torch.ones(WARMUP_BYTES // 4)], opts).wait()
-        for _ in range(REPEATS):
-            t0 = time.perf_counter()
-            group.allreduce([data], opts).wait()
-            record["seconds"].append(time.perf_counter() - t0)
-            # both sides must agree whether to go on: stop when either has spent the budget
-            stop = torch.tensor([float(sum(record["seconds"]) > BUDGET_S)])
-            group.allreduce([stop], opts).wait()
-            if stop.item() > 0:
-                break
+        record["seconds"] = samples(once, least=1, most=REPEATS, enough=spent)
     except RuntimeError as e:
         return {**record, "status": "timeout", "error": _first_line(e)}
     return record

@@ -14,14 +14,18 @@ T = TypeVar("T")
 
 
 def samples(measure: Callable[[], T], *, least: int, seconds: float = 0.0, most: int | None = None,
-            warmup: int = 0) -> list[T]:
+            warmup: int = 0, enough: Callable[[list[T]], bool] | None = None) -> list[T]:
     """`measure()` (which times one thing and returns its seconds, or a tuple of them) called `warmup` times
-    untimed, then `least` times, and on while `seconds` have not passed since (at most `most` times)."""
+    untimed, then `least` times, and on while `seconds` have not passed since (at most `most` times).
+
+    `enough(samples so far)`, when given, decides instead of the clock, after each call past `least`: two
+    processes that time one exchange together must stop together, so they agree on it there (doctor's links)."""
     for _ in range(warmup):
         measure()
     out: list[T] = []
     start = time.perf_counter()
-    while len(out) < least or (time.perf_counter() - start < seconds and (most is None or len(out) < most)):
+    done = enough or (lambda _: time.perf_counter() - start >= seconds)
+    while len(out) < least or ((most is None or len(out) < most) and not done(out)):
         out.append(measure())
     return out
 
