@@ -12,8 +12,7 @@ from torch import nn
 
 from scaletrain.errors import UserError
 from scaletrain.perf.blocks import Block
-from scaletrain.perf.footprint import out_of_memory
-from scaletrain.perf.walk import LayerGraph, walk
+from scaletrain.perf.walk import LayerGraph, walk_or_explain
 
 FORMAT = 1
 KIND = "scaletrain-graph"
@@ -29,18 +28,7 @@ class Traced:
 def trace(model: nn.Module, input_shape: tuple[int, ...], batch_size: int, label: str = "the model") -> Traced:
     """`model`'s layer graph at `batch_size` (perf/walk.walk): fx first, module order for a Sequential fx cannot
     trace. Any other model fx cannot trace, or a forward that fails, is a one-line UserError."""
-    shape = "x".join(str(d) for d in (batch_size, *input_shape))
-    try:
-        graph = walk(model, input_shape, batch_size)
-    except UserError:
-        raise
-    except Exception as e:  # the forward itself fails on a batch of this shape
-        first = str(e).splitlines()[0] if str(e) else ""
-        if out_of_memory(e):
-            raise UserError(f"tracing {label} on a batch of {shape} ran out of memory here ({first}): lower "
-                            "--batch-size or --image-size") from None
-        raise UserError(f"the forward of {label} fails on a batch of {shape} ({type(e).__name__}: {first}): "
-                        "fix the model, or its --image-size / --in-channels") from None
+    graph = walk_or_explain(model, input_shape, batch_size, label)
     if graph.traced_by == "fx":
         return Traced(graph, "fx")
     if not graph.exact:

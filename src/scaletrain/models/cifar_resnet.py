@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from functools import partial
+
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from scaletrain.models.resnet import BasicBlock, projection
 from scaletrain.models.sizing import min_input_size, scaled
 from scaletrain.models.weight_init import kaiming_init
 
@@ -27,35 +30,19 @@ class PadShortcut(nn.Module):
         return F.pad(x, (0, 0, 0, 0, before, self.extra - before))
 
 
-class CifarBlock(nn.Module):
+def option_shortcut(kind: str, in_ch: int, planes: int, stride: int) -> nn.Module:
+    """Identity when shapes match; else option A (strided, zero-padded channels, no parameters) or B (a 1x1
+    projection)."""
+    if stride == 1 and in_ch == planes:
+        return nn.Identity()
+    return PadShortcut(in_ch, planes, stride) if kind == "A" else projection(in_ch, planes, stride)
+
+
+class CifarBlock(BasicBlock):
     """Two 3x3 convs plus an option-A (default) or option-B shortcut."""
 
     def __init__(self, in_ch: int, planes: int, stride: int, shortcut: str) -> None:
-        super().__init__()
-        self.conv1 = nn.Conv2d(in_ch, planes, 3, stride=stride, padding=1, bias=False)
-        self.bn1 = nn.BatchNorm2d(planes)
-        self.conv2 = nn.Conv2d(planes, planes, 3, padding=1, bias=False)
-        self.bn2 = nn.BatchNorm2d(planes)
-        self.relu = nn.ReLU(inplace=True)
-        if stride == 1 and in_ch == planes:
-            self.shortcut: nn.Module = nn.Identity()
-        elif shortcut == "A":
-            self.shortcut = PadShortcut(in_ch, planes, stride)
-        else:
-            self.shortcut = nn.Sequential(nn.Conv2d(in_ch, planes, 1, stride=stride, bias=False),
-                                          nn.BatchNorm2d(planes))
-
-    @property
-    def last_bn(self) -> nn.BatchNorm2d:
-        """The BN closing the residual branch (zeroed by zero_init_residual)."""
-        return self.bn2
-
-    def residual(self, x: Tensor) -> Tensor:
-        """The residual branch alone, before the addition."""
-        return self.bn2(self.conv2(self.relu(self.bn1(self.conv1(x)))))
-
-    def forward(self, x: Tensor) -> Tensor:
-        return self.relu(self.residual(x) + self.shortcut(x))
+        super().__init__(in_ch, planes, stride, partial(option_shortcut, shortcut))
 
 
 class CifarResNet(nn.Module):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Callable
+
 from torch import Tensor, nn
 
 from scaletrain.models.sizing import Window, min_input_size, scaled
@@ -16,7 +18,7 @@ def _conv3x3(in_ch: int, out_ch: int, stride: int = 1) -> nn.Conv2d:
     return nn.Conv2d(in_ch, out_ch, 3, stride=stride, padding=1, bias=False)
 
 
-def _projection(in_ch: int, out_ch: int, stride: int) -> nn.Module:
+def projection(in_ch: int, out_ch: int, stride: int) -> nn.Module:
     """Shortcut: identity when shapes match, else a strided 1x1 conv + BN (option B)."""
     if stride == 1 and in_ch == out_ch:
         return nn.Identity()
@@ -28,14 +30,15 @@ class BasicBlock(nn.Module):
 
     expansion = 1
 
-    def __init__(self, in_ch: int, planes: int, stride: int = 1) -> None:
+    def __init__(self, in_ch: int, planes: int, stride: int = 1,
+                 shortcut: Callable[[int, int, int], nn.Module] = projection) -> None:
         super().__init__()
         self.conv1 = _conv3x3(in_ch, planes, stride)
         self.bn1 = nn.BatchNorm2d(planes)
         self.conv2 = _conv3x3(planes, planes)
         self.bn2 = nn.BatchNorm2d(planes)
         self.relu = nn.ReLU(inplace=True)
-        self.shortcut = _projection(in_ch, planes, stride)
+        self.shortcut = shortcut(in_ch, planes, stride)
 
     @property
     def last_bn(self) -> nn.BatchNorm2d:
@@ -66,7 +69,7 @@ class Bottleneck(nn.Module):
         self.conv3 = nn.Conv2d(planes, out_ch, 1, bias=False)
         self.bn3 = nn.BatchNorm2d(out_ch)
         self.relu = nn.ReLU(inplace=True)
-        self.shortcut = _projection(in_ch, out_ch, stride)
+        self.shortcut = projection(in_ch, out_ch, stride)
 
     @property
     def last_bn(self) -> nn.BatchNorm2d:

@@ -69,11 +69,6 @@ def check_forward_fits(factory, batch_size: int, in_channels: int, image_size: i
                         f"available: {hint}")
 
 
-def out_of_memory(e: BaseException) -> bool:
-    """Whether an exception from running a model is the allocator's refusal (CPU or GPU)."""
-    return isinstance(e, (MemoryError, torch.OutOfMemoryError)) or "can't allocate memory" in str(e)
-
-
 def _meta_forward(factory, batch_size: int, in_channels: int, image_size: int) -> tuple[int, int, int] | None:
     """(parameters, the largest activation's bytes, the bytes autograd saves for backward in float32) of one
     training forward pass on the meta device, from the one walk over the model (perf/walk.walk); None when

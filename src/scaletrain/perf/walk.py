@@ -21,6 +21,7 @@ import torch
 from torch import fx, nn
 from torch.utils.flop_counter import FlopCounterMode
 
+from scaletrain.errors import UserError
 from scaletrain.perf.flops import probe_input
 from scaletrain.perf.saved import SavedBytes
 
@@ -87,6 +88,29 @@ def walk(model: nn.Module, input_shape: tuple[int, ...], batch_size: int = 1) ->
         return layer_graph(model, input_shape, batch_size)
     except Untraceable as e:
         return module_graph(model, input_shape, batch_size, str(e))
+
+
+def walk_or_explain(model: nn.Module, input_shape: tuple[int, ...], batch_size: int,
+                    label: str = "the model") -> LayerGraph:
+    """`walk`, with a forward that fails (or runs out of memory) told in one line naming `label`, the batch's
+    shape and the fix (UserError): what the graph, the split and the prediction show a user."""
+    shape = "x".join(str(d) for d in (batch_size, *input_shape))
+    try:
+        return walk(model, input_shape, batch_size)
+    except UserError:
+        raise
+    except Exception as e:  # the user's forward itself fails on a batch of this shape
+        first = str(e).splitlines()[0] if str(e) else ""
+        if out_of_memory(e):
+            raise UserError(f"tracing {label} on a batch of {shape} ran out of memory here ({first}): lower "
+                            "--batch-size or --image-size") from None
+        raise UserError(f"{label}'s forward fails on a batch of {shape} ({type(e).__name__}: {first}): "
+                        "fix the model, or its --image-size / --in-channels") from None
+
+
+def out_of_memory(e: BaseException) -> bool:
+    """Whether an exception from running a model is the allocator's refusal (CPU or GPU)."""
+    return isinstance(e, (MemoryError, torch.OutOfMemoryError)) or "can't allocate memory" in str(e)
 
 
 def layer_graph(model: nn.Module, input_shape: tuple[int, ...], batch_size: int = 1) -> LayerGraph:

@@ -19,14 +19,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
 
 import torch
 from torch import nn
 
-from scaletrain.errors import UserError
-from scaletrain.perf.footprint import out_of_memory
-from scaletrain.perf.walk import LayerGraph, walk
+from scaletrain.perf.walk import LayerGraph, walk_or_explain
 
 
 _NORMS = ("BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "GroupNorm", "LayerNorm", "InstanceNorm2d", "SyncBatchNorm")
@@ -78,18 +75,7 @@ class Workload:
 def trace_ops(model: nn.Module, input_shape: tuple[int, ...], batch_size: int) -> Workload:
     """The ops of one forward pass of `batch_size` samples, from the one walk over the model (perf/walk.walk:
     torch.fx, else its modules through forward hooks)."""
-    shape = "x".join(str(d) for d in (batch_size, *input_shape))
-    try:
-        graph = walk(model, input_shape, batch_size)
-    except UserError:
-        raise
-    except Exception as e:  # the user's forward itself fails: nothing to price
-        first = str(e).splitlines()[0] if str(e) else ""
-        if out_of_memory(e):
-            raise UserError(f"tracing the model on a batch of {shape} ran out of memory here ({first}): lower "
-                            "--batch-size or --image-size") from None
-        raise UserError(f"the model's forward fails on a batch of {shape} ({type(e).__name__}: {first}): "
-                        "fix the model, or its --image-size / --in-channels") from None
+    graph = walk_or_explain(model, input_shape, batch_size)
     ops = _fx_ops(model, graph) if graph.traced_by == "fx" else _module_ops(model, graph)
     params = sum(p.numel() for p in model.parameters() if p.requires_grad)
     pbytes = sum(p.numel() * p.element_size() for p in model.parameters() if p.requires_grad)
