@@ -9,7 +9,8 @@ from scaletrain.config import TrainConfig
 from scaletrain.distributed.rank import RankInfo
 from scaletrain.errors import UserError
 from scaletrain.comm.ps import protocol as msg
-from scaletrain.comm.ps.links import Layout, Links
+from scaletrain.comm.ps.links import Links
+from scaletrain.config.layout import Layout
 from scaletrain.comm.ps.resume import saved_state
 from scaletrain.comm.ps.server import AsyncServer, ServerConfig, Shard, SyncServer
 from scaletrain.comm.ps.shard import bounds, pieces
@@ -29,7 +30,8 @@ def _server(kind, cfg, seed, index=1):
     sizes = [p.numel() for p in params]
     cuts = bounds(sum(sizes), SERVERS)
     shard = Shard(params, pieces(sizes, [p.ndim > 1 for p in params], cuts[index], cuts[index + 1]))
-    links = Links(Layout(WORKERS + SERVERS, SERVERS), RankInfo(WORKERS + index, 0, WORKERS + SERVERS, 1), True, index)
+    layout = Layout(per_node=WORKERS + SERVERS, servers=SERVERS)
+    links = Links(layout, RankInfo(WORKERS + index, 0, WORKERS + SERVERS, 1), True, layout.server_of(WORKERS + index))
     log = ServerLog(index, shard.numel, cfg.strategy.name, workers={w: WorkerLog() for w in range(WORKERS)})
     return kind(ServerConfig.of(cfg), links, shard, log, 6)
 

@@ -34,6 +34,10 @@ class Layout:
         """Ranks that read different data: the global batch is batch_size x replicas."""
         return max(0, self.trainers // self.stages)
 
+    def server_of(self, rank: int) -> int | None:
+        """The rank's index among the servers (the job's last ranks); None for a rank that trains."""
+        return rank - self.trainers if rank >= self.trainers else None
+
     def to_dict(self) -> dict[str, int]:
         return {"world": self.world, "nodes": self.nodes, "per_node": self.per_node, "servers": self.servers,
                 "stages": self.stages, "replicas": self.replicas}

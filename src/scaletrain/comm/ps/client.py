@@ -96,7 +96,7 @@ class Client:
         servers = self.server_states(reply=chief)
         if not chief:
             return None
-        return {"workers": self.links.layout.workers, "servers": servers, "clients": clients}
+        return {"workers": self.links.layout.trainers, "servers": servers, "clients": clients}
 
     def server_states(self, reply: bool) -> list[dict[str, Any]] | None:
         """STATE to every server; with `reply`, receive each one's state (a copy of its shard, optimizer
@@ -136,7 +136,7 @@ class SyncClient(Client):
         self.load()
 
     def step(self, step: int) -> dict[str, Any]:
-        self.send_gradients(self.gradients(), self.links.layout.workers, lambda i: msg.header(msg.PUSH, 0, step))
+        self.send_gradients(self.gradients(), self.links.layout.trainers, lambda i: msg.header(msg.PUSH, 0, step))
         self._receive()
         self.load()
         return {}

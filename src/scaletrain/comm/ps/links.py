@@ -20,25 +20,10 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
+from scaletrain.config.layout import Layout
 from scaletrain.distributed.rank import RankInfo
 
 WORKER, SERVER = 0, 1  # a link's two members: the worker is rank 0 of it, the server rank 1
-
-
-@dataclass(frozen=True)
-class Layout:
-    world: int
-    servers: int
-
-    @property
-    def workers(self) -> int:
-        return self.world - self.servers
-
-    def is_server(self, rank: int) -> bool:
-        return rank >= self.workers
-
-    def server_index(self, rank: int) -> int:
-        return rank - self.workers
 
 
 @dataclass
@@ -62,7 +47,7 @@ class Links:
         a worker are its business: ps-async goes on without that worker)."""
         if self.is_server:
             return work
-        return ServerWork(work, f"parameter server {peer} (rank {self.layout.workers + peer})")
+        return ServerWork(work, f"parameter server {peer} (rank {self.layout.trainers + peer})")
 
     def _other(self) -> int:
         return WORKER if self.is_server else SERVER
@@ -92,27 +77,26 @@ class ServerWork:
                              "on one machine)") from None
 
 
-def join(rank: RankInfo, servers: int, worker_group: bool, backend: str, device: torch.device,
+def join(rank: RankInfo, layout: Layout, worker_group: bool, backend: str, device: torch.device,
          timeout_s: float = 300) -> Links:
     """Collective over the whole job: meet on the launch's store, build the links (and the workers' group)."""
-    layout = Layout(rank.world_size, servers)
     timeout = timedelta(seconds=timeout_s)
     store, _, _ = next(dist.rendezvous("env://", rank.rank, rank.world_size, timeout=timeout))
     me = rank.rank
-    if layout.is_server(me):
-        links = Links(layout, rank, True, layout.server_index(me))
+    if layout.server_of(me) is not None:
+        links = Links(layout, rank, True, layout.server_of(me))
     else:
-        links = Links(layout, rank.within(layout.workers), False, me)  # its view among the workers
-        if worker_group and layout.workers > 1:
+        links = Links(layout, rank.within(layout.trainers), False, me)  # its view among the workers
+        if worker_group and layout.trainers > 1:
             if device.type == "cuda":
                 torch.cuda.set_device(device)
             dist.init_process_group(backend, store=dist.PrefixStore("scaletrain/workers", store), rank=me,
-                                    world_size=layout.workers, timeout=timeout,
+                                    world_size=layout.trainers, timeout=timeout,
                                     device_id=device if device.type == "cuda" else None)
     # every process builds its links in increasing (worker, server) order: one global order, no deadlock
-    for w in range(layout.workers):
-        for s in range(servers):
-            if me in (w, layout.workers + s):
+    for w in range(layout.trainers):
+        for s in range(layout.servers):
+            if me in (w, layout.trainers + s):
                 link_store = dist.PrefixStore(f"scaletrain/ps/{w}-{s}", store)
                 group = dist.ProcessGroupGloo(link_store, SERVER if links.is_server else WORKER, 2, timeout)
                 links.peers[w if links.is_server else s] = group

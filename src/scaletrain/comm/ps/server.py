@@ -116,7 +116,7 @@ def serve(cfg: ServerConfig, server_class: type["Server"], links: Links, model: 
     s = links.index
     shard = Shard(params, pieces(sizes, [p.ndim > 1 for p in params], cuts[s], cuts[s + 1]))
     log = ServerLog(s, shard.numel, cfg.mode,
-                    workers={w: WorkerLog() for w in range(links.layout.workers)})
+                    workers={w: WorkerLog() for w in range(links.layout.trainers)})
     steps_per_epoch = _hello(links, log)
     server = server_class(cfg, links, shard, log, steps_per_epoch)
     if saved is not None:
@@ -167,7 +167,7 @@ class Server:
 class SyncServer(Server):
     def __init__(self, cfg: ServerConfig, links: Links, shard: Shard, log: ServerLog, steps_per_epoch: int):
         super().__init__(cfg, links, shard, log)
-        workers = links.layout.workers
+        workers = links.layout.trainers
         # the optimizer and schedule of an all-reduce run with the same global batch
         self.optimizer = optimizer_for(cfg.optim, shard.tensors, [p.decay for p in shard.parts],
                                        peak_lr(cfg.optim, workers))
@@ -244,7 +244,7 @@ class AsyncServer(Server):
         kind = "adagrad" if cfg.ps.optimizer == "adagrad" else "plain-sgd"
         self.optimizer = optimizer_for(cfg.optim, shard.tensors, [p.decay for p in shard.parts], self.lr, kind=kind)
         # the schedule runs over the updates this shard expects: every worker's pushes
-        per_epoch = max(1, steps_per_epoch * links.layout.workers // cfg.ps.push)
+        per_epoch = max(1, steps_per_epoch * links.layout.trainers // cfg.ps.push)
         self.schedule = LRSchedule(cfg.optim, per_epoch, 1)
         self.lock = threading.Lock()
         self.finished = threading.Condition(self.lock)

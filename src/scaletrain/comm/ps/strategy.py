@@ -18,7 +18,7 @@ from scaletrain.comm.ps.resume import saved_state
 from scaletrain.comm.ps.server import AsyncServer, Server, ServerConfig, SyncServer, serve
 from scaletrain.comm.ps.stats import summarize
 from scaletrain.comm.strategy import SERVER, WORKER, Strategy
-from scaletrain.config import TrainConfig
+from scaletrain.config import Layout, TrainConfig
 from scaletrain.distributed.device import choose_device, cpu_threads_per_rank
 from scaletrain.distributed.group import gather_objects
 from scaletrain.distributed.rank import RankInfo
@@ -49,12 +49,13 @@ class ParameterServer(Strategy):
     def create(cls, cfg: TrainConfig, rank: RankInfo) -> "ParameterServer":
         # a resume that cannot continue (another layout) is refused on every rank alike, before any rank waits
         saved = saved_state(cfg, rank.world_size) if cfg.launch.resume else None
-        is_server = ps_links.Layout(rank.world_size, cfg.ps.servers).is_server(rank.rank)
+        layout = cfg.ps.shape(Layout(per_node=rank.world_size))  # the ranks as launched (torchrun's too)
+        is_server = layout.server_of(rank.rank) is not None
         device = torch.device("cpu") if is_server else choose_device(cfg.launch.device, rank)
         if device.type == "cpu":
             torch.set_num_threads(cpu_threads_per_rank(rank.local_world_size, cfg.launch.threads))
         backend = "nccl" if device.type == "cuda" else "gloo"
-        links = ps_links.join(rank, cfg.ps.servers, worker_group=cls.worker_group, backend=backend, device=device)
+        links = ps_links.join(rank, layout, worker_group=cls.worker_group, backend=backend, device=device)
         return cls(cfg, links, device, backend, saved)
 
     def __init__(self, cfg: TrainConfig, links: ps_links.Links, device: torch.device, backend: str,
