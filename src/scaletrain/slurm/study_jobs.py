@@ -30,10 +30,9 @@ from scaletrain.study.runner import (PlannedRun, check_study_dir, error_line, pl
 class PointJob:
     """One repeat of one point, as a batch job."""
 
-    point: Point
-    repeat: int
-    state: str
-    """The run directory's state before this submission (run_state): new, unfinished (resumed), failed."""
+    run: PlannedRun
+    """The point, the repeat and its run directory's state before this submission: new, unfinished (resumed),
+    failed."""
     script_text: str
     script: Path
     job: jobs.Job | None = None
@@ -67,16 +66,16 @@ def submit_study(args: argparse.Namespace, opts: SlurmOptions, workdir: Path) ->
     spec, threads = fair_threads(spec, None, recorded_spec(study))
     grid = points(spec)
     check_study_dir(study, spec)
-    todo = [(r.point, r.repeat, r.state) for r in planned_runs(study, grid, spec.repeats)]
-    on_nodes = {p.id: p.config.replace(nnodes=opts.nodes, master_port=SCRIPT_SETS_PORT) for p, _, _ in todo}
-    validate_points([replace(p, config=on_nodes[p.id]) for p, _, _ in todo],
+    todo = planned_runs(study, grid, spec.repeats)
+    on_nodes = {r.point.id: r.point.config.replace(nnodes=opts.nodes, master_port=SCRIPT_SETS_PORT) for r in todo}
+    validate_points([replace(r.point, config=on_nodes[r.point.id]) for r in todo],
                     lambda cfg: check_here(cfg, opts, validate))
     if not args.dry_run:
         jobs.refuse_if_queued(study.root, "study")
     planned = []
-    for p, k, state in todo:
-        text = render(_batch_job(study, p, k, opts, workdir, threads))
-        planned.append(PointJob(p, k, state, text, script_path(study, p.id, k)))
+    for r in todo:
+        text = render(_batch_job(study, r.point, r.repeat, opts, workdir, threads))
+        planned.append(PointJob(r, text, script_path(study, r.point.id, r.repeat)))
     completed = len(grid) * spec.repeats - len(todo)
     if args.dry_run:
         return StudySubmission(study, grid, spec.repeats, completed, planned, threads)
@@ -84,16 +83,16 @@ def submit_study(args: argparse.Namespace, opts: SlurmOptions, workdir: Path) ->
     jobs.slurm_dir(study.root).mkdir(parents=True, exist_ok=True)
     submitted = []
     for pj in planned:
-        prepare_run(study, PlannedRun(pj.point, pj.repeat, pj.state), resume=True)
+        prepare_run(study, pj.run, resume=True)
         pj.script.write_text(pj.script_text)
     gather(study.root, write_report=False)  # study.json lists every point (pending) before any job ends
     try:
         for pj in planned:
             job_id = submit.sbatch(pj.script)
-            run = study.run(pj.point.id, pj.repeat)
+            point, k = pj.run.point.id, pj.run.repeat
             submitted.append(replace(pj, job=jobs.Job(job_id=job_id, script=str(pj.script),
-                                                      output=str(study.log(pj.point.id, pj.repeat)),
-                                                      run=str(run), submitted_at=jobs.now())))
+                                                      output=str(study.log(point, k)),
+                                                      run=str(study.run(point, k)), submitted_at=jobs.now())))
     finally:  # what was submitted is recorded even when a later sbatch fails
         jobs.record_jobs(study.root, [pj.job for pj in submitted if pj.job is not None])
     return StudySubmission(study, grid, spec.repeats, completed, submitted, threads)

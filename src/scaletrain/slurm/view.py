@@ -54,9 +54,10 @@ def print_study(console: Console, sub: StudySubmission, opts: SlurmOptions, dry_
              f"study {root}: {len(sub.jobs)} jobs submitted ({_where(opts)})")
     grid = Grid(title, ["point", "repeat", "job" if not dry_run else "run now", "log"], text_columns=(0, 2, 3))
     for pj in sub.jobs:
-        state = {"unfinished": "resumes", "failed": "starts again"}.get(pj.state, "new")
-        grid.rows.append([pj.point.id, str(pj.repeat), pj.job.job_id if pj.job else state,
-                          _path(sub.study.log(pj.point.id, pj.repeat))])
+        run = pj.run
+        state = {"unfinished": "resumes", "failed": "starts again"}.get(run.state, "new")
+        grid.rows.append([run.point.id, str(run.repeat), pj.job.job_id if pj.job else state,
+                          _path(sub.study.log(run.point.id, run.repeat))])
     console.print(rich_table(grid))
     console.print(threads_line(sub.threads))
     if sub.completed:
@@ -64,7 +65,7 @@ def print_study(console: Console, sub: StudySubmission, opts: SlurmOptions, dry_
     if dry_run:
         if sub.jobs:
             first = sub.jobs[0]
-            console.print(f"the script of {first.point.id} r{first.repeat} (the others differ in the point's "
+            console.print(f"the script of {first.run.point.id} r{first.run.repeat} (the others differ in the point's "
                           "settings, run directory and log):")
             console.print(first.script_text, end="", markup=False, highlight=False, soft_wrap=True)
         console.print("nothing written, nothing submitted")
