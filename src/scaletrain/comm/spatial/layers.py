@@ -1,0 +1,211 @@
+"""Layers that run on one tile of an image and give exactly that tile's part of the whole image's result.
+
+Each is made from the ordinary layer it replaces and shares its Parameters and buffers (an optimizer, a
+checkpoint and the parameter digests see the same tensors under the same names):
+
+    SpatialConv2d       the halo its window needs (zeros at the image's edge), then the convolution unpadded
+    SpatialMaxPool2d    the same with -inf at the edge (zeros would take the gradient of a tied zero)
+    SpatialAvgPool2d    the same with zeros, every window counting k x k (count_include_pad=True)
+    SpatialBatchNorm2d  statistics of the whole image: sums, sums of squares and counts all-reduced over the
+                        tiles in forward, the matching two sums in backward (torch's SyncBatchNorm kernels have
+                        no CPU version); the weight's and bias's gradients stay this tile's, summed later with
+                        the other front parameters'
+
+A weight's gradient on one rank is its tile's part: summed over the tiles it is the whole image's.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch import nn
+
+from scaletrain.comm.spatial.geometry import Window, check_side, halo, why_not_tiled
+from scaletrain.comm.spatial.halo import H, Halo, Tiles, exchange
+from scaletrain.errors import UserError
+
+
+def _pair(v) -> tuple[int, int]:
+    return (v, v) if isinstance(v, int) else tuple(v)
+
+
+def windows_of(name: str, module: nn.Module) -> tuple[Window, Window]:
+    """A conv's or pool's window along height and width; one line naming the layer when tiles cannot run it."""
+    if isinstance(module, nn.Conv2d):
+        if module.padding_mode != "zeros":
+            raise UserError(f"layer {name} pads with {module.padding_mode!r}: tiles run zero padding only; end the "
+                            "tiled front before it (--spatial-until)")
+        padding = module.padding
+        if isinstance(padding, str):  # "same" at stride 1 (torch allows no other); "valid" is 0
+            padding = tuple(k // 2 for k in module.kernel_size) if padding == "same" else (0, 0)
+        parts = zip(module.kernel_size, module.stride, padding, module.dilation)
+    elif isinstance(module, (nn.MaxPool2d, nn.AvgPool2d)):
+        if getattr(module, "ceil_mode", False):
+            raise UserError(f"layer {name} rounds its output up (ceil_mode): tiles cannot; end the tiled front "
+                            "before it (--spatial-until)")
+        if isinstance(module, nn.AvgPool2d) and (not module.count_include_pad or module.divisor_override):
+            raise UserError(f"layer {name} averages over the pixels inside the image only: tiles count the whole "
+                            "window (count_include_pad=True); end the tiled front before it (--spatial-until)")
+        dilation = _pair(getattr(module, "dilation", 1))
+        parts = zip(_pair(module.kernel_size), _pair(module.stride or module.kernel_size), _pair(module.padding),
+                    dilation)
+    else:
+        raise UserError(f"layer {name} ({type(module).__name__}) has no tiled version")
+    out = tuple(Window(k, s, p, d) for k, s, p, d in parts)
+    for w in out:
+        why = why_not_tiled(w)
+        if why is not None:
+            raise UserError(f"layer {name} cannot run on tiles: {why}; end the tiled front before it "
+                            "(--spatial-until)")
+    return out[0], out[1]
+
+
+class _Windowed(nn.Module):
+    """A window layer on a tile: its halos, then the layer without padding."""
+
+    fill = 0.0
+
+    def __init__(self, name: str, module: nn.Module, tiles: Tiles) -> None:
+        super().__init__()
+        self.windows = windows_of(name, module)
+        self.name, self.tiles = name, tiles
+        # along a dimension the grid does not cut, the layer's own padding (of the fill) on both sides: any length
+        self.cut = (tiles.grid.rows > 1, tiles.grid.cols > 1)
+        self.widths: Halo = tuple(halo(w) if cut else (w.padding, w.padding)  # type: ignore[assignment]
+                                  for w, cut in zip(self.windows, self.cut))
+
+    def padded(self, x: torch.Tensor) -> torch.Tensor:
+        for side, window, cut, what in zip(x.shape[H:], self.windows, self.cut, ("height", "width")):
+            if cut:
+                check_side(self.name, window, side, what)
+        return exchange(x, self.tiles, self.widths, self.fill)
+
+    def extra_repr(self) -> str:
+        return f"{self.name}, tile {self.tiles.index} of {self.tiles.grid.rows}x{self.tiles.grid.cols}, halo {self.widths}"
+
+
+class SpatialConv2d(_Windowed):
+    def __init__(self, name: str, conv: nn.Conv2d, tiles: Tiles) -> None:
+        super().__init__(name, conv, tiles)
+        self.weight = conv.weight
+        self.bias = conv.bias
+        self.stride, self.groups = conv.stride, conv.groups
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.conv2d(self.padded(x), self.weight, self.bias, self.stride, 0, 1, self.groups)
+
+
+class SpatialMaxPool2d(_Windowed):
+    fill = float("-inf")
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.max_pool2d(self.padded(x), tuple(w.kernel for w in self.windows),
+                            tuple(w.stride for w in self.windows))
+
+
+class SpatialAvgPool2d(_Windowed):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.avg_pool2d(self.padded(x), tuple(w.kernel for w in self.windows),
+                            tuple(w.stride for w in self.windows))
+
+
+def _sum_over_tiles(t: torch.Tensor, tiles: Tiles) -> torch.Tensor:
+    if tiles.grid.tiles > 1:
+        dist.all_reduce(t, group=tiles.group)
+    return t
+
+
+class _WholeImageNorm(torch.autograd.Function):
+    """y = weight x_hat + bias with x_hat = (x - mean) invstd, mean and invstd those of the whole image; backward
+    all-reduces sum(dy) and sum(dy x_hat) to give dx, and returns this tile's own parts of d weight, d bias."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias, mean, invstd, count: int, tiles: Tiles):
+        shape = (1, -1, 1, 1)
+        x_hat = (x - mean.view(shape).to(x.dtype)) * invstd.view(shape).to(x.dtype)
+        ctx.save_for_backward(x_hat, weight, invstd)
+        ctx.count, ctx.tiles, ctx.has_bias = count, tiles, bias is not None
+        y = x_hat if weight is None else x_hat * weight.view(shape)
+        return y if bias is None else y + bias.view(shape)
+
+    @staticmethod
+    def backward(ctx, dy):
+        x_hat, weight, invstd = ctx.saved_tensors
+        dims = (0, 2, 3)
+        sum_dy = dy.sum(dims)
+        sum_dy_xhat = (dy * x_hat).sum(dims)
+        d_weight = None if weight is None else sum_dy_xhat.clone()
+        d_bias = sum_dy.clone() if ctx.has_bias else None
+        sums = _sum_over_tiles(torch.stack([sum_dy, sum_dy_xhat]), ctx.tiles) / ctx.count
+        shape = (1, -1, 1, 1)
+        scale = invstd.to(dy.dtype) if weight is None else weight * invstd.to(dy.dtype)
+        dx = scale.view(shape) * (dy - sums[0].view(shape) - x_hat * sums[1].view(shape))
+        return dx, d_weight, d_bias, None, None, None, None
+
+
+class SpatialBatchNorm2d(nn.Module):
+    """nn.BatchNorm2d over the whole image held as tiles (its statistics over the batch and every tile)."""
+
+    def __init__(self, name: str, bn: nn.BatchNorm2d, tiles: Tiles) -> None:
+        super().__init__()
+        self.name, self.tiles = name, tiles
+        self.weight, self.bias = bn.weight, bn.bias
+        self.eps, self.momentum, self.track_running_stats = bn.eps, bn.momentum, bn.track_running_stats
+        for buffer in ("running_mean", "running_var", "num_batches_tracked"):
+            self.register_buffer(buffer, getattr(bn, buffer))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not self.training and self.running_mean is not None:
+            return F.batch_norm(x, self.running_mean, self.running_var, self.weight, self.bias, False, 0.0, self.eps)
+        # statistics in float32 at least, shifted by a value every tile shares so that the sum of squares does
+        # not cancel: the running mean (zero before the first step)
+        acc = torch.float64 if x.dtype == torch.float64 else torch.float32
+        with torch.no_grad():
+            shift = (self.running_mean if self.running_mean is not None else x.new_zeros(x.size(1))).to(acc)
+            centred = x.detach().to(acc) - shift.view(1, -1, 1, 1)
+            local = torch.cat([centred.sum((0, 2, 3)), centred.square().sum((0, 2, 3)),
+                               torch.tensor([centred[:, 0].numel()], dtype=acc, device=x.device)])
+            total = _sum_over_tiles(local, self.tiles)
+            c = x.size(1)
+            count = int(total[-1].item())
+            mean_shifted = total[:c] / count
+            var = (total[c:2 * c] / count - mean_shifted.square()).clamp_min(0)
+            mean = shift + mean_shifted
+            invstd = (var + self.eps).rsqrt()
+            self._track(mean, var, count)
+        return _WholeImageNorm.apply(x, self.weight, self.bias, mean, invstd, count, self.tiles)
+
+    def _track(self, mean: torch.Tensor, var: torch.Tensor, count: int) -> None:
+        """The running statistics as nn.BatchNorm2d keeps them (the variance unbiased over the whole count)."""
+        if not self.track_running_stats or self.running_mean is None:
+            return
+        self.num_batches_tracked.add_(1)
+        m = 1.0 / float(self.num_batches_tracked) if self.momentum is None else self.momentum
+        unbiased = var * count / max(count - 1, 1)
+        self.running_mean.mul_(1 - m).add_(mean.to(self.running_mean.dtype), alpha=m)
+        self.running_var.mul_(1 - m).add_(unbiased.to(self.running_var.dtype), alpha=m)
+
+    def extra_repr(self) -> str:
+        return f"{self.name}, statistics over {self.tiles.grid.tiles} tiles"
+
+
+SPATIAL = {nn.Conv2d: SpatialConv2d, nn.MaxPool2d: SpatialMaxPool2d, nn.AvgPool2d: SpatialAvgPool2d,
+           nn.BatchNorm2d: SpatialBatchNorm2d}
+"""The tiled version of each layer a tiled front may hold besides pointwise ones."""
+
+POINTWISE = (nn.ReLU, nn.ReLU6, nn.LeakyReLU, nn.GELU, nn.SiLU, nn.Sigmoid, nn.Tanh, nn.Hardswish, nn.Identity,
+             nn.Dropout)
+"""Layers that act on each pixel alone: they run on a tile unchanged (Dropout: each tile draws its own mask)."""
+
+
+def tiled(name: str, module: nn.Module, tiles: Tiles) -> nn.Module:
+    """The tiled version of a leaf layer (sharing its tensors), the layer itself if pointwise, or one line naming
+    a layer that has none."""
+    if isinstance(module, POINTWISE):
+        return module
+    make = SPATIAL.get(type(module))
+    if make is None:
+        raise UserError(f"layer {name} ({type(module).__name__}) cannot run on tiles: end the tiled front before it "
+                        "(--spatial-until)")
+    return make(name, module, tiles)

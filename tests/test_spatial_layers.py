@@ -1,0 +1,87 @@
+"""Tiled layers (comm/spatial/layers.py) on 2 and 4 gloo ranks against one process on the whole image, float64:
+the output, the input's gradient and the weights' gradients (summed over the tiles) are the whole image's, and
+BatchNorm's running statistics are; so is a small residual front gathered into a tail."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+from multirank import group
+
+GRIDS = {"1x2": (1, 2), "2x1": (2, 1), "2x2": (2, 2)}
+
+
+def _layers(channels: int):
+    """(name, module, relu first) for every kind of tiled layer: convs of kernels 1-7 and strides 1-2, grouped
+    (depthwise) or not, with or without bias; pools (max on a ReLU'd input: ties); BatchNorm."""
+    from torch import nn
+
+    cases = [(f"conv k{k} s{s} g{g} b{int(b)}", nn.Conv2d(channels, 2 * channels if g == 1 else channels, k, s, k // 2,
+                                                          groups=g, bias=b), False)
+             for k in (1, 3, 5, 7) for s in (1, 2) for g, b in ((1, True), (channels, False))]
+    cases += [("conv same", nn.Conv2d(channels, channels, 3, padding="same"), False),
+              ("maxpool 3/2/1", nn.MaxPool2d(3, 2, 1), True), ("maxpool 2/2/0", nn.MaxPool2d(2), True),
+              ("avgpool 3/2/1", nn.AvgPool2d(3, 2, 1), False), ("avgpool 2", nn.AvgPool2d(2), False),
+              ("batchnorm", nn.BatchNorm2d(channels), False),
+              ("batchnorm cumulative", nn.BatchNorm2d(channels, momentum=None), False)]
+    return cases
+
+
+def _relative(a, b) -> float:
+    scale = max(float(b.abs().max()), 1e-300)
+    return float((a - b).abs().max()) / scale
+
+
+def _compare_layers(rank: int, world: int, grid: tuple[int, int], sides: tuple[int, int]) -> dict[str, float]:
+    import torch
+    import torch.distributed as dist
+
+    from scaletrain.comm.spatial.geometry import TileGrid
+    from scaletrain.comm.spatial.halo import Tiles
+    from scaletrain.comm.spatial.layers import tiled
+
+    worst: dict[str, float] = {}
+    with group() as g:
+        tiles = Tiles(TileGrid(*grid), rank, tuple(range(world)), g)
+        torch.manual_seed(0)
+        for name, layer, relu in _layers(4):
+            layer = layer.double()
+            x = torch.randn(2, 4, *sides, dtype=torch.float64)
+            if relu:
+                x = x.relu()
+            whole = copy.deepcopy(layer)
+            mine = tiled(name, copy.deepcopy(layer), tiles)
+            full_x = x.clone().requires_grad_()
+            out = whole(full_x)
+            weights = torch.randn_like(out)
+            (out * weights).sum().backward()
+            rows, cols = tiles.grid.split(x.shape[2], x.shape[3], rank)
+            tile_x = x[:, :, rows, cols].clone().requires_grad_()
+            tile_out = mine(tile_x)
+            out_rows, out_cols = tiles.grid.split(out.shape[2], out.shape[3], rank)
+            (tile_out * weights[:, :, out_rows, out_cols]).sum().backward()
+            errors = [_relative(tile_out, out[:, :, out_rows, out_cols].detach()),
+                      _relative(tile_x.grad, full_x.grad[:, :, rows, cols])]
+            for p_whole, p_mine in zip(whole.parameters(), mine.parameters()):
+                summed = p_mine.grad.clone()
+                dist.all_reduce(summed, group=g)
+                errors.append(_relative(summed, p_whole.grad))
+            for b_whole, b_mine in zip(whole.buffers(), mine.buffers()):
+                errors.append(_relative(b_mine.double(), b_whole.double()))
+            if isinstance(layer, torch.nn.BatchNorm2d):  # evaluation: the running statistics, tile by tile
+                whole.eval(), mine.eval()
+                errors.append(_relative(mine(x[:, :, rows, cols]), whole(x)[:, :, rows, cols]))
+            worst[name] = max(errors)
+    return worst
+
+
+@pytest.mark.parametrize("grid, sides", [("1x2", (9, 12)), ("2x1", (12, 7)), ("2x2", (12, 20))])
+def test_every_tiled_layer_equals_the_whole_image(ranks, grid, sides):
+    # odd sides along the dimension the grid does not cut; a tile of 3 rows meets the 7x7 kernel's halo of 3
+    r, c = GRIDS[grid]
+    results = ranks.run(_compare_layers, r * c, (r, c), sides)
+    for rank, worst in enumerate(results):
+        assert len(worst) == len(_layers(4))
+        bad = {name: e for name, e in worst.items() if e > 1e-10}
+        assert not bad, (rank, bad)
