@@ -48,8 +48,8 @@ def rich_table(grid: Grid) -> Table | Text:
         if i in grid.text_columns:  # text wraps between words; a word breaks only beyond 20 characters
             words = [w for text in (col, *(r[i] for r in cells)) for w in text.split()]
             t.add_column(col, overflow="fold", min_width=min(max(map(len, words), default=1), 20))
-        else:  # numbers never break; a long header may wrap above them
-            t.add_column(col, justify="right", min_width=max((len(r[i]) for r in cells), default=1))
+        else:  # numbers never break (a note in their place may wrap); a long header may wrap above them
+            t.add_column(col, justify="right", min_width=max((len(r[i]) for r in cells if len(r[i]) <= 20), default=1))
     for row in grid.rows:
         t.add_row(*row)
     if grid.foot:

@@ -15,6 +15,7 @@ STRATEGIES = {
     "ps-async": "scaletrain.comm.ps.strategy:AsyncParameterServer",
     "pipeline": "scaletrain.comm.pipeline.strategy:Pipeline",
     "fsdp": "scaletrain.comm.fsdp:Fsdp",
+    "spatial": "scaletrain.comm.spatial.strategy:Spatial",
 }
 
 OPTIONS = {
@@ -24,6 +25,7 @@ OPTIONS = {
     "ps-async": ("ps_servers", "ps_fetch", "ps_push", "ps_optimizer", "staleness_lr", "max_staleness", "compress"),
     "pipeline": ("stages", "microbatches", "pipeline_schedule", "split"),
     "fsdp": (),
+    "spatial": ("spatial", "spatial_until"),
 }
 """The strategy-specific settings each strategy takes (setting keys: StrategyConfig's or its options section's).
 A setting some strategy takes, set with a strategy that does not take it, is refused (config/applies.py): it
@@ -33,7 +35,7 @@ VALUES_OF_ONE = {("offload", "params"): (("fsdp",), "FSDP2's CPU offload policy 
 """Values of a setting every strategy takes that only some strategies can run with: (key, value) -> (those
 strategies, why); config refuses the value with any other strategy."""
 
-OPTION_SECTIONS = {"ps-sync": "ps", "ps-async": "ps", "pipeline": "pipeline"}
+OPTION_SECTIONS = {"ps-sync": "ps", "ps-async": "ps", "pipeline": "pipeline", "spatial": "spatial"}
 """The TrainConfig section holding a strategy's own settings (comm/ps/options.py, comm/pipeline/options.py): its
 `check(cfg)` refuses what the strategy cannot run with, `shape(layout)` and `check_layout(cfg, layout)` say how the
 strategy divides the job's ranks (config/layout.py)."""

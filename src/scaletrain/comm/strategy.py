@@ -61,6 +61,7 @@ class Strategy:
     gradient_buckets = False  # DDP's buckets carry the gradients: --bucket-cap-mb applies (the diagnosis asks)
     local_update = True  # the rank's own optimizer applies the update (a parameter server's workers: no)
     exchange_settings: tuple[str, ...] = ()  # settings besides batch and --compress that change its exchange's time
+    priced = True  # its cost(pricing) prices a step (predict refuses a strategy that does not, before tracing)
 
     def __init__(self, cfg: TrainConfig, rank: RankInfo, device: torch.device, backend: str) -> None:
         self.cfg = cfg

@@ -2,11 +2,12 @@
 settings and the strategy's options (`TrainConfig.layout`), and asked by the launcher, the loop, predict,
 watch and the report instead of formulas of their own.
 
-    world = nodes x per_node = servers + stages x replicas
+    world = nodes x per_node = servers + stages x tiles x replicas
 
 `servers`: the job's last ranks, parameter servers, which train nothing; `stages`: the ranks one pipeline
 pass runs through (1 without a pipeline); `replicas`: the ranks that read different data and share the
-global batch (a pipeline's replicas, a parameter server's workers, DDP's ranks)."""
+global batch (a pipeline's replicas, a parameter server's workers, DDP's ranks); `tiles`: the ranks that hold
+one image's tiles (spatial parallelism, 1 without)."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ class Layout:
     per_node: int = 1
     servers: int = 0
     stages: int = 1
+    tiles: int = 1
 
     @property
     def world(self) -> int:
@@ -32,7 +34,7 @@ class Layout:
     @property
     def replicas(self) -> int:
         """Ranks that read different data: the global batch is batch_size x replicas."""
-        return max(0, self.trainers // self.stages)
+        return max(0, self.trainers // (self.stages * self.tiles))
 
     def server_of(self, rank: int) -> int | None:
         """The rank's index among the servers (the job's last ranks); None for a rank that trains."""
@@ -40,4 +42,4 @@ class Layout:
 
     def to_dict(self) -> dict[str, int]:
         return {"world": self.world, "nodes": self.nodes, "per_node": self.per_node, "servers": self.servers,
-                "stages": self.stages, "replicas": self.replicas}
+                "stages": self.stages, "tiles": self.tiles, "replicas": self.replicas}

@@ -7,12 +7,14 @@ from dataclasses import Field
 
 from scaletrain.comm.pipeline.options import PipelineOptions
 from scaletrain.comm.ps.options import PsOptions
+from scaletrain.comm.spatial.options import SpatialOptions
 from scaletrain.config.fields import setting_key, settings
 from scaletrain.config.sections import (DataConfig, FaultsConfig, LaunchConfig, ModelConfig, OptimConfig, ProfileConfig,
                                         StrategyConfig)
 
 SECTIONS: dict[str, type] = {"data": DataConfig, "model": ModelConfig, "optim": OptimConfig, "launch": LaunchConfig,
                              "strategy": StrategyConfig, "ps": PsOptions, "pipeline": PipelineOptions,
+                             "spatial": SpatialOptions,
                              "profile": ProfileConfig, "faults": FaultsConfig}
 """Section name (TrainConfig's attribute) -> its class, in order: the groups of `scaletrain train --help`. A
 strategy's own section lives beside the strategy (comm/registry.py OPTION_SECTIONS names it)."""

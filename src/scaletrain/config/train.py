@@ -12,6 +12,7 @@ from typing import Any
 from scaletrain.comm import registry
 from scaletrain.comm.pipeline.options import PipelineOptions
 from scaletrain.comm.ps.options import PsOptions
+from scaletrain.comm.spatial.options import SpatialOptions
 from scaletrain.config import applies
 from scaletrain.config.fields import setting_key, settings
 from scaletrain.config.layout import Layout
@@ -32,6 +33,7 @@ class TrainConfig:
     strategy: StrategyConfig = field(default_factory=StrategyConfig)
     ps: PsOptions = field(default_factory=PsOptions)
     pipeline: PipelineOptions = field(default_factory=PipelineOptions)
+    spatial: SpatialOptions = field(default_factory=SpatialOptions)
     profile: ProfileConfig = field(default_factory=ProfileConfig)
     faults: FaultsConfig = field(default_factory=FaultsConfig)
 

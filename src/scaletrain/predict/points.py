@@ -76,6 +76,11 @@ def check_point(cfg, hw=None) -> None:
     fill or this machine cannot trace: one UserError line."""
     from scaletrain.comm.spec import parse_compress
 
+    from scaletrain.comm.registry import strategy_class
+
+    if not strategy_class(cfg.strategy.name).priced:
+        raise UserError(f"--strategy {cfg.strategy.name}: predict does not price it yet; measure it with "
+                        "scaletrain train (or a study), or predict another strategy")
     compress = parse_compress(cfg.strategy.compress)
     if compress and compress[0] == "powersgd":
         raise UserError(f"--compress {cfg.strategy.compress}: predict cannot price PowerSGD (its bytes depend on each "

@@ -82,7 +82,8 @@ class _Windowed(nn.Module):
         return exchange(x, self.tiles, self.widths, self.fill)
 
     def extra_repr(self) -> str:
-        return f"{self.name}, tile {self.tiles.index} of {self.tiles.grid.rows}x{self.tiles.grid.cols}, halo {self.widths}"
+        grid = self.tiles.grid
+        return f"{self.name}, tile {self.tiles.index} of {grid.rows}x{grid.cols}, halo {self.widths}"
 
 
 class SpatialConv2d(_Windowed):

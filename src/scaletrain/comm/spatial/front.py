@@ -1,0 +1,168 @@
+"""The tiled front of a model: every layer up to the end of the module `--spatial-until` names runs on tiles,
+that module's output is gathered into the whole image on every rank of the tiles, and the rest of the model
+runs on it unchanged.
+
+The front is read from torch.fx's graph of the model (perf/walk.layer_graph, on the meta device): in order, up to
+the last node of the boundary module, every node must have a tiled version (comm/spatial/layers.py) or act on
+each pixel alone, and the boundary must be a cut point (no other tensor flows past it: a skip connection
+crossing it would reach the rest of the model as a tile). Anything else is refused with one line naming the
+layer, before any process starts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from scaletrain.comm.spatial.geometry import TileGrid, check_side
+from scaletrain.comm.spatial.halo import H, Tiles, gather
+from scaletrain.comm.spatial.layers import POINTWISE, SPATIAL, tiled, windows_of
+from scaletrain.errors import UserError
+from scaletrain.perf.walk import LayerGraph, Node, Untraceable, cut_points, layer_graph
+
+PIXELWISE = {"add", "add_", "iadd", "mul", "mul_", "imul", "sub", "relu", "relu_", "sigmoid", "tanh", "gelu",
+             "silu", "hardswish", "leaky_relu", "dropout", "contiguous"}
+"""Functions and tensor methods (fx node kinds) that act on each pixel alone: they run on a tile unchanged."""
+
+
+@dataclass(frozen=True)
+class Front:
+    layers: tuple[str, ...]
+    """The module paths of the leaf layers that run on tiles (pointwise ones aside), in order."""
+    until: str
+    """The module whose output is gathered."""
+
+
+def _graph(model: nn.Module, sample_shape: tuple[int, ...]) -> LayerGraph:
+    try:
+        return layer_graph(model, sample_shape, 1)
+    except Untraceable as e:
+        raise UserError(f"torch.fx cannot trace the model ({e}), so its front cannot be tiled: make its forward "
+                        "traceable (no data-dependent control flow)") from None
+
+
+def _why_not(model: nn.Module, node: Node, graph: LayerGraph) -> str | None:
+    """Why this node cannot run on a tile (None: it can)."""
+    if node.op in ("placeholder", "get_attr"):
+        return None
+    if node.op == "call_module":
+        module = model.get_submodule(node.target)
+        if isinstance(module, POINTWISE) or type(module) in SPATIAL:
+            return None
+        return f"layer {node.target} ({type(module).__name__}) has no tiled version"
+    if node.kind in PIXELWISE:
+        return None
+    return f"{node.kind} in {_owner(graph, node)} may mix pixels of different tiles"
+
+
+def _owner(graph: LayerGraph, node: Node) -> str:
+    """The module whose forward calls a function node: `layer2.0.shortcut (PadShortcut)`, or `the model's forward`."""
+    fx_node = next((n for n in graph.traced.graph.nodes if n.name == node.name), None) if graph.traced else None
+    stack = (fx_node.meta.get("nn_module_stack") or {}) if fx_node is not None else {}
+    if not stack:
+        return "the model's forward"
+    path, (_, cls) = list(stack.items())[-1]
+    return f"{path} ({getattr(cls, '__name__', cls)})"
+
+
+def _last_node(graph: LayerGraph, until: str) -> int | None:
+    ids = [n.id for n in graph.nodes
+           if n.op == "call_module" and (n.target == until or n.target.startswith(until + "."))]
+    return max(ids) if ids else None
+
+
+def _check_sizes(model: nn.Module, graph: LayerGraph, last: int, grid: TileGrid) -> None:
+    """Every window layer of the front, on the tile it gets there: a whole number of strides, and halos that its
+    neighbours hold."""
+    nodes = {n.id: n for n in graph.nodes}
+    for n in graph.nodes[:last + 1]:
+        if n.op != "call_module" or type(model.get_submodule(n.target)) not in (nn.Conv2d, nn.MaxPool2d, nn.AvgPool2d):
+            continue
+        shape = nodes[n.inputs[0]].shape if n.inputs else None
+        if shape is None or len(shape) != 4:
+            continue
+        windows = windows_of(n.target, model.get_submodule(n.target))
+        for side, extent, window, what in zip(shape[H:], (grid.rows, grid.cols), windows, ("height", "width")):
+            if extent > 1:
+                if side % extent:
+                    raise UserError(f"layer {n.target} gets a {what} of {side}, which does not divide into {extent} "
+                                    "tiles: give an image side that divides by the tiles times the strides before it")
+                check_side(n.target, window, side // extent, what)
+
+
+def plan_front(model: nn.Module, until: str, grid: TileGrid, sample_shape: tuple[int, ...]) -> Front:
+    """The layers that run on tiles when the front ends with module `until` ("auto": the deepest of the model's
+    top-level modules that can end one); refused with one line naming what cannot."""
+    graph = _graph(model, sample_shape)
+    cuts = set(cut_points(graph))
+    if until == "auto":
+        until = _deepest(model, graph, cuts)
+    last = _last_node(graph, until)
+    if last is None:
+        names = ", ".join(name for name, _ in model.named_children())
+        raise UserError(f"--spatial-until {until}: the model has no layer of that name; its top-level modules are "
+                        f"{names} (or a deeper path, e.g. layer2.1)")
+    for n in graph.nodes[:last + 1]:
+        why = _why_not(model, n, graph)
+        if why is not None:
+            raise UserError(f"the tiled front cannot reach the end of {until}: {why}; end it before "
+                            f"(--spatial-until)")
+    if last not in cuts:
+        raise UserError(f"--spatial-until {until}: other tensors than its output flow past it (a skip connection "
+                        "across it): end the front at the end of a block")
+    _check_sizes(model, graph, last, grid)
+    layers = []
+    for n in graph.nodes[:last + 1]:
+        if n.op == "call_module" and type(model.get_submodule(n.target)) in SPATIAL and n.target not in layers:
+            layers.append(n.target)
+    later = {n.target for n in graph.nodes[last + 1:] if n.op == "call_module"}
+    shared = [name for name in layers if name in later]
+    if shared:
+        raise UserError(f"layer {shared[0]} runs both before and after the end of {until}: end the front before it")
+    return Front(tuple(layers), until)
+
+
+def _deepest(model: nn.Module, graph: LayerGraph, cuts: set[int]) -> str:
+    """The last top-level module whose end is a cut point and whose front can run on tiles."""
+    best = None
+    for name, _ in model.named_children():
+        last = _last_node(graph, name)
+        if last is None:
+            continue
+        if any(_why_not(model, n, graph) for n in graph.nodes[:last + 1]):
+            break
+        if last in cuts:
+            best = name
+    if best is None:
+        raise UserError("no part of the model's front can run on tiles (its first layer has no tiled version): "
+                        "use another strategy")
+    return best
+
+
+class TileInput(nn.Module):
+    """The model fed this rank's tile of each image (the whole images come in: every rank of a replica reads
+    the same batch)."""
+
+    def __init__(self, model: nn.Module, tiles: Tiles) -> None:
+        super().__init__()
+        self.model, self.tiles = model, tiles
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        rows, cols = self.tiles.grid.split(x.shape[H], x.shape[H + 1], self.tiles.index)
+        return self.model(x[:, :, rows, cols])
+
+
+def tile_front(model: nn.Module, front: Front, tiles: Tiles) -> list[nn.Parameter]:
+    """Swap the front's layers for their tiled versions (in place, sharing their tensors) and gather the
+    boundary module's output; the front's parameters, whose gradients are each tile's part of the whole's."""
+    params: list[nn.Parameter] = []
+    for name in front.layers:
+        parent_name, _, attr = name.rpartition(".")
+        parent = model.get_submodule(parent_name) if parent_name else model
+        layer = tiled(name, getattr(parent, attr), tiles)
+        setattr(parent, attr, layer)
+        params += [p for p in layer.parameters() if p.requires_grad and all(p is not q for q in params)]
+    model.get_submodule(front.until).register_forward_hook(lambda _m, _i, out: gather(out, tiles))
+    return params

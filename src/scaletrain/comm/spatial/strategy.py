@@ -1,0 +1,134 @@
+"""`--strategy spatial`: each image cut into S tiles held by S consecutive ranks (`--spatial S`), the model's
+front run on the tiles up to `--spatial-until`, gathered there into the whole image, and the rest run on it by
+every rank of the tiles; R = world / S such groups are data-parallel replicas (docs/spatial.md).
+
+Ranks: replica i holds ranks [i S, (i + 1) S), tile t of it is rank i S + t. Every rank of a replica reads the
+same batches (its replica's shard) and keeps its own tile of each. After backward, each front parameter's
+gradient is its tile's part: summed over the tiles (the tiles' group), then averaged over the replicas (the
+group of each tile index); the rest of the model's gradients are the same on every tile and only averaged over
+the replicas. Every rank then steps the same optimizer on the same gradients: all hold the same weights.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from scaletrain.comm.spatial.front import TileInput, plan_front, tile_front
+from scaletrain.comm.spatial.geometry import TileGrid, square_grid
+from scaletrain.comm.spatial.halo import Tiles
+from scaletrain.comm.strategy import Strategy
+from scaletrain.config import TrainConfig
+from scaletrain.distributed.rank import RankInfo
+from scaletrain.perf.precision import to_device
+from scaletrain.train.evaluate import EvalResult, Tally
+
+
+class Spatial(Strategy):
+    exchange_settings = ("spatial",)
+    priced = False  # the tiled front's compute per tile, its halos and the gather are not priced yet
+
+    def __init__(self, cfg: TrainConfig, rank: RankInfo, device: torch.device, backend: str) -> None:
+        super().__init__(cfg, rank, device, backend)
+        self.grid = TileGrid(*square_grid(cfg.spatial.tiles))
+        s = self.grid.tiles
+        self.replicas = rank.world_size // s
+        self.replica_index, self.tile = divmod(rank.rank, s)
+        self.front_params: list[nn.Parameter] = []
+        self.tiles_group, self.dp_group = self._groups()
+
+    @staticmethod
+    def check_model(cfg: TrainConfig, factory, sample_shape: tuple[int, ...]) -> None:
+        """The front's layers, its boundary and the tiles' sizes, before any process starts."""
+        plan_front(factory(), cfg.spatial.until, TileGrid(*square_grid(cfg.spatial.tiles)), sample_shape)
+
+    def _groups(self):
+        """(this replica's tiles group, this tile index's data-parallel group or None). Collective: every rank
+        creates every group, in the same order."""
+        s, r = self.grid.tiles, self.replicas
+        if r == 1:
+            return None, None  # the default group holds the tiles
+        tiles = dp = None
+        for i in range(r):
+            g = dist.new_group(list(range(i * s, (i + 1) * s)))
+            if i == self.replica_index:
+                tiles = g
+        for t in range(s):
+            g = dist.new_group(list(range(t, s * r, s)))
+            if t == self.tile:
+                dp = g
+        return tiles, dp
+
+    def replica(self) -> tuple[int, int]:
+        return self.replica_index, self.replicas
+
+    def eval_shard(self) -> tuple[int, int] | None:
+        return self.replica_index, self.replicas  # the tiles of one image read the same batches
+
+    def wrap(self, model: nn.Module, steps_per_epoch: int, sample_shape: tuple[int, ...]) -> nn.Module:
+        s = self.grid.tiles
+        base = self.replica_index * s
+        self.tiles = Tiles(self.grid, self.tile, tuple(range(base, base + s)), self.tiles_group)
+        front = plan_front(model, self.cfg.spatial.until, self.grid, sample_shape)
+        self.front_params = tile_front(model, front, self.tiles)
+        self.front = front
+        return TileInput(model, self.tiles)
+
+    def step(self, optimizer: torch.optim.Optimizer, scaler, prof, global_step: int) -> dict[str, Any]:
+        with prof.phase("comm_exposed"):
+            self._reduce_gradients(optimizer)
+        return super().step(optimizer, scaler, prof, global_step)
+
+    def _reduce_gradients(self, optimizer: torch.optim.Optimizer) -> None:
+        front = [p.grad for p in self.front_params if p.grad is not None]
+        if front:
+            _all_reduce(front, self.tiles_group)  # each tile's part -> the whole image's
+        if self.replicas > 1:
+            grads = [p.grad for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
+            _all_reduce(grads, self.dp_group)
+            for g in grads:
+                g.div_(self.replicas)
+
+    def before_eval(self) -> None:
+        """The front's BatchNorm statistics are the same on every tile; replicas take the first one's."""
+
+    def evaluate(self, model: nn.Module, loader, autocast_dtype: torch.dtype | None, num_classes: int) -> EvalResult:
+        """Every tile of a replica runs the same validation batches (its layers exchange halos); the first tile
+        of each replica counts them."""
+        from scaletrain.distributed.group import broadcast_buffers
+
+        broadcast_buffers(model)
+        module = TileInput(model, self.tiles)
+        was_training = model.training
+        model.eval()
+        tally = Tally(self.device, num_classes)
+        with torch.no_grad():
+            for x, y, _bad in loader:
+                if len(y) == 0:
+                    continue
+                with torch.autocast(self.device.type, dtype=autocast_dtype, enabled=autocast_dtype is not None):
+                    logits = module(to_device(x, self.device))
+                if self.tile == 0:
+                    tally.add(logits, to_device(y, self.device))
+        model.train(was_training)
+        return tally.result()
+
+    def finish(self, chief: bool) -> dict[str, Any]:
+        if not chief:
+            return {}
+        return {"spatial": {"tiles": self.grid.tiles, "grid": [self.grid.rows, self.grid.cols],
+                            "replicas": self.replicas, "until": self.front.until,
+                            "tiled_layers": len(self.front.layers)}}
+
+
+def _all_reduce(tensors: list[torch.Tensor], group) -> None:
+    """Sum `tensors` over `group` in one message (flattened), written back in place."""
+    flat = torch.cat([t.reshape(-1) for t in tensors])
+    dist.all_reduce(flat, group=group)
+    offset = 0
+    for t in tensors:
+        t.copy_(flat[offset:offset + t.numel()].view_as(t))
+        offset += t.numel()

@@ -1,0 +1,79 @@
+"""`--strategy spatial` (comm/spatial/strategy.py): tiles of each image on 2 or 4 ranks, the front exchanging halos
+and taking BatchNorm's statistics over the whole image, train the same model as one process with the same global
+batch (float64: exact on any CPU), alone and as 2 tiles x 2 data replicas; what cannot be tiled is refused."""
+
+from __future__ import annotations
+
+import pytest
+
+from conftest import EXACT, FP64, assert_same_weights, losses, summary
+from scaletrain.cli import main
+
+# ResNet-20 has BatchNorm after every convolution and residual additions: its front up to layer1 (its
+# option-A shortcuts from layer2 on have no tiled version, so auto ends the front there)
+RESNET = ["--model", "resnet20", "--dataset", "digits", "--image-size", "16", "--epochs", "1", "--lr", "0.1",
+          "--no-augment", "--seed", "3", "--tensorboard", "off", *FP64]
+
+
+@pytest.fixture(scope="module")
+def one(tmp_path_factory, ranks):
+    import multirank
+
+    run = tmp_path_factory.mktemp("spatial") / "one"
+    multirank.train(ranks, *RESNET, "--nproc", "1", "--batch-size", "64", "--out", str(run), timeout=300)
+    return run
+
+
+@pytest.mark.equivalence
+def test_two_tiles_follow_one_process_with_the_same_global_batch(one, tmp_path, ranks):
+    import multirank
+
+    run = tmp_path / "tiles"
+    multirank.train(ranks, *RESNET, "--strategy", "spatial", "--spatial", "2", "--nproc", "2", "--batch-size", "64",
+                    "--out", str(run), timeout=300)
+    s1, s2 = summary(one), summary(run)
+    assert s2["world_size"] == 2 and s1["global_batch"] == s2["global_batch"] == 64
+    assert s2["spatial"] == {"tiles": 2, "grid": [1, 2], "replicas": 1, "until": "layer1", "tiled_layers": 14}
+    assert s2["replicas_identical"] is True  # both tiles stepped the same gradients
+    l1, l2 = losses(one), losses(run)
+    assert len(l1) == len(l2) and l2 == pytest.approx(l1, rel=EXACT["rtol"])
+    assert l1[-1] < l1[0] - 0.5, "training did not learn, so the comparison proves little"
+    assert_same_weights(one, run)  # BatchNorm's running statistics included: the whole image's
+    assert s2["top1"] == s1["top1"]
+
+
+@pytest.mark.slow  # 4 ranks on 2 cores
+@pytest.mark.equivalence
+@pytest.mark.parametrize("tiles, nproc, batch", [("4", "4", "64"), ("2", "4", "32")])
+def test_four_tiles_and_two_replicas_of_two_tiles_follow_one_process(one, tmp_path, ranks, tiles, nproc, batch):
+    import multirank
+
+    run = tmp_path / "tiles"
+    multirank.train(ranks, *RESNET, "--strategy", "spatial", "--spatial", tiles, "--nproc", nproc,
+                    "--batch-size", batch, "--out", str(run), timeout=600)
+    assert summary(run)["global_batch"] == 64
+    assert losses(run) == pytest.approx(losses(one), rel=EXACT["rtol"])
+    assert_same_weights(one, run)
+
+
+@pytest.mark.parametrize("extra, words", [
+    (["--spatial-until", "layer2"], "getitem in layer2.0.shortcut (PadShortcut) may mix pixels"),
+    (["--spatial-until", "nowhere"], "--spatial-until nowhere: the model has no layer of that name"),
+    (["--spatial", "3", "--nproc", "4"], "needs a multiple of 3 processes"),
+    (["--image-size", "15"], "does not divide into 2 tiles"),
+    (["--strategy", "allreduce", "--spatial", "4"], "--spatial"),
+])
+def test_what_cannot_be_tiled_is_refused_in_one_line(tmp_path, capsys, extra, words):
+    argv = ["train", *RESNET, "--strategy", "spatial", "--spatial", "2", "--nproc", "2", "--batch-size", "64",
+            "--out", str(tmp_path / "x"), *extra]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert words in err and err.count("\n") == 0, err
+
+
+def test_predict_refuses_what_it_does_not_price_yet(tmp_path, capsys):
+    argv = ["predict", "--hardware", "dgx-a100-80gb", "--model", "resnet50", "--image-size", "224", "--nproc", "2",
+            "--strategy", "spatial", "--out", str(tmp_path / "p")]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert "--strategy spatial: predict does not price it yet" in err and err.count("\n") == 0, err
