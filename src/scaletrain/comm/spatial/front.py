@@ -11,6 +11,7 @@ layer, before any process starts.
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 
 import torch
@@ -36,8 +37,9 @@ class Front:
 
 
 def _graph(model: nn.Module, sample_shape: tuple[int, ...]) -> LayerGraph:
+    """fx's graph of a copy of the model on the meta device: tracing a large image takes no memory."""
     try:
-        return layer_graph(model, sample_shape, 1)
+        return layer_graph(copy.deepcopy(model).to("meta"), sample_shape, 1)
     except Untraceable as e:
         raise UserError(f"torch.fx cannot trace the model ({e}), so its front cannot be tiled: make its forward "
                         "traceable (no data-dependent control flow)") from None

@@ -56,9 +56,9 @@ def _rows(x: torch.Tensor, dim: int, start: int, length: int) -> torch.Tensor:
     return x.narrow(dim, start, length).contiguous()
 
 
-def _pad(x: torch.Tensor, dim: int, before: int, after: int, peers: tuple[int | None, int | None], fill: float,
-         group) -> torch.Tensor:
-    """x with `before` rows of the previous tile (or the fill) above and `after` of the next one below."""
+def _strips(x: torch.Tensor, dim: int, before: int, after: int, peers: tuple[int | None, int | None], fill: float,
+            group) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """The `before` rows of the previous tile (or the fill) and the `after` rows of the next one (None: none)."""
     prev, nxt = peers
     n = x.size(dim)
     sends, receives = [], []
@@ -86,16 +86,21 @@ def _pad(x: torch.Tensor, dim: int, before: int, after: int, peers: tuple[int | 
         top = buffer(before).fill_(fill)
     if bottom is None and after:
         bottom = buffer(after).fill_(fill)
-    return torch.cat([t for t in (top, x, bottom) if t is not None], dim)
+    return top, bottom
+
+
+def _join(x: torch.Tensor, dim: int, top: torch.Tensor | None, bottom: torch.Tensor | None) -> torch.Tensor:
+    return torch.cat([t for t in (top, x, bottom) if t is not None], dim) if top is not None or bottom is not None \
+        else x
 
 
 def _unpad(g: torch.Tensor, dim: int, before: int, after: int, peers: tuple[int | None, int | None],
            group) -> torch.Tensor:
-    """The adjoint of _pad: the tile's own rows of g, plus the gradients its neighbours' halos received for its
+    """The adjoint of padding with _strips: the tile's own rows of g, plus the gradients its neighbours' halos received for its
     border rows; the gradient of the fill is dropped."""
     prev, nxt = peers
     n = g.size(dim) - before - after
-    inner = _rows(g, dim, before, n).clone()
+    inner = _rows(g, dim, before, n)  # g is this backward's own: its rows may be added to in place
     sends, receives = [], []
     shape = list(g.shape)
     shape[dim] = after
@@ -120,30 +125,46 @@ def _unpad(g: torch.Tensor, dim: int, before: int, after: int, peers: tuple[int 
     return inner
 
 
-class HaloExchange(torch.autograd.Function):
-    """A tile padded with its neighbours' borders (rows, then columns); backward returns the halos' gradients to
-    their owners."""
+class HaloOp(torch.autograd.Function):
+    """`op` (a window layer: conv, pool) on the tile padded with its halos, keeping for backward only the tile and
+    its halo strips, not the padded copy: the layer before keeps the tile already, and a second, padded copy of
+    every tiled layer's input would take as much memory as the whole image's activations. Backward rebuilds the
+    padded tile, asks `op` for the gradients, and returns the halos' gradients to their owners."""
 
     @staticmethod
-    def forward(ctx, x: torch.Tensor, tiles: Tiles, widths: Halo, fill: float) -> torch.Tensor:
-        ctx.tiles, ctx.widths = tiles, widths
+    def forward(ctx, x: torch.Tensor, tiles: Tiles, widths: Halo, fill: float, op, *params):
+        padded, strips = x, []
         for dim, (before, after) in zip((H, W), widths):
-            x = _pad(x, dim, before, after, tiles.peers(dim - H), fill, tiles.group)
-        return x
+            pair = _strips(padded, dim, before, after, tiles.peers(dim - H), fill, tiles.group)
+            strips.append(pair)
+            padded = _join(padded, dim, *pair)
+        ctx.tiles, ctx.widths, ctx.op = tiles, widths, op
+        ctx.present = [(top is not None, bottom is not None) for top, bottom in strips]
+        ctx.save_for_backward(x, *[t for pair in strips for t in pair if t is not None], *params)
+        ctx.params = len(params)
+        return op.forward(padded, *params)
 
     @staticmethod
     def backward(ctx, g: torch.Tensor):
-        tiles = ctx.tiles
+        saved = list(ctx.saved_tensors)
+        params = saved[len(saved) - ctx.params:] if ctx.params else []
+        strips = iter(saved[1:len(saved) - ctx.params])
+        padded = saved[0]
+        for dim, (has_top, has_bottom) in zip((H, W), ctx.present):
+            padded = _join(padded, dim, next(strips) if has_top else None, next(strips) if has_bottom else None)
+        grads = ctx.op.backward(g, padded, *params, needs=ctx.needs_input_grad[5:])
+        g_in = grads[0]
         for dim, (before, after) in reversed(list(zip((H, W), ctx.widths))):
-            g = _unpad(g.contiguous(), dim, before, after, tiles.peers(dim - H), tiles.group)
-        return g, None, None, None
+            g_in = _unpad(g_in.contiguous(), dim, before, after, ctx.tiles.peers(dim - H), ctx.tiles.group)
+        return (g_in, None, None, None, None, *grads[1:])
 
 
-def exchange(x: torch.Tensor, tiles: Tiles, widths: Halo, fill: float = 0.0) -> torch.Tensor:
-    """The tile `x` (N, C, h, w) padded to (N, C, before + h + after, ...) from its neighbours (or `fill`)."""
+def halo_op(x: torch.Tensor, tiles: Tiles, widths: Halo, fill: float, op, *params) -> torch.Tensor:
+    """`op.forward(x padded with its halos, *params)`, differentiable in x and params (HaloOp); an op that
+    needs no halo runs on the tile as it is."""
     if not any(widths[0]) and not any(widths[1]):
-        return x
-    return HaloExchange.apply(x, tiles, widths, fill)
+        return op.forward(x, *params)
+    return HaloOp.apply(x, tiles, widths, fill, op, *params)
 
 
 class GatherTiles(torch.autograd.Function):

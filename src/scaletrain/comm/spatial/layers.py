@@ -22,7 +22,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from scaletrain.comm.spatial.geometry import Window, check_side, halo, why_not_tiled
-from scaletrain.comm.spatial.halo import H, Halo, Tiles, exchange
+from scaletrain.comm.spatial.halo import H, Halo, Tiles, halo_op
 from scaletrain.errors import UserError
 
 
@@ -70,20 +70,55 @@ class _Windowed(nn.Module):
         super().__init__()
         self.windows = windows_of(name, module)
         self.name, self.tiles = name, tiles
-        # along a dimension the grid does not cut, the layer's own padding (of the fill) on both sides: any length
+        # along a dimension the grid does not cut, no halo: the layer pads as it would (any length)
         self.cut = (tiles.grid.rows > 1, tiles.grid.cols > 1)
-        self.widths: Halo = tuple(halo(w) if cut else (w.padding, w.padding)  # type: ignore[assignment]
+        self.widths: Halo = tuple(halo(w) if cut else (0, 0)  # type: ignore[assignment]
                                   for w, cut in zip(self.windows, self.cut))
+        self.padding = tuple(0 if cut else w.padding for w, cut in zip(self.windows, self.cut))
 
-    def padded(self, x: torch.Tensor) -> torch.Tensor:
+    def run(self, x: torch.Tensor, op, *params) -> torch.Tensor:
+        """`op` on the tile padded with its halos (or the fill at the image's edge)."""
         for side, window, cut, what in zip(x.shape[H:], self.windows, self.cut, ("height", "width")):
             if cut:
                 check_side(self.name, window, side, what)
-        return exchange(x, self.tiles, self.widths, self.fill)
+        return halo_op(x, self.tiles, self.widths, self.fill, op, *params)
 
     def extra_repr(self) -> str:
         grid = self.tiles.grid
         return f"{self.name}, tile {self.tiles.index} of {grid.rows}x{grid.cols}, halo {self.widths}"
+
+
+class ConvOp:
+    """A convolution without padding, its backward through aten's own (no forward computed again)."""
+
+    def __init__(self, stride: tuple[int, int], padding: tuple[int, int], groups: int) -> None:
+        self.stride, self.padding, self.groups = stride, padding, groups
+
+    def forward(self, padded: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+        return F.conv2d(padded, weight, bias, self.stride, self.padding, 1, self.groups)
+
+    def backward(self, g, padded, weight, bias, needs) -> tuple:
+        dt = g.dtype  # under autocast the forward ran in g's precision
+        gi, gw, gb = torch.ops.aten.convolution_backward(
+            g, padded.to(dt), weight.to(dt), None if bias is None else [bias.shape[0]], list(self.stride), list(self.padding),
+            [1, 1], False, [0, 0], self.groups, [True, bool(needs[0]), bias is not None and bool(needs[1])])
+        return (gi.to(padded.dtype), None if gw is None else gw.to(weight.dtype),
+                None if gb is None else gb.to(bias.dtype))
+
+
+class PoolOp:
+    """A pooling without padding; backward computes its (cheap) forward again rather than keep its indices."""
+
+    def __init__(self, fn, kernel: tuple[int, int], stride: tuple[int, int], padding: tuple[int, int]) -> None:
+        self.fn, self.kernel, self.stride, self.padding = fn, kernel, stride, padding
+
+    def forward(self, padded: torch.Tensor) -> torch.Tensor:
+        return self.fn(padded, self.kernel, self.stride, self.padding)
+
+    def backward(self, g, padded, needs) -> tuple:
+        with torch.enable_grad():
+            p = padded.detach().requires_grad_()
+            return torch.autograd.grad(self.forward(p), p, g)
 
 
 class SpatialConv2d(_Windowed):
@@ -91,24 +126,30 @@ class SpatialConv2d(_Windowed):
         super().__init__(name, conv, tiles)
         self.weight = conv.weight
         self.bias = conv.bias
-        self.stride, self.groups = conv.stride, conv.groups
+        self.op = ConvOp(conv.stride, self.padding, conv.groups)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return F.conv2d(self.padded(x), self.weight, self.bias, self.stride, 0, 1, self.groups)
+        return self.run(x, self.op, self.weight, self.bias)
 
 
-class SpatialMaxPool2d(_Windowed):
+class _SpatialPool(_Windowed):
+    pool = staticmethod(F.max_pool2d)
+
+    def __init__(self, name: str, module: nn.Module, tiles: Tiles) -> None:
+        super().__init__(name, module, tiles)
+        self.op = PoolOp(self.pool, tuple(w.kernel for w in self.windows), tuple(w.stride for w in self.windows),
+                         self.padding)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.run(x, self.op)
+
+
+class SpatialMaxPool2d(_SpatialPool):
     fill = float("-inf")
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return F.max_pool2d(self.padded(x), tuple(w.kernel for w in self.windows),
-                            tuple(w.stride for w in self.windows))
 
-
-class SpatialAvgPool2d(_Windowed):
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return F.avg_pool2d(self.padded(x), tuple(w.kernel for w in self.windows),
-                            tuple(w.stride for w in self.windows))
+class SpatialAvgPool2d(_SpatialPool):
+    pool = staticmethod(F.avg_pool2d)
 
 
 def _sum_over_tiles(t: torch.Tensor, tiles: Tiles) -> torch.Tensor:
@@ -124,11 +165,15 @@ class _WholeImageNorm(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, weight, bias, mean, invstd, count: int, tiles: Tiles):
         shape = (1, -1, 1, 1)
-        x_hat = (x - mean.view(shape).to(x.dtype)) * invstd.view(shape).to(x.dtype)
+        # in place where it can be: every tile-sized temporary here is as large as a layer's activations
+        x_hat = torch.sub(x, mean.view(shape).to(x.dtype)).mul_(invstd.view(shape).to(x.dtype))
         ctx.save_for_backward(x_hat, weight, invstd)
         ctx.count, ctx.tiles, ctx.has_bias = count, tiles, bias is not None
-        y = x_hat if weight is None else x_hat * weight.view(shape)
-        return y if bias is None else y + bias.view(shape)
+        if weight is None:
+            return x_hat.clone() if bias is None else x_hat + bias.view(shape)
+        if bias is None:
+            return x_hat * weight.view(shape)
+        return torch.addcmul(bias.view(shape), x_hat, weight.view(shape))
 
     @staticmethod
     def backward(ctx, dy):
@@ -141,7 +186,7 @@ class _WholeImageNorm(torch.autograd.Function):
         sums = _sum_over_tiles(torch.stack([sum_dy, sum_dy_xhat]), ctx.tiles) / ctx.count
         shape = (1, -1, 1, 1)
         scale = invstd.to(dy.dtype) if weight is None else weight * invstd.to(dy.dtype)
-        dx = scale.view(shape) * (dy - sums[0].view(shape) - x_hat * sums[1].view(shape))
+        dx = (x_hat * sums[1].view(shape).neg()).add_(dy).sub_(sums[0].view(shape)).mul_(scale.view(shape))
         return dx, d_weight, d_bias, None, None, None, None
 
 
@@ -164,9 +209,11 @@ class SpatialBatchNorm2d(nn.Module):
         acc = torch.float64 if x.dtype == torch.float64 else torch.float32
         with torch.no_grad():
             shift = (self.running_mean if self.running_mean is not None else x.new_zeros(x.size(1))).to(acc)
-            centred = x.detach().to(acc) - shift.view(1, -1, 1, 1)
-            local = torch.cat([centred.sum((0, 2, 3)), centred.square().sum((0, 2, 3)),
+            centred = torch.sub(x.detach().to(acc), shift.view(1, -1, 1, 1))
+            sums = centred.sum((0, 2, 3))
+            local = torch.cat([sums, centred.square_().sum((0, 2, 3)),
                                torch.tensor([centred[:, 0].numel()], dtype=acc, device=x.device)])
+            del centred
             total = _sum_over_tiles(local, self.tiles)
             c = x.size(1)
             count = int(total[-1].item())
