@@ -96,8 +96,8 @@ def _join(x: torch.Tensor, dim: int, top: torch.Tensor | None, bottom: torch.Ten
 
 def _unpad(g: torch.Tensor, dim: int, before: int, after: int, peers: tuple[int | None, int | None],
            group) -> torch.Tensor:
-    """The adjoint of padding with _strips: the tile's own rows of g, plus the gradients its neighbours' halos received for its
-    border rows; the gradient of the fill is dropped."""
+    """The adjoint of padding with _strips: the tile's own rows of g, plus the gradients its neighbours' halos
+    received for its border rows; the gradient of the fill is dropped."""
     prev, nxt = peers
     n = g.size(dim) - before - after
     inner = _rows(g, dim, before, n)  # g is this backward's own: its rows may be added to in place

@@ -100,8 +100,9 @@ class ConvOp:
     def backward(self, g, padded, weight, bias, needs) -> tuple:
         dt = g.dtype  # under autocast the forward ran in g's precision
         gi, gw, gb = torch.ops.aten.convolution_backward(
-            g, padded.to(dt), weight.to(dt), None if bias is None else [bias.shape[0]], list(self.stride), list(self.padding),
-            [1, 1], False, [0, 0], self.groups, [True, bool(needs[0]), bias is not None and bool(needs[1])])
+            g, padded.to(dt), weight.to(dt), None if bias is None else [bias.shape[0]], list(self.stride),
+            list(self.padding), [1, 1], False, [0, 0], self.groups,
+            [True, bool(needs[0]), bias is not None and bool(needs[1])])
         return (gi.to(padded.dtype), None if gw is None else gw.to(weight.dtype),
                 None if gb is None else gb.to(bias.dtype))
 
