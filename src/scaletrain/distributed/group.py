@@ -85,6 +85,24 @@ def current_world_size(group=None) -> int:
     return dist.get_world_size(group) if dist.is_initialized() else 1
 
 
+def block_groups(size: int, blocks: int, rank: int):
+    """The world as `blocks` blocks of `size` consecutive ranks (a pipeline's stages, one image's tiles): (the
+    group of this rank's block, the group of the ranks at its place in every block), or (None, None) when there
+    is one block (the default group is it). Collective: every rank creates every group, in the same order."""
+    if blocks == 1:
+        return None, None
+    mine = across = None
+    for i in range(blocks):
+        g = dist.new_group(list(range(i * size, (i + 1) * size)))
+        if i == rank // size:
+            mine = g
+    for j in range(size):
+        g = dist.new_group(list(range(j, size * blocks, size)))
+        if j == rank % size:
+            across = g
+    return mine, across
+
+
 def broadcast_buffers(model: torch.nn.Module) -> None:
     """Broadcast rank 0's buffers (BN running statistics), which DDP only syncs at the next forward."""
     if current_world_size() > 1:

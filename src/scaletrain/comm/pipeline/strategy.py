@@ -31,7 +31,7 @@ from torch import nn
 
 from scaletrain.comm.strategy import Profiled, Strategy, offloading
 from scaletrain.config import TrainConfig
-from scaletrain.distributed.group import broadcast_object, gather_objects
+from scaletrain.distributed.group import block_groups, broadcast_object, gather_objects
 from scaletrain.distributed.rank import RankInfo
 from scaletrain.errors import UserError
 from scaletrain.perf.precision import AUTOCAST, place_model, to_device
@@ -47,7 +47,8 @@ class Pipeline(Strategy):
         self.replicas = cfg.layout.replicas
         self.stage = rank.rank % self.stages
         self.replica_index = rank.rank // self.stages
-        self.pp_group, self.dp_group = self._groups()
+        # this replica's pipeline group, this stage's data-parallel group (None, None: one replica)
+        self.pp_group, self.dp_group = block_groups(self.stages, self.replicas, rank.rank)
         self.schedule: Any = None
         self.stage_modules: list[nn.Module] = []
         self.bounds: list[tuple[int, int]] = []
@@ -102,23 +103,6 @@ class Pipeline(Strategy):
                             "--stages")
         if cfg.pipeline.split not in plan.METHODS:
             plan.load_split(cfg.pipeline.split, graph, stages, model_name=cfg.model.name)
-
-    def _groups(self):
-        """(this replica's pipeline group, this stage's data-parallel group or None). Collective: every
-        rank creates every group, in the same order."""
-        k, r = self.stages, self.replicas
-        if r == 1:
-            return None, None  # the default group is the pipeline
-        pp = dp = None
-        for i in range(r):
-            g = dist.new_group(list(range(i * k, (i + 1) * k)))
-            if i == self.replica_index:
-                pp = g
-        for s in range(k):
-            g = dist.new_group(list(range(s, k * r, k)))
-            if s == self.stage:
-                dp = g
-        return pp, dp
 
     def _global(self, stage: int) -> int:
         """The rank of `stage` in this rank's replica."""

@@ -22,6 +22,7 @@ from scaletrain.comm.spatial.geometry import TileGrid, square_grid
 from scaletrain.comm.spatial.halo import Tiles
 from scaletrain.comm.strategy import Strategy
 from scaletrain.config import TrainConfig
+from scaletrain.distributed.group import block_groups
 from scaletrain.distributed.rank import RankInfo
 from scaletrain.perf.precision import to_device
 from scaletrain.train.evaluate import EvalResult, Tally
@@ -38,29 +39,13 @@ class Spatial(Strategy):
         self.replicas = rank.world_size // s
         self.replica_index, self.tile = divmod(rank.rank, s)
         self.front_params: list[nn.Parameter] = []
-        self.tiles_group, self.dp_group = self._groups()
+        # this replica's tiles, this tile index's data-parallel group (None, None: one replica)
+        self.tiles_group, self.dp_group = block_groups(s, self.replicas, rank.rank)
 
     @staticmethod
     def check_model(cfg: TrainConfig, factory, sample_shape: tuple[int, ...]) -> None:
         """The front's layers, its boundary and the tiles' sizes, before any process starts."""
         plan_front(factory(), cfg.spatial.until, TileGrid(*square_grid(cfg.spatial.tiles)), sample_shape)
-
-    def _groups(self):
-        """(this replica's tiles group, this tile index's data-parallel group or None). Collective: every rank
-        creates every group, in the same order."""
-        s, r = self.grid.tiles, self.replicas
-        if r == 1:
-            return None, None  # the default group holds the tiles
-        tiles = dp = None
-        for i in range(r):
-            g = dist.new_group(list(range(i * s, (i + 1) * s)))
-            if i == self.replica_index:
-                tiles = g
-        for t in range(s):
-            g = dist.new_group(list(range(t, s * r, s)))
-            if t == self.tile:
-                dp = g
-        return tiles, dp
 
     def replica(self) -> tuple[int, int]:
         return self.replica_index, self.replicas
