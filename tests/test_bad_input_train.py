@@ -6,7 +6,6 @@ from __future__ import annotations
 import socket
 import sys
 from argparse import Namespace
-from pathlib import Path
 
 import pytest
 
@@ -14,9 +13,8 @@ from conftest import one_error_line
 from scaletrain.cli import main
 from scaletrain.comm import registry
 from scaletrain.config import build_config
-from scaletrain.comm.pipeline.options import PipelineOptions
-from scaletrain.comm.ps.options import PsOptions
 from scaletrain.config.fields import setting_key
+from scaletrain.config.schema import SECTIONS
 from scaletrain.config.sections import StrategyConfig
 from dataclasses import fields
 from scaletrain.errors import UserError
@@ -55,8 +53,8 @@ def test_a_setting_without_what_it_needs_is_refused(flags, needles, tmp_path, ca
 
 
 def test_every_strategy_setting_is_declared_by_the_strategies_that_take_it():
-    settings = {setting_key(f) for section in (StrategyConfig, PsOptions, PipelineOptions) for f in fields(section)
-                if f.init}
+    sections = (StrategyConfig, *(SECTIONS[name] for name in set(registry.OPTION_SECTIONS.values())))
+    settings = {setting_key(f) for section in sections for f in fields(section) if f.init}
     declared = {o for options in registry.OPTIONS.values() for o in options}
     assert set(registry.OPTIONS) == set(registry.STRATEGIES)
     assert declared <= settings

@@ -36,7 +36,10 @@ def parse_compress(spec: str | None) -> tuple[str, float | int | None] | None:
 
 
 def compressible(strategy: str) -> bool:
-    """Whether --compress can go with the strategy (check's rules), as the diagnosis's lever needs it."""
+    """Whether --compress can go with the strategy (it takes the setting, and check's rules), as the diagnosis's
+    lever needs it."""
+    if "compress" not in registry.OPTIONS.get(strategy, ()):
+        return False
     try:
         check(strategy, "bf16")
     except UserError:

@@ -29,7 +29,6 @@ from scaletrain.train.evaluate import EvalResult, Tally
 
 
 class Spatial(Strategy):
-    exchange_settings = ("spatial",)
     priced = False  # the tiled front's compute per tile, its halos and the gather are not priced yet
 
     def __init__(self, cfg: TrainConfig, rank: RankInfo, device: torch.device, backend: str) -> None:
