@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 COMPILED := $(VENV)/.compiled
 PYTEST_ARGS ?=
 
-.PHONY: setup demo test test-slow test-slurm bench bench-pipeline bench-recovery bench-testbed validate-predict report-check clean
+.PHONY: setup demo test test-slow test-slurm bench bench-pipeline bench-spatial bench-recovery bench-testbed validate-predict report-check clean
 
 setup: $(COMPILED)
 
@@ -72,6 +72,10 @@ bench: $(COMPILED)
 # The automatic pipeline split against uniform and the exhaustive best, K=2 (docs/bench-pipeline.md; ~2 min).
 bench-pipeline: $(COMPILED)
 	$(PY) benchmarks/pipeline_split.py
+
+# Memory per rank of one large image: the whole model against 2 spatial tiles (docs/spatial.md; ~7 min).
+bench-spatial: $(COMPILED)
+	$(PY) benchmarks/spatial_memory.py
 
 # What recovery costs: --checkpoint-every against none, and kill -9 to training resumed (docs/bench-recovery.md; ~6 min).
 bench-recovery: $(COMPILED)

@@ -1,12 +1,12 @@
-"""Memory per rank of one large image, by layout: the whole model on one rank (DDP's per-rank share), a 2-stage
-pipeline, and 2 spatial tiles, each trained a few steps of ResNet-18 at batch 1 on synthetic images with
+"""Memory per rank of one large image, by layout: the whole model on one rank (DDP's per-rank share) and 2
+spatial tiles, each trained a few steps of ResNet-18 at batch 1 on synthetic images with
 `scaletrain train` (the real launcher), at each image side; the layouts interleaved at each side.
 
-    .venv/bin/python benchmarks/spatial_memory.py [--sizes 1024,2048] [--out DIR]    # about 10 min here
+    .venv/bin/python benchmarks/spatial_memory.py [--sizes 1024,2048] [--out DIR]    # about 7 min here
 
 Per rank: the peak resident set size (the profiler's, max over ranks) and its growth over the same layout's
 peak at the smallest side (what the activations add: the interpreter, torch and the weights cancel), and
-samples/s (2 cores shared: a pipeline's and the tiles' 2 ranks each get one). Writes DIR/spatial-memory.json;
+samples/s (2 cores shared: the tiles' 2 ranks get one each). Writes DIR/spatial-memory.json;
 docs/spatial.md keeps the dated results."""
 
 from __future__ import annotations
@@ -18,9 +18,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-LAYOUTS = {"whole (1 rank)": ["--nproc", "1"],
-           "pipeline 2": ["--strategy", "pipeline", "--nproc", "2", "--microbatches", "1"],
-           "spatial 2": ["--strategy", "spatial", "--spatial", "2", "--nproc", "2"]}
+LAYOUTS = {"whole (1 rank)": ["--nproc", "1"], "spatial 2": ["--strategy", "spatial", "--spatial", "2", "--nproc", "2"]}
+"""(A pipeline needs a micro-batch per stage, so a batch of 2 or more: it cannot be compared at batch 1.)"""
 RUN = ["--model", "resnet18", "--dataset", "synthetic", "--synthetic-samples", "4", "--batch-size", "1",
        "--epochs", "1", "--threads", "1", "--tensorboard", "off", "--no-progress"]
 

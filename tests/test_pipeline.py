@@ -280,7 +280,8 @@ def test_a_resumed_pipeline_run_replays_exactly(resnet_runs):
 
 
 @pytest.mark.parametrize("extra, words", [
-    (["--stages", "6", "--nproc", "6"], "more than the 5 blocks"),
+    (["--stages", "6", "--nproc", "6", "--microbatches", "8"], "more than the 5 blocks"),
+    (["--nproc", "2", "--microbatches", "1"], "--microbatches 1 is fewer than the 2 stages"),
     (["--nproc", "2", "--microbatches", "3"], "does not divide --batch-size"),
     (["--stages", "2", "--nproc", "3"], "multiple of 2 processes"),
     (["--nproc", "2", "--precision", "fp16"], "fp16 is not supported"),

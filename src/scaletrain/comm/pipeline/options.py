@@ -81,3 +81,7 @@ class PipelineOptions:
         if layout.world % layout.stages:
             raise UserError(f"--strategy pipeline with --stages {layout.stages} needs a multiple of {layout.stages} "
                             f"processes (got --nproc x --nnodes = {layout.world}): one process per stage and replica")
+        if self.microbatches < layout.stages:  # torch.distributed.pipelining's schedules refuse fewer
+            raise UserError(f"--microbatches {self.microbatches} is fewer than the {layout.stages} stages: a pipeline "
+                            f"needs at least one micro-batch per stage; give --microbatches {layout.stages} or more "
+                            f"(and a --batch-size they divide)")
