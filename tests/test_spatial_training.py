@@ -12,7 +12,7 @@ from scaletrain.cli import main
 
 # ResNet-20 has BatchNorm after every convolution and residual additions: its front up to layer1 (its
 # option-A shortcuts from layer2 on have no tiled version, so auto ends the front there)
-RESNET = ["--model", "resnet20", "--dataset", "digits", "--image-size", "16", "--epochs", "1", "--lr", "0.1",
+RESNET = ["--model", "resnet20", "--dataset", "digits", "--image-size", "8", "--epochs", "1", "--lr", "0.1",
           "--no-augment", "--seed", "3", "--tensorboard", "off", *FP64]
 
 
@@ -78,7 +78,7 @@ def test_two_replicas_of_two_tiles_follow_two_data_parallel_ranks(tmp_path, rank
     (["--spatial-until", "layer2"], "getitem in layer2.0.shortcut (PadShortcut) may mix pixels"),
     (["--spatial-until", "nowhere"], "--spatial-until nowhere: the model has no layer of that name"),
     (["--spatial", "3", "--nproc", "4"], "needs a multiple of 3 processes"),
-    (["--image-size", "15"], "does not divide into 2 tiles"),
+    (["--image-size", "7"], "does not divide into 2 tiles"),
     (["--strategy", "allreduce", "--spatial", "4"], "--spatial"),
 ])
 def test_what_cannot_be_tiled_is_refused_in_one_line(tmp_path, capsys, extra, words):
