@@ -34,7 +34,11 @@ def test_two_tiles_follow_one_process_with_the_same_global_batch(one, tmp_path, 
                     "--out", str(run), timeout=300)
     s1, s2 = summary(one), summary(run)
     assert s2["world_size"] == 2 and s1["global_batch"] == s2["global_batch"] == 64
-    assert s2["spatial"] == {"tiles": 2, "grid": [1, 2], "replicas": 1, "until": "layer1", "tiled_layers": 14}
+    tiles = s2["spatial"]
+    assert {k: tiles[k] for k in ("tiles", "grid", "replicas", "until", "tiled_layers")} == {
+        "tiles": 2, "grid": [1, 2], "replicas": 1, "until": "layer1", "tiled_layers": 14}
+    # the halos sent per step, counted, against the geometry's bytes (7 convs of 3x3: a column each way)
+    assert tiles["halo_bytes_per_step"] == tiles["halo_bytes_per_step_theory"] > 0
     assert s2["replicas_identical"] is True  # both tiles stepped the same gradients
     l1, l2 = losses(one), losses(run)
     assert len(l1) == len(l2) and l2 == pytest.approx(l1, rel=EXACT["rtol"])
@@ -51,7 +55,9 @@ def test_four_tiles_follow_one_process(one, tmp_path, ranks):
     run = tmp_path / "tiles"
     multirank.train(ranks, *RESNET, "--strategy", "spatial", "--spatial", "4", "--nproc", "4", "--batch-size", "64",
                     "--out", str(run), timeout=600)
-    assert summary(run)["spatial"]["grid"] == [2, 2] and summary(run)["global_batch"] == 64
+    tiles = summary(run)["spatial"]
+    assert tiles["grid"] == [2, 2] and summary(run)["global_batch"] == 64
+    assert tiles["halo_bytes_per_step"] == tiles["halo_bytes_per_step_theory"] > 0  # rows, then padded columns
     assert losses(run) == pytest.approx(losses(one), rel=EXACT["rtol"])
     assert_same_weights(one, run)
 

@@ -34,6 +34,8 @@ class Front:
     """The module paths of the leaf layers that run on tiles (pointwise ones aside), in order."""
     until: str
     """The module whose output is gathered."""
+    inputs: tuple[tuple[str, tuple[int, ...]], ...] = ()
+    """Each window layer of the front (conv, pool) and its input's shape for one whole sample (C, H, W)."""
 
 
 def _graph(model: nn.Module, sample_shape: tuple[int, ...]) -> LayerGraph:
@@ -75,10 +77,10 @@ def _last_node(graph: LayerGraph, until: str) -> int | None:
     return max(ids) if ids else None
 
 
-def _check_sizes(model: nn.Module, graph: LayerGraph, last: int, grid: TileGrid) -> None:
+def _check_sizes(model: nn.Module, graph: LayerGraph, last: int, grid: TileGrid) -> list[tuple[str, tuple]]:
     """Every window layer of the front, on the tile it gets there: a whole number of strides, and halos that its
-    neighbours hold."""
-    nodes = {n.id: n for n in graph.nodes}
+    neighbours hold; (layer, its input's shape for one sample) of each."""
+    nodes, inputs = {n.id: n for n in graph.nodes}, []
     for n in graph.nodes[:last + 1]:
         if n.op != "call_module" or type(model.get_submodule(n.target)) not in (nn.Conv2d, nn.MaxPool2d, nn.AvgPool2d):
             continue
@@ -86,12 +88,14 @@ def _check_sizes(model: nn.Module, graph: LayerGraph, last: int, grid: TileGrid)
         if shape is None or len(shape) != 4:
             continue
         windows = windows_of(n.target, model.get_submodule(n.target))
+        inputs.append((n.target, tuple(shape[1:])))
         for side, extent, window, what in zip(shape[H:], (grid.rows, grid.cols), windows, ("height", "width")):
             if extent > 1:
                 if side % extent:
                     raise UserError(f"layer {n.target} gets a {what} of {side}, which does not divide into {extent} "
                                     "tiles: give an image side that divides by the tiles times the strides before it")
                 check_side(n.target, window, side // extent, what)
+    return inputs
 
 
 def plan_front(model: nn.Module, until: str, grid: TileGrid, sample_shape: tuple[int, ...]) -> Front:
@@ -114,7 +118,7 @@ def plan_front(model: nn.Module, until: str, grid: TileGrid, sample_shape: tuple
     if last not in cuts:
         raise UserError(f"--spatial-until {until}: other tensors than its output flow past it (a skip connection "
                         "across it): end the front at the end of a block")
-    _check_sizes(model, graph, last, grid)
+    inputs = _check_sizes(model, graph, last, grid)
     layers = []
     for n in graph.nodes[:last + 1]:
         if n.op == "call_module" and type(model.get_submodule(n.target)) in SPATIAL and n.target not in layers:
@@ -123,7 +127,7 @@ def plan_front(model: nn.Module, until: str, grid: TileGrid, sample_shape: tuple
     shared = [name for name in layers if name in later]
     if shared:
         raise UserError(f"layer {shared[0]} runs both before and after the end of {until}: end the front before it")
-    return Front(tuple(layers), until)
+    return Front(tuple(layers), until, tuple(inputs))
 
 
 def _deepest(model: nn.Module, graph: LayerGraph, cuts: set[int]) -> str:
@@ -141,6 +145,21 @@ def _deepest(model: nn.Module, graph: LayerGraph, cuts: set[int]) -> str:
         raise UserError("no part of the model's front can run on tiles (its first layer has no tiled version): "
                         "use another strategy")
     return best
+
+
+def halo_bytes_per_sample(model: nn.Module, front: Front, tiles: Tiles, element_size: int) -> int:
+    """What one sample's training step sends from this tile in halos and their gradients, from the geometry alone:
+    per window layer and cut dimension, each neighbour gets `before + after` rows (forward one side, backward the
+    other) across the tile's width (its row-padded height, for columns on a 2-D grid), all channels."""
+    total = 0
+    for name, (c, height, width) in front.inputs:
+        layer = model.get_submodule(name)
+        (br, ar), (bc, ac) = layer.widths
+        h, w = height // tiles.grid.rows, width // tiles.grid.cols
+        rows = sum(p is not None for p in tiles.grid.neighbours(tiles.index, 0))
+        cols = sum(p is not None for p in tiles.grid.neighbours(tiles.index, 1))
+        total += rows * (br + ar) * c * w + cols * (bc + ac) * c * (h + br + ar)
+    return total * element_size
 
 
 class TileInput(nn.Module):

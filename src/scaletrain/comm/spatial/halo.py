@@ -11,7 +11,7 @@ both ends always agree (no tags, whose NCCL ignores, and no order to rely on). d
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -31,6 +31,8 @@ class Tiles:
     index: int
     ranks: tuple[int, ...]
     group: Any = None
+    sent: list[int] = field(default_factory=lambda: [0], compare=False)
+    """Bytes this rank has sent its neighbours in halos and their gradients (a running count)."""
 
     def peers(self, dim: int) -> tuple[int | None, int | None]:
         """The global ranks before and after this tile along grid dimension `dim` (None at the image's edge)."""
@@ -42,9 +44,11 @@ Halo = tuple[tuple[int, int], tuple[int, int]]
 """(before, after) for rows, then for columns."""
 
 
-def _swap(sends: list[tuple[int, torch.Tensor]], receives: list[tuple[int, torch.Tensor]], group) -> None:
+def _swap(sends: list[tuple[int, torch.Tensor]], receives: list[tuple[int, torch.Tensor]], tiles: Tiles) -> None:
     """Post every send and receive of one phase together and wait for all of them (gloo needs contiguous
     buffers on both sides: the caller gives them)."""
+    group = tiles.group
+    tiles.sent[0] += sum(t.numel() * t.element_size() for _, t in sends)
     ops = ([dist.P2POp(dist.isend, t, peer, group) for peer, t in sends]
            + [dist.P2POp(dist.irecv, t, peer, group) for peer, t in receives])
     if ops:
@@ -56,10 +60,10 @@ def _rows(x: torch.Tensor, dim: int, start: int, length: int) -> torch.Tensor:
     return x.narrow(dim, start, length).contiguous()
 
 
-def _strips(x: torch.Tensor, dim: int, before: int, after: int, peers: tuple[int | None, int | None], fill: float,
-            group) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+def _strips(x: torch.Tensor, dim: int, before: int, after: int, fill: float,
+            tiles: Tiles) -> tuple[torch.Tensor | None, torch.Tensor | None]:
     """The `before` rows of the previous tile (or the fill) and the `after` rows of the next one (None: none)."""
-    prev, nxt = peers
+    prev, nxt = tiles.peers(dim - H)
     n = x.size(dim)
     sends, receives = [], []
     shape = list(x.shape)
@@ -81,7 +85,7 @@ def _strips(x: torch.Tensor, dim: int, before: int, after: int, peers: tuple[int
         if after:
             bottom = buffer(after)
             receives.append((nxt, bottom))
-    _swap(sends, receives, group)
+    _swap(sends, receives, tiles)
     if top is None and before:
         top = buffer(before).fill_(fill)
     if bottom is None and after:
@@ -94,11 +98,10 @@ def _join(x: torch.Tensor, dim: int, top: torch.Tensor | None, bottom: torch.Ten
         else x
 
 
-def _unpad(g: torch.Tensor, dim: int, before: int, after: int, peers: tuple[int | None, int | None],
-           group) -> torch.Tensor:
+def _unpad(g: torch.Tensor, dim: int, before: int, after: int, tiles: Tiles) -> torch.Tensor:
     """The adjoint of padding with _strips: the tile's own rows of g, plus the gradients its neighbours' halos
     received for its border rows; the gradient of the fill is dropped."""
-    prev, nxt = peers
+    prev, nxt = tiles.peers(dim - H)
     n = g.size(dim) - before - after
     inner = _rows(g, dim, before, n)  # g is this backward's own: its rows may be added to in place
     sends, receives = [], []
@@ -117,7 +120,7 @@ def _unpad(g: torch.Tensor, dim: int, before: int, after: int, peers: tuple[int 
             sends.append((nxt, _rows(g, dim, before + n, after)))
         if from_next is not None:
             receives.append((nxt, from_next))
-    _swap(sends, receives, group)
+    _swap(sends, receives, tiles)
     if from_prev is not None:
         inner.narrow(dim, 0, after).add_(from_prev)
     if from_next is not None:
@@ -135,7 +138,7 @@ class HaloOp(torch.autograd.Function):
     def forward(ctx, x: torch.Tensor, tiles: Tiles, widths: Halo, fill: float, op, *params):
         padded, strips = x, []
         for dim, (before, after) in zip((H, W), widths):
-            pair = _strips(padded, dim, before, after, tiles.peers(dim - H), fill, tiles.group)
+            pair = _strips(padded, dim, before, after, fill, tiles)
             strips.append(pair)
             padded = _join(padded, dim, *pair)
         ctx.tiles, ctx.widths, ctx.op = tiles, widths, op
@@ -155,7 +158,7 @@ class HaloOp(torch.autograd.Function):
         grads = ctx.op.backward(g, padded, *params, needs=ctx.needs_input_grad[5:])
         g_in = grads[0]
         for dim, (before, after) in reversed(list(zip((H, W), ctx.widths))):
-            g_in = _unpad(g_in.contiguous(), dim, before, after, ctx.tiles.peers(dim - H), ctx.tiles.group)
+            g_in = _unpad(g_in.contiguous(), dim, before, after, ctx.tiles)
         return (g_in, None, None, None, None, *grads[1:])
 
 
