@@ -111,6 +111,14 @@ class Strategy:
         dimension). Collective where it builds groups: every rank calls it at the same point."""
         return model
 
+    def checkpoint_blocks(self, model: torch.nn.Module, units: list) -> list[str]:
+        """Activation checkpointing of the model's blocks (train/recompute.Unit, read before wrap), set after wrap;
+        the names of the blocks checkpointed on this rank."""
+        from scaletrain.train.recompute import apply
+
+        apply(model, units)
+        return [u.name for u in units]
+
     def replica(self) -> tuple[int, int]:
         """(index, count) of the data-parallel replica this rank belongs to: which shard of each epoch it
         reads and how many replicas share the global batch (ranks of one pipeline read the same batches)."""

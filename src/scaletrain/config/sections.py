@@ -29,6 +29,7 @@ DEVICES = ("auto", "cpu", "cuda")
 SWITCHES = ("on", "off")
 TENSORBOARD = ("auto", "on", "off")
 OFFLOADS = ("none", "activations", "params")
+CHECKPOINTS = ("none", "blocks")
 
 
 @dataclass(kw_only=True)
@@ -88,8 +89,13 @@ class ModelConfig:
     sync_bn: bool = False
     """Convert BatchNorm to SyncBatchNorm (CUDA only in PyTorch)."""
 
+    checkpoint_activations: str = "none"
+    """Activation checkpointing: `blocks` keeps only each block's input for backward and runs the block's forward
+    again there (less memory, about one more forward of compute; the same gradients), `none` keeps them all."""
+
     def __post_init__(self) -> None:
         check_choice("precision", self.precision, TRAIN_PRECISIONS)
+        check_choice("checkpoint_activations", self.checkpoint_activations, CHECKPOINTS)
         if not 0 < self.width < math.inf:
             raise UserError(f"--width must be a positive number (got {self.width})")
 

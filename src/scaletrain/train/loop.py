@@ -32,6 +32,7 @@ from scaletrain.profiler import StepProfiler
 from scaletrain.rundir import RunDir, append_jsonl, keep_epochs_before, keep_steps_before
 from scaletrain.train import checkpoint, summary
 from scaletrain.train.build import build_data_and_model
+from scaletrain.train.recompute import plan_units
 from scaletrain.train.evaluate import ShardSampler
 from scaletrain.train.optim import build_optimizer, build_scheduler, resume_optimizer
 from scaletrain.train.sampler import ResumableSampler
@@ -92,7 +93,10 @@ class Trainer:
                             f"{len(self.data.train)} training samples: lower --batch-size")
         # what forward and backward run through: DDP, or the model itself (collective: every rank, here)
         sample_shape = (self.data.in_channels, self.data.image_size, self.data.image_size)
+        # activation checkpointing's blocks, read before the strategy wraps the model (and set once it has)
+        units = plan_units(self.model, sample_shape) if cfg.model.checkpoint_activations == "blocks" else []
         self.module = strategy.wrap(self.model, self.steps_per_epoch, sample_shape)
+        self.checkpointed = strategy.checkpoint_blocks(self.model, units) if units else []
 
         # a strategy whose servers own the update never steps this optimizer; it still tracks the schedule
         self.optimizer = build_optimizer(cfg.optim, self.model, world)

@@ -60,6 +60,7 @@ def run_summary(trainer, status: str, wall_time: float, digests: list[str], wher
         "checkpoints": {"written": len(trainer.checkpoint_s), "total_s": round(sum(trainer.checkpoint_s), 4),
                         "max_s": round(max(trainer.checkpoint_s, default=0.0), 4)},
         "param_digests": digests, "replicas_identical": len(set(digests)) == 1,
+        "checkpointed_blocks": trainer.checkpointed,
         **{k: v for k, v in where.items() if k != "device"},
         "wall_time_s": wall_time, "scaletrain_version": scaletrain.__version__,
         "torch_version": torch.__version__, "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),

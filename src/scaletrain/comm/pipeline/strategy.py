@@ -46,6 +46,7 @@ class Pipeline(Strategy):
         self.stages = cfg.layout.stages
         self.replicas = cfg.layout.replicas
         self.stage = rank.rank % self.stages
+        self.checkpointed: list[str] = []  # the blocks of this stage recomputed in backward (--checkpoint-activations)
         self.replica_index = rank.rank // self.stages
         # this replica's pipeline group, this stage's data-parallel group (None, None: one replica)
         self.pp_group, self.dp_group = block_groups(self.stages, self.replicas, rank.rank)
@@ -116,11 +117,15 @@ class Pipeline(Strategy):
     def replica(self) -> tuple[int, int]:
         return self.replica_index, self.replicas
 
+    def checkpoint_blocks(self, model: nn.Module, units: list) -> list[str]:
+        return self.checkpointed  # set in wrap, on this stage's blocks
+
     def place(self, model: nn.Module) -> nn.Module:
         return model  # in host memory until wrap has cut it: only this rank's stage goes to the device
 
     def wrap(self, model: nn.Module, steps_per_epoch: int, sample_shape: tuple[int, ...]) -> nn.Module:
-        from scaletrain.split.stages import blocked, stage_modules
+        from scaletrain.split.stages import block_pieces, blocked, stage_modules
+        from scaletrain.train.recompute import Chain
 
         cfg = self.cfg
         micro = cfg.optim.batch_size // cfg.pipeline.microbatches
@@ -130,6 +135,10 @@ class Pipeline(Strategy):
         self.stage_modules = stage_modules(graph, self.bounds)
         lo, hi = self.bounds[self.stage]
         module: nn.Module = self.stage_modules[self.stage]
+        if cfg.model.checkpoint_activations == "blocks":  # each block recomputed in backward
+            pieces = block_pieces(graph, lo, hi)
+            self.checkpointed = [name for name, _ in pieces]
+            module = Chain([piece for _, piece in pieces])
         keep_only(model, module)
         place_model(module, self.device)
         self._model = model
