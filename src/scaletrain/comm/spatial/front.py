@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
+from typing import Callable
 
 import torch
 from torch import nn
@@ -147,18 +148,25 @@ def _deepest(model: nn.Module, graph: LayerGraph, cuts: set[int]) -> str:
     return best
 
 
-def halo_bytes_per_sample(model: nn.Module, front: Front, tiles: Tiles, element_size: int) -> int:
+def halo_bytes_per_sample(model: nn.Module, front: Front, tiles: Tiles, element_size: int,
+                          recomputed: Callable[[str], bool] = lambda name: False) -> int:
     """What one sample's training step sends from this tile in halos and their gradients, from the geometry alone:
-    per window layer and cut dimension, each neighbour gets `before + after` rows (forward one side, backward the
-    other) across the tile's width (its row-padded height, for columns on a 2-D grid), all channels."""
+    per window layer and cut dimension, the tile before gets `after` rows in forward and `before` rows of
+    gradient in backward, the tile after the other way round, across the tile's width (its row-padded height,
+    for columns on a 2-D grid), all channels. A layer whose forward runs again in backward (`recomputed`: under
+    activation checkpointing) sends its forward halos twice."""
     total = 0
     for name, (c, height, width) in front.inputs:
         layer = model.get_submodule(name)
+        again = recomputed(name)
         (br, ar), (bc, ac) = layer.widths
         h, w = height // tiles.grid.rows, width // tiles.grid.cols
-        rows = sum(p is not None for p in tiles.grid.neighbours(tiles.index, 0))
-        cols = sum(p is not None for p in tiles.grid.neighbours(tiles.index, 1))
-        total += rows * (br + ar) * c * w + cols * (bc + ac) * c * (h + br + ar)
+        for dim, (before, after), across in ((0, (br, ar), w), (1, (bc, ac), h + br + ar)):
+            prev, after_tile = tiles.grid.neighbours(tiles.index, dim)
+            if prev is not None:
+                total += (after * (1 + again) + before) * c * across
+            if after_tile is not None:
+                total += (before * (1 + again) + after) * c * across
     return total * element_size
 
 

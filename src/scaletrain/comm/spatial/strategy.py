@@ -38,6 +38,7 @@ class Spatial(Strategy):
         self.replicas = rank.world_size // s
         self.replica_index, self.tile = divmod(rank.rank, s)
         self.front_params: list[nn.Parameter] = []
+        self.recomputed: list = []  # activation checkpointing's units (train/recompute.Unit)
         self.trained = {"halo_bytes": 0, "samples": 0, "steps": 0}  # what training steps sent (evaluation apart)
         # this replica's tiles, this tile index's data-parallel group (None, None: one replica)
         self.tiles_group, self.dp_group = block_groups(s, self.replicas, rank.rank)
@@ -61,6 +62,10 @@ class Spatial(Strategy):
         self.front_params = tile_front(model, front, self.tiles)
         self.front, self.model = front, model
         return TileInput(model, self.tiles)
+
+    def checkpoint_blocks(self, model: nn.Module, units: list) -> list[str]:
+        self.recomputed = list(units)  # their tiled layers exchange their forward halos again in backward
+        return super().checkpoint_blocks(model, units)
 
     def forward_backward(self, x, y, loss_of, optimizer, scaler, prof) -> torch.Tensor:
         sent = self.tiles.sent[0]
@@ -113,7 +118,8 @@ class Spatial(Strategy):
         if not chief:
             return {}
         t = self.trained
-        theory = halo_bytes_per_sample(self.model, self.front, self.tiles, _element_size(self.model))
+        theory = halo_bytes_per_sample(self.model, self.front, self.tiles, _element_size(self.model),
+                                       lambda name: any(u.covers(name) for u in self.recomputed))
         return {"spatial": {"tiles": self.grid.tiles, "grid": [self.grid.rows, self.grid.cols],
                             "replicas": self.replicas, "until": self.front.until,
                             "tiled_layers": len(self.front.layers),
