@@ -9,7 +9,7 @@ import torch
 from predict_fixtures import NETWORK, fake_calibration
 from scaletrain.config import build_config
 from scaletrain.models.registry import build_model
-from scaletrain.perf.footprint import model_bytes
+from scaletrain.perf.footprint import model_memory
 from scaletrain.perf.memory import OPTIMIZER_STATE, activations_at, data_parallel_copies
 from scaletrain.predict.points import predict_config
 from scaletrain.predict.predictor import Predictor
@@ -30,7 +30,7 @@ def test_autocast_keeps_every_activation_in_16_bits():
 def test_the_preflight_check_and_predict_count_the_same_parameter_copies(optimizer):
     factory = lambda: build_model("lenet5", num_classes=10, in_channels=1, image_size=32)  # noqa: E731
     params = sum(p.numel() for p in factory().parameters())
-    preflight, _ = model_bytes(factory, 32, 1, 32, optimizer, "fp32")
+    preflight = model_memory(factory, 32, (1, 32, 32), optimizer, "fp32").state_bytes()
     assert preflight == 4 * params * data_parallel_copies(optimizer)
     cfg = build_config({}, {"model": "lenet5", "nproc": 2, "batch_size": 32, "optimizer": optimizer})
     mem = predict_config(Predictor(fake_calibration(), NETWORK), cfg)["memory_bytes"]

@@ -103,7 +103,7 @@ def test_the_one_walk_falls_back_to_the_modules_and_every_reader_takes_that_walk
     composite child holding the leaves it ran); predict prices those leaves, the graph draws the children,
     and the pre-flight memory check counts the same saved bytes as predict, on the meta device."""
     from scaletrain.graph.build import trace
-    from scaletrain.perf.footprint import model_bytes
+    from scaletrain.perf.footprint import model_memory
     from scaletrain.perf.walk import walk
     from scaletrain.predict.ops import trace_ops
 
@@ -125,7 +125,7 @@ def test_the_one_walk_falls_back_to_the_modules_and_every_reader_takes_that_walk
     # autograd's saved bytes on the meta device: the residual sum and the ReLU between modules included
     assert meta.saved_bytes > sum(p.saved_bytes for p in meta.leaves() if p.saved_bytes) > 0
     assert priced.saved_bytes == meta.saved_bytes
-    assert model_bytes(_gated, 4, 3, 8, "sgd", "fp32")[1] == meta.saved_bytes
+    assert sum(b.saved for b in model_memory(_gated, 4, (3, 8, 8), "sgd", "fp32").blocks) == meta.saved_bytes
 
 
 def test_a_module_walk_of_another_model_is_not_its_dataflow():

@@ -59,6 +59,17 @@ class Fsdp(Strategy):
                                        "backward": pricing.phases["backward"] + b},
                     memory={**memory, "buckets": max(units)})
 
+    @classmethod
+    def memory(cls, cfg: TrainConfig, memory_at, factory, sample_shape):
+        """Parameters, gradients and optimizer state in 1/world shards, plus one unit gathered whole (its weights
+        and, in backward, its gradients: the largest block's); the activations as a data-parallel rank's."""
+        from scaletrain.perf.footprint import Footprint
+
+        mm = memory_at(cfg.optim.batch_size)
+        unit = max((b.params for b in mm.blocks), default=0)
+        world = cfg.layout.world
+        return Footprint(params=mm.state_bytes(buckets=False) // world + 2 * unit, activations=mm.activations())
+
     def __init__(self, cfg: TrainConfig, rank: RankInfo, device: torch.device, backend: str) -> None:
         super().__init__(cfg, rank, device, backend)
         self.units: list[str] = []

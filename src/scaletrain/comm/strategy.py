@@ -90,6 +90,17 @@ class Strategy:
 
         return Cost()
 
+    @classmethod
+    def memory(cls, cfg: TrainConfig, memory_at: Callable, factory: Callable[[], torch.nn.Module],
+               sample_shape: tuple[int, ...]):
+        """Bytes per rank of its layout (a perf.footprint.Footprint: parameters with their state, the activations'
+        peak), from `memory_at(batch)`: the model's perf.footprint.ModelMemory at a batch. A data-parallel rank
+        holds the whole model and its batch's activations."""
+        from scaletrain.perf.footprint import Footprint
+
+        mm = memory_at(cfg.optim.batch_size)
+        return Footprint(params=mm.state_bytes(buckets=cls.gradient_buckets), activations=mm.activations())
+
     @staticmethod
     def check_model(cfg: TrainConfig, factory: Callable[[], torch.nn.Module], sample_shape: tuple[int, ...]) -> None:
         """Refuse, before any process starts, a model (built by `factory`) this strategy cannot run as asked."""

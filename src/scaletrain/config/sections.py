@@ -19,6 +19,7 @@ from scaletrain.comm.spec import check, parse_compress
 from scaletrain.config.fields import at_least, check_choice, flag, key
 from scaletrain.config.specs import Injection, parse_inject, torch_profile_window
 from scaletrain.errors import UserError
+from scaletrain.units import size_flag
 
 OPTIMIZERS = ("sgd", "nesterov", "adagrad", "adamw")
 PRECISIONS = ("fp32", "bf16", "fp16")  # what predict, graph and split price
@@ -199,6 +200,10 @@ class LaunchConfig:
     """Also checkpoint every N training steps (atomically, as at epoch ends), so that a crash or a
     preemption loses at most N steps; 0: at epoch ends only."""
 
+    memory_per_device: str | None = None
+    """Memory one rank may use (e.g. 2GiB: of a GPU, or of the host per CPU rank): a run whose planned memory per
+    rank is more is refused before it starts, naming the layouts of the same ranks that fit (docs/perf.md)."""
+
     progress: bool = True
     """Show progress on rank 0: a bar on a terminal; in a log (a SLURM job's output, nohup, a pipe) a line
     after the first step, then every 100 steps (10 s apart at least) or 30 s, whichever comes first."""
@@ -219,6 +224,8 @@ class LaunchConfig:
                             f"(got {self.node_rank})")
         check_address("master_addr", self.master_addr)
         check_address("local_addr", self.local_addr)
+        if self.memory_per_device is not None:
+            size_flag(self.memory_per_device, "--memory-per-device")
         if self.nnodes > 1 and self.master_port is None:
             raise UserError("--nnodes > 1 needs --master-port (the same on every node) and --master-addr "
                             "(node 0's address)")

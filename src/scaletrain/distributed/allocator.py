@@ -39,6 +39,15 @@ def settle() -> dict[str, Any]:
     return _settled
 
 
+def retained_below() -> int | None:
+    """The size under which a rank's freed memory stays with its process (glibc's heap below the mmap threshold,
+    with the trim threshold past what a step frees) when its ranks fix the thresholds, else None (unknown)."""
+    if _glibc() is None or os.environ.get(OPT_OUT, "").strip().lower() == "default" or \
+            any(os.environ.get(name) for name in USER_VARIABLES):
+        return None
+    return MMAP_THRESHOLD
+
+
 def _apply() -> dict[str, Any]:
     libc = _glibc()
     if libc is None:

@@ -56,6 +56,19 @@ def add_predict_args(p: argparse.ArgumentParser) -> None:
                    help="with --testbed: the cores `testbed run --cores-per-host N` gives each host (default as "
                         "testbed run: the machine's cores // hosts)")
     add_config_flags(p, lists=tuple(AXES) + PREDICT_AXES_EXTRA, skip=tuple(STUDY_OWNED))
+    side = next(a for a in p._actions if a.dest == "image_size")  # predict's own value: `max`
+    side.type = side_or_max
+    side.help = (side.help or "") + " `max` (with --memory-per-device): the largest side each layout of these ranks " \
+                                    "trains within the budget, by the memory model (no calibration)"
+
+
+def side_or_max(text: str) -> int | str:
+    if text == "max":
+        return text
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid --image-size {text!r}: give pixels (e.g. 224) or max") from None
 
 
 def check_request(args: argparse.Namespace, spec: StudySpec) -> None:
@@ -210,6 +223,8 @@ def run_predict(args: argparse.Namespace, spec: StudySpec | None = None) -> int:
     from scaletrain.predict.scaling import check_grid, predict_grid
     from scaletrain.rundir import PREDICTION, check_out, write_json_atomic
 
+    if spec is None and str(getattr(args, "image_size", None)) == "max":
+        return run_largest(args)
     spec = spec if spec is not None else spec_from_args(args)
     check_request(args, spec)
     cores = None
@@ -232,6 +247,50 @@ def run_predict(args: argparse.Namespace, spec: StudySpec | None = None) -> int:
     console = output_console(highlight=False)
     print_prediction(prediction, console)
     console.print(f"{PREDICTION}: {out / PREDICTION}\nreport: {report}")
+    return 0
+
+
+def run_largest(args: argparse.Namespace) -> int:
+    """`--image-size max`: the largest side each layout of these ranks trains within --memory-per-device, by the
+    memory model alone (no calibration: predict/largest.py); writes largest-side.json."""
+    from scaletrain.console.phase import phase
+    from scaletrain.console.width import output_console
+    from scaletrain.grid import rich_table
+    from scaletrain.models import build_model
+    from scaletrain.predict.largest import largest_sides, largest_table
+    from scaletrain.predict.points import data_facts
+    from scaletrain.rundir import check_out, write_json_atomic
+    from scaletrain.study.grid import points
+    from scaletrain.units import size_flag
+
+    if not getattr(args, "memory_per_device", None):
+        raise UserError("--image-size max asks for the largest side within a memory budget: give "
+                        "--memory-per-device (e.g. 2GiB)")
+    budget = size_flag(args.memory_per_device, "--memory-per-device")
+    args.image_size = None
+    grid = points(spec_from_args(args))
+    if len(grid) != 1:
+        raise UserError("--image-size max plans one configuration of ranks: give single values, not comma lists")
+    cfg = grid[0].config
+    check_out(args.out, "prediction")
+    device_type = hardware_profile(args.hardware).kind if args.hardware else "cpu"
+    facts = data_facts(cfg.data.dataset, None, cfg.data.synthetic_samples, cfg.data.synthetic_classes)
+
+    def build(c, side: int):
+        return lambda: build_model(c.model.name, num_classes=facts["classes"], in_channels=facts["channels"],
+                                   image_size=side, stem=c.model.stem, width=c.model.width)
+
+    with phase("predict: the largest side of each layout (meta-device walks)", eta=False) as update:
+        rows = largest_sides(cfg, build, facts["channels"], budget, device_type, progress=update)
+    what = f"{cfg.model.name}, batch {cfg.optim.batch_size} per replica, {cfg.layout.world} ranks, {device_type}"
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(out / "largest-side.json", {"budget_bytes": budget, "model": cfg.model.name,
+                                                  "batch_size": cfg.optim.batch_size, "ranks": cfg.layout.world,
+                                                  "device": device_type, "layouts": [r.to_dict() for r in rows]})
+    console = output_console(highlight=False)
+    console.print(rich_table(largest_table(rows, args.memory_per_device, what)))
+    console.print(f"largest-side.json: {out / 'largest-side.json'}")
     return 0
 
 

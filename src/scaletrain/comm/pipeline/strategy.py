@@ -90,6 +90,34 @@ class Pipeline(Strategy):
                   "optimizer": pricing.optimizer_s(tensors, int(mean_params // 4)) + pricing.loop.optimizer_s}
         return Cost(exposed, comm, phases=phases, memory=memory, extra={"pipeline": pp})
 
+    @classmethod
+    def memory(cls, cfg: TrainConfig, memory_at, factory, sample_shape):
+        """The fullest stage of the split balanced on the blocks' FLOPs (the run balances measured times): its
+        parameters and state, and per micro-batch in flight (GPipe: all; 1F1B: K - s) its blocks' saved tensors
+        (checkpointed: their inputs), with one block's transients in backward (checkpointed: and its recompute)."""
+        from scaletrain.perf.footprint import Footprint
+        from scaletrain.perf.peak import TRANSIENT
+        from scaletrain.split.partition import BlockCost, optimal
+
+        mm = memory_at(max(1, cfg.optim.batch_size // cfg.pipeline.microbatches))
+        k, m = cfg.layout.stages, cfg.pipeline.microbatches
+        after = [b.input for b in mm.blocks[1:]] + [0]  # the tensor crossing each cut: the next block's input
+        costs = [BlockCost(b.name, float(b.flops), 2.0 * b.flops, b.params, b.saved, out)
+                 for b, out in zip(mm.blocks, after)]
+        bounds = optimal(costs, k, microbatches=m, schedule=cfg.pipeline.schedule).bounds
+        worst = Footprint()
+        for s, (lo, hi) in enumerate(bounds):
+            blocks = mm.blocks[lo:hi]
+            flight = m if cfg.pipeline.schedule == "gpipe" else min(m, k - s)
+            if mm.checkpointed:
+                acts = flight * sum(b.input for b in blocks) + max(b.saved + TRANSIENT * b.largest for b in blocks)
+            else:
+                acts = flight * sum(b.saved + (b.input if i == 0 else 0) for i, b in enumerate(blocks)) + \
+                    TRANSIENT * max(b.largest for b in blocks)
+            stage = Footprint(params=mm.state_bytes(sum(b.params for b in blocks), buckets=False), activations=acts)
+            worst = max(worst, stage, key=lambda f: f.total)
+        return worst
+
     @staticmethod
     def check_model(cfg: TrainConfig, factory: Callable[[], nn.Module], sample_shape: tuple[int, ...]) -> None:
         """The model must be cut into at least --stages blocks; a split file must be this model's."""

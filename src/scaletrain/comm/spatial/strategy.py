@@ -11,6 +11,7 @@ the replicas. Every rank then steps the same optimizer on the same gradients: al
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import torch
@@ -47,6 +48,31 @@ class Spatial(Strategy):
     def check_model(cfg: TrainConfig, factory, sample_shape: tuple[int, ...]) -> None:
         """The front's layers, its boundary and the tiles' sizes, before any process starts."""
         plan_front(factory(), cfg.spatial.until, TileGrid(*square_grid(cfg.spatial.tiles)), sample_shape)
+
+    @classmethod
+    def memory(cls, cfg: TrainConfig, memory_at, factory, sample_shape):
+        """The whole model's parameters and state on every tile's rank; of the activations, the front's blocks a
+        tile's share (1/S: the halo strips aside), the rest whole (each rank runs it on the gathered images)."""
+        from scaletrain.perf.footprint import Footprint
+
+        mm = memory_at(cfg.optim.batch_size)
+        model = factory()
+        front = plan_front(model, cfg.spatial.until, TileGrid(*square_grid(cfg.spatial.tiles)), sample_shape)
+        order = [name for name, _ in model.named_children()]
+        top = front.until.split(".")[0]
+        # a front ending inside a top-level module: that module counted whole (a bound, not the share)
+        last = order.index(top) if "." not in front.until else order.index(top) - 1
+
+        def in_front(name: str) -> bool:
+            first = name.split(".")[0].split("+")[0]
+            return first in order and order.index(first) <= last
+
+        # a tiled layer also holds the padded copy of its tile that the halo exchange builds (forward, and again
+        # in backward), and each rank slices its tile out of the whole batch it reads
+        blocks = [replace(b.scaled(1 / cfg.spatial.tiles), transient=b.transient + 2) if in_front(b.name) else b
+                  for b in mm.blocks]
+        tile_input = mm.input_bytes // cfg.spatial.tiles
+        return Footprint(params=mm.state_bytes(buckets=False), activations=mm.activations(blocks) + tile_input)
 
     def replica(self) -> tuple[int, int]:
         return self.replica_index, self.replicas

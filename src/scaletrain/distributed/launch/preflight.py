@@ -7,6 +7,8 @@ import socket
 import sys
 from pathlib import Path
 
+from scaletrain import fmt
+from scaletrain.comm import memory
 from scaletrain.comm.registry import strategy_class
 from scaletrain.config import TrainConfig
 from scaletrain.data import build_datasets, default_image_size
@@ -17,6 +19,7 @@ from scaletrain.models import build_model
 from scaletrain.perf import footprint
 from scaletrain.rundir import RunDir, check_out_dir
 from scaletrain.train import checkpoint
+from scaletrain.units import size_flag
 
 
 def validate(cfg: TrainConfig) -> None:
@@ -45,14 +48,17 @@ def validate(cfg: TrainConfig) -> None:
         return build_model(cfg.model.name, num_classes=data.num_classes, in_channels=data.in_channels,
                            image_size=data.image_size, stem=cfg.model.stem, width=cfg.model.width)
 
-    estimate = footprint.model_bytes(factory, cfg.optim.batch_size, data.in_channels, data.image_size,
-                                     cfg.optim.optimizer, cfg.model.precision)
-    if estimate is None:
+    strategy = strategy_class(cfg.strategy.name)
+    shape = (data.in_channels, data.image_size, data.image_size)
+    strategy.check_model(cfg, factory, shape)
+    need = memory.per_rank(cfg, factory, shape, device_type)
+    if need is None:
         factory()  # a model the meta device cannot run: build it for real, to see that it builds
     else:
-        need = footprint.Footprint(*estimate, dataset=in_memory)
         footprint.check_fits(need, cfg.launch.nproc, footprint.available_bytes(device_type), device_type, hint)
-    strategy = strategy_class(cfg.strategy.name)
+        if cfg.launch.memory_per_device:
+            check_budget(cfg, factory, shape, need, size_flag(cfg.launch.memory_per_device, "--memory-per-device"),
+                         device_type)
     if cfg.launch.checkpoint_every and not strategy.lockstep:
         raise UserError("--checkpoint-every needs ranks that take their steps together; --strategy "
                         f"{cfg.strategy.name}'s workers step at their own pace and checkpoint at epoch ends: drop "
@@ -60,7 +66,6 @@ def validate(cfg: TrainConfig) -> None:
     if cfg.faults.max_restarts and strategy.agent_per_rank:
         raise UserError(f"--max-restarts restarts a node's workers together, and --strategy {cfg.strategy.name} "
                         "starts one agent per rank (a dead worker is tolerated, not restarted): drop --max-restarts")
-    strategy.check_model(cfg, factory, (data.in_channels, data.image_size, data.image_size))
     trainers = cfg.layout.replicas
     per_rank = -(-len(data.train) // trainers)  # DistributedSampler pads every rank to the same count
     if per_rank < cfg.optim.batch_size:
@@ -68,6 +73,20 @@ def validate(cfg: TrainConfig) -> None:
         raise UserError(f"--batch-size {cfg.optim.batch_size} x {trainers} training ranks is more than the "
                         f"{len(data.train)} training samples of {cfg.data.dataset}: lower --batch-size to "
                         f"{max(1, per_rank)} or use at most {most} training ranks")
+
+
+def check_budget(cfg: TrainConfig, factory, shape: tuple[int, ...], need: footprint.Footprint, budget: int,
+                 device_type: str) -> None:
+    """Refuse a run whose planned memory per rank exceeds --memory-per-device, naming the layouts that fit."""
+    if need.total <= budget:
+        return
+    parts = ", ".join(f"{name} {fmt.size(v)}" for name, v in need.parts().items() if v)
+    fits = memory.fitting(cfg, factory, shape, budget, device_type, need.runtime)
+    fix = (f"layouts of these {cfg.layout.world} ranks that fit: " + "; ".join(f"{flags} ({fmt.size(b)})"
+                                                                           for flags, b in fits[:3])
+           if fits else "no layout of these ranks fits: lower --image-size or --batch-size, or use more ranks")
+    raise UserError(f"this run plans {fmt.size(need.total)} per rank ({parts}), more than --memory-per-device "
+                    f"{cfg.launch.memory_per_device}: {fix}")
 
 
 def preflight(cfg: TrainConfig) -> RunDir:

@@ -1,0 +1,108 @@
+"""The largest image side each layout trains under a memory budget per rank, measured: ResNet-18 on synthetic
+images, 2 ranks (4 for 2 x 2 tiles), batch 1 per replica (a pipeline needs a micro-batch per stage: batch 2 as 2 micro-batches of 1).
+
+    .venv/bin/python benchmarks/largest_side.py [--budget 2GiB] [--fit 1024,1536] [--out DIR]   # about 30 min
+
+For each layout, `scaletrain train` (the real launcher) runs a few steps at the two `--fit` sides; its peak
+resident memory (max over ranks, the profiler's) is a + b x side^2 (a: the process, weights, optimizer; b: the
+activations per pixel), which gives the side that meets the budget, rounded down to a multiple of 64. That side
+is then trained and its peak measured (<= the budget: the side stands; above: 64 less, again). The memory model
+(`scaletrain predict --image-size max`) is shown beside it. Writes DIR/largest-side.json; docs/spatial.md keeps
+the dated results."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+LAYOUTS = {
+    "DDP": ["--nproc", "2"],
+    "DDP + checkpointing": ["--nproc", "2", "--checkpoint-activations", "blocks"],
+    "pipeline 2": ["--strategy", "pipeline", "--nproc", "2", "--batch-size", "2", "--microbatches", "2"],
+    "spatial 2": ["--strategy", "spatial", "--spatial", "2", "--nproc", "2"],
+    "spatial 2 + checkpointing": ["--strategy", "spatial", "--spatial", "2", "--nproc", "2",
+                                  "--checkpoint-activations", "blocks"],
+    "spatial 4 + checkpointing": ["--strategy", "spatial", "--spatial", "4", "--nproc", "4",
+                                  "--checkpoint-activations", "blocks"],
+}
+"""(Spatial x pipeline is not built yet. Spatial 4 runs 4 ranks: 2 x 2 tiles of each image.)"""
+RUN = ["--model", "resnet18", "--dataset", "synthetic", "--synthetic-samples", "4", "--batch-size", "1",
+       "--epochs", "1", "--threads", "1", "--tensorboard", "off", "--no-progress"]
+STEP = 64  # sides are multiples of 64: ResNet-18 divides by 32, and 2 tiles split the width in two
+
+
+def train(out: Path, layout: str, side: int) -> dict:
+    argv = [sys.executable, "-m", "scaletrain", "train", *RUN, *LAYOUTS[layout], "--image-size", str(side),
+            "--out", str(out)]
+    done = subprocess.run(argv, capture_output=True, text=True)
+    if done.returncode:
+        return {"side": side, "error": (done.stderr.strip().splitlines() or ["failed"])[-1]}
+    s = json.loads((out / "summary.json").read_text())
+    return {"side": side, "peak_bytes": max(r["peak_memory_bytes"] for r in s["ranks"]),
+            "samples_per_s": s.get("samples_per_s")}
+
+
+def largest(layout: str, budget: int, fit: list[int], out: Path) -> dict:
+    runs = [train(out / f"{layout.replace(' ', '_')}-{side}", layout, side) for side in fit]
+    for r in runs:
+        print(f"  {layout} at {r['side']}: " + (f"{r['peak_bytes'] / 2**20:,.0f} MiB" if "peak_bytes" in r
+                                               else r["error"]), flush=True)
+    if any("peak_bytes" not in r for r in runs):
+        return {"runs": runs, "error": "a fit run failed"}
+    (s0, p0), (s1, p1) = [(r["side"], r["peak_bytes"]) for r in runs]
+    b = (p1 - p0) / (s1 ** 2 - s0 ** 2)
+    a = p0 - b * s0 ** 2
+    side = int(math.sqrt(max(0.0, (budget - a) / b)) // STEP * STEP)
+    for _ in range(3):
+        r = train(out / f"{layout.replace(' ', '_')}-{side}", layout, side)
+        runs.append(r)
+        print(f"  {layout} at {side}: " + (f"{r['peak_bytes'] / 2**20:,.0f} MiB" if "peak_bytes" in r
+                                          else r["error"]), flush=True)
+        if "peak_bytes" in r and r["peak_bytes"] <= budget:
+            return {"runs": runs, "a_bytes": a, "b_bytes_per_px": b, "largest_side": side, "peak_bytes": r["peak_bytes"]}
+        side -= STEP
+    return {"runs": runs, "a_bytes": a, "b_bytes_per_px": b, "error": "no side confirmed"}
+
+
+def size(text: str) -> int:
+    units = {"KiB": 2 ** 10, "MiB": 2 ** 20, "GiB": 2 ** 30}
+    for unit, factor in units.items():
+        if text.endswith(unit):
+            return int(float(text[:-len(unit)]) * factor)
+    return int(text)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--budget", default="2GiB")
+    p.add_argument("--fit", default="1024,1536")
+    p.add_argument("--layouts", default=",".join(LAYOUTS))
+    p.add_argument("--out", type=Path, default=None)
+    a = p.parse_args()
+    budget, fit = size(a.budget), [int(s) for s in a.fit.split(",")]
+    out = a.out or Path(tempfile.mkdtemp(prefix="largest-side-"))
+    results = {}
+    for layout in a.layouts.split(","):
+        results[layout] = largest(layout, budget, fit, out)
+    base = results.get("DDP", {}).get("largest_side")
+    print(f"\nlargest side under {a.budget} per rank (ResNet-18, batch 1 per replica; measured peak RSS)")
+    print(f"{'layout':28s}{'side':>7s}{'peak':>11s}{'x DDP':>7s}{'MiB + B/px':>18s}")
+    for layout, r in results.items():
+        if "largest_side" not in r:
+            print(f"{layout:28s}{r.get('error', 'failed'):>30s}")
+            continue
+        ratio = f"{r['largest_side'] / base:.2f}" if base else "-"
+        print(f"{layout:28s}{r['largest_side']:7d}{r['peak_bytes'] / 2**20:8,.0f} MiB{ratio:>7s}"
+              f"{r['a_bytes'] / 2**20:10,.0f} + {r['b_bytes_per_px']:5.0f}")
+    (out / "largest-side.json").write_text(json.dumps({"budget_bytes": budget, "fit": fit, "results": results},
+                                                      indent=1))
+    print(f"wrote {out / 'largest-side.json'}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,102 @@
+"""`predict --image-size max --memory-per-device B`: the largest square image side each layout of the same ranks
+trains within B per rank, by the memory model (comm/memory.py, docs/perf.md "Memory per rank, per layout").
+
+Memory per rank is a fixed part (parameters and their state, the process) and a part that grows with the pixels
+(activations, batches): one walk at a reference side gives the slope, the side that meets the budget follows,
+and walks at that side and its neighbours settle it on a multiple of STEP (a side a layout cannot take, e.g. a
+width its tiles do not divide, is stepped over). Meta-device walks only: no memory, a few seconds in all."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable
+
+from scaletrain import fmt
+from scaletrain.comm import memory
+from scaletrain.comm.registry import strategy_class
+from scaletrain.config import TrainConfig
+from scaletrain.errors import UserError
+from scaletrain.grid import Grid
+
+STEP = 64  # sides on multiples of 64: a ResNet's /32, split in two by 2 tiles
+REFERENCE = 1024
+LARGEST = 1 << 17  # 131,072 px: a side beyond which the search stops (a pathology slide's order)
+
+
+@dataclass(frozen=True)
+class Largest:
+    flags: str  # what asks for the layout ("as given" for the request itself)
+    side: int | None  # None: not even STEP fits
+    bytes: int | None  # memory per rank at that side
+    why: str | None = None  # a layout these ranks cannot take, or none fits
+
+    def to_dict(self) -> dict:
+        return {"layout": self.flags, "largest_side": self.side, "bytes_per_rank": self.bytes, "why": self.why}
+
+
+def largest_sides(cfg: TrainConfig, build: Callable[[TrainConfig, int], Callable], channels: int, budget: int,
+                  device_type: str, progress: Callable[[str, int, int | None], None] = lambda *a: None) -> list[Largest]:
+    """For the request and each alternative layout (comm/memory.alternatives), its largest side within `budget`;
+    `build(cfg, side)` gives the model factory at a side."""
+    runtime = memory.runtime_bytes(device_type)
+    layouts = [("as given", cfg), *memory.alternatives(cfg)]
+    out = []
+    for i, (flags, layout) in enumerate(layouts):
+        out.append(_largest(flags, layout, build, channels, budget, device_type, runtime))
+        progress(flags, i + 1, len(layouts))
+    return out
+
+
+def _largest(flags: str, cfg: TrainConfig, build, channels: int, budget: int, device_type: str,
+             runtime: int) -> Largest:
+    def need(side: int) -> int | None:
+        """Bytes per rank at `side`; None where the layout cannot take it (its memory refuses the side)."""
+        factory = build(cfg, side)
+        try:
+            f = memory.per_rank(cfg.replace(image_size=side), factory, (channels, side, side), device_type, runtime)
+        except UserError:
+            return None
+        if f is None:
+            raise UserError(f"{cfg.model.name} cannot run on the meta device, so its memory cannot be planned: "
+                            "give --image-size a number")
+        return f.total
+
+    try:  # the layout itself, once, at a small side (a pipeline's check traces a real forward)
+        strategy_class(cfg.strategy.name).check_model(cfg.replace(image_size=STEP * 2), build(cfg, STEP * 2),
+                                                      (channels, STEP * 2, STEP * 2))
+    except UserError as e:
+        return Largest(flags, None, None, str(e))
+    ref = need(REFERENCE)
+    small = need(STEP * 2)
+    if ref is None or small is None:
+        return Largest(flags, None, None, "these ranks cannot take this layout at any side tried")
+    slope = max(1e-9, (ref - small) / (REFERENCE ** 2 - (STEP * 2) ** 2))
+    side = int(math.sqrt(max(0.0, (budget - small) / slope + (STEP * 2) ** 2)) // STEP * STEP)
+    side = max(STEP, min(side, LARGEST))
+    at = need(side)
+    while side > STEP and (at is None or at > budget):
+        side -= STEP
+        at = need(side)
+    if at is None or at > budget:
+        return Largest(flags, None, None, f"not even {STEP} px fits {fmt.size(budget)}")
+    while side + STEP <= LARGEST:
+        up = need(side + STEP)
+        if up is None or up > budget:
+            break
+        side, at = side + STEP, up
+    return Largest(flags, side, at)
+
+
+def largest_table(rows: list[Largest], budget: str, what: str) -> Grid:
+    base = rows[0].side if rows and rows[0].side else None
+    grid = Grid(f"largest image side within {budget} per rank ({what})",
+                ["layout", "largest side", "memory per rank", "x as given"], text_columns=(0,))
+    for r in rows:
+        if r.side is None:
+            grid.rows.append([r.flags, "-", r.why or "-", "-"])
+            continue
+        grid.rows.append([r.flags, f"{r.side:,}", fmt.size(r.bytes), f"{r.side / base:.2f}" if base else "-"])
+    grid.note = ("the memory model: meta-device walks, nothing allocated (docs/perf.md); measured against real runs "
+                 "in docs/spatial.md")
+    return grid

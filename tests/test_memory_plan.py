@@ -1,0 +1,142 @@
+"""Memory per rank, per layout (perf/peak.py, comm/memory.py, `train --memory-per-device`, `predict --image-size
+max`): the peak's formulas, each layout's share, the refusal before spawning, and (slow) runs under the budget."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from scaletrain.comm.memory import alternatives, per_rank
+from scaletrain.config import config_from_dict
+from scaletrain.errors import UserError
+from scaletrain.models import build_model
+from scaletrain.perf.peak import TRANSIENT, BlockBytes, peak
+
+MiB = 2 ** 20
+
+
+def _blocks() -> list[BlockBytes]:
+    return [BlockBytes("a", saved=100, input=10, largest=40), BlockBytes("b", saved=50, input=20, largest=10),
+            BlockBytes("c", saved=30, input=5, largest=5)]
+
+
+def test_peak_without_checkpointing_holds_every_earlier_block():
+    # backward at c holds a, b and c's saved tensors; at a, only a's: the larger of the three moments
+    expected = max(100 + TRANSIENT * 40, 150 + TRANSIENT * 10, 180 + TRANSIENT * 5)
+    assert peak(_blocks()) == expected
+
+
+def test_peak_with_checkpointing_holds_inputs_and_one_block():
+    expected = max(10 + 100 + TRANSIENT * 40, 30 + 50 + TRANSIENT * 10, 35 + 30 + TRANSIENT * 5)
+    assert peak(_blocks(), checkpointed=True) == expected
+    assert peak([]) == 0
+
+
+def test_peak_with_a_retaining_allocator_adds_the_small_blocks_high_water():
+    # a: large (40 >= 20), b and c small: their high-water stays while a's backward runs
+    assert peak(_blocks(), retained_below=20) == max(50 + TRANSIENT * 10, 80 + TRANSIENT * 5) + 100 + TRANSIENT * 40
+    assert peak(_blocks(), retained_below=1000) == peak(_blocks())
+
+
+def _cfg(side: int, **extra):
+    return config_from_dict({"model": "resnet18", "dataset": "synthetic", "batch_size": 1, "image_size": side,
+                             "nproc": 2, **extra})
+
+
+def _need(side: int, **extra) -> dict:
+    cfg = _cfg(side, **extra)
+    f = per_rank(cfg, lambda: build_model("resnet18", num_classes=10, in_channels=3, image_size=side), (3, side, side),
+                 runtime=0)
+    return f
+
+
+def test_each_layout_holds_its_share():
+    ddp, ckpt = _need(512), _need(512, checkpoint_activations="blocks")
+    spatial = _need(512, strategy="spatial", spatial=2)
+    fsdp = _need(512, strategy="fsdp")
+    assert spatial.activations < 0.7 * ddp.activations and spatial.params < ddp.params  # no DDP bucket copy
+    assert fsdp.params < 0.6 * ddp.params and fsdp.activations == ddp.activations
+    assert ckpt.params == ddp.params and ckpt.batches == ddp.batches == 2 * 3 * 512 * 512 * 4
+    assert ddp.runtime == 0 and ddp.total == ddp.params + ddp.activations + ddp.batches
+
+
+def test_alternatives_name_the_flags_that_ask_for_them():
+    flags = [f for f, _ in alternatives(_cfg(256))]
+    assert "--checkpoint-activations blocks" in flags and "--strategy spatial --spatial 2" in flags
+    assert "--strategy pipeline --nproc 2 --microbatches 2 --batch-size 2" in flags
+    assert [f for f, _ in alternatives(_cfg(256, nproc=1))] == ["--checkpoint-activations blocks"]
+
+
+def test_train_refuses_a_run_over_the_budget_naming_layouts_that_fit():
+    from scaletrain.distributed.launch.preflight import validate
+
+    cfg = _cfg(1024, memory_per_device="1200MiB")
+    with pytest.raises(UserError) as e:
+        validate(cfg)
+    message = str(e.value)
+    assert "more than --memory-per-device 1200MiB" in message and "--strategy spatial --spatial 2" in message
+    assert "\n" not in message
+    with pytest.raises(UserError, match="no layout of these ranks fits: lower --image-size"):
+        validate(_cfg(1024, memory_per_device="300MiB"))
+    validate(_cfg(256, memory_per_device="4GiB"))  # fits: no refusal
+
+
+def test_a_budget_that_is_not_a_size_is_refused():
+    with pytest.raises(UserError, match="--memory-per-device 'lots'"):
+        _cfg(64, memory_per_device="lots")
+
+
+def test_the_largest_side_is_the_last_step_within_the_budget():
+    from scaletrain.predict.largest import STEP, _largest
+
+    cfg = config_from_dict({"model": "resnet20", "dataset": "synthetic", "batch_size": 1, "nproc": 2})
+
+    def build(c, side):
+        return lambda: build_model("resnet20", num_classes=10, in_channels=3, image_size=side)
+
+    found = _largest("as given", cfg, build, 3, 400 * MiB, "cpu", 0)
+    assert found.side % STEP == 0 and found.bytes <= 400 * MiB
+    bigger = per_rank(cfg.replace(image_size=found.side + STEP), build(cfg, found.side + STEP),
+                      (3, found.side + STEP, found.side + STEP), runtime=0)
+    assert bigger.total > 400 * MiB  # one step more does not fit
+
+
+@pytest.mark.slow
+def test_predict_image_size_max(tmp_path, run_cli):
+    out = tmp_path / "max"
+    done = run_cli("predict", "--model", "resnet20", "--dataset", "synthetic", "--batch-size", "1", "--nproc", "2",
+                   "--image-size", "max", "--memory-per-device", "700MiB", "--out", str(out))
+    assert done.returncode == 0, done.stderr
+    layouts = {r["layout"]: r for r in json.loads((out / "largest-side.json").read_text())["layouts"]}
+    given, spatial = layouts["as given"], layouts["--strategy spatial --spatial 2"]
+    assert given["largest_side"] % 64 == 0 and spatial["largest_side"] > given["largest_side"]
+    assert all(r["bytes_per_rank"] <= 700 * MiB for r in layouts.values() if r["largest_side"])
+    missing = run_cli("predict", "--model", "resnet20", "--image-size", "max", "--out", str(tmp_path / "x"))
+    assert missing.returncode != 0 and "give --memory-per-device" in missing.stderr
+
+
+@pytest.mark.slow
+def test_layouts_the_model_says_fit_train_under_the_budget(tmp_path, run_cli):
+    """ResNet-18, batch 1, 2 ranks, 1.5 GiB: DDP and 2 tiles at the largest side the model gives them train a
+    step with the measured peak (resident, max over ranks) within the budget; 128 px more is refused before any
+    process starts."""
+    plan = tmp_path / "plan"
+    done = run_cli("predict", "--model", "resnet18", "--dataset", "synthetic", "--batch-size", "1", "--nproc", "2",
+                   "--image-size", "max", "--memory-per-device", "1536MiB", "--out", str(plan))
+    assert done.returncode == 0, done.stderr
+    layouts = {r["layout"]: r for r in json.loads((plan / "largest-side.json").read_text())["layouts"]}
+    common = ["train", "--model", "resnet18", "--dataset", "synthetic", "--synthetic-samples", "4", "--batch-size", "1",
+              "--epochs", "1", "--nproc", "2", "--threads", "1", "--no-progress", "--tensorboard", "off",
+              "--memory-per-device", "1536MiB"]
+    for flags in ("as given", "--strategy spatial --spatial 2"):
+        side = layouts[flags]["largest_side"]
+        extra = [] if flags == "as given" else flags.split()
+        out = tmp_path / flags.replace(" ", "_")
+        done = run_cli(*common, *extra, "--image-size", str(side), "--out", str(out))
+        assert done.returncode == 0, done.stderr
+        summary = json.loads((out / "summary.json").read_text())
+        assert max(r["peak_memory_bytes"] for r in summary["ranks"]) <= 1536 * MiB
+        over = run_cli(*common, *extra, "--image-size", str(side + 128), "--out", str(tmp_path / "over"))
+        assert over.returncode != 0 and "more than --memory-per-device" in over.stderr
+        assert not (tmp_path / "over").exists()
