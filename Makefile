@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 COMPILED := $(VENV)/.compiled
 PYTEST_ARGS ?=
 
-.PHONY: setup demo test test-slow test-slurm bench bench-pipeline bench-spatial bench-recovery bench-testbed validate-predict report-check clean
+.PHONY: bench-largest setup demo test test-slow test-slurm bench bench-pipeline bench-spatial bench-recovery bench-testbed validate-predict report-check clean
 
 setup: $(COMPILED)
 
@@ -76,6 +76,10 @@ bench-pipeline: $(COMPILED)
 # Memory per rank of one large image: the whole model against 2 spatial tiles (docs/spatial.md; ~7 min).
 bench-spatial: $(COMPILED)
 	$(PY) benchmarks/spatial_memory.py
+
+# The largest image side each layout trains under 2 GiB per rank, measured (docs/spatial.md; ~40 min).
+bench-largest: $(COMPILED)
+	$(PY) benchmarks/largest_side.py
 
 # What recovery costs: --checkpoint-every against none, and kill -9 to training resumed (docs/bench-recovery.md; ~6 min).
 bench-recovery: $(COMPILED)
