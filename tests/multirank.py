@@ -194,7 +194,7 @@ def prepare(*argv: str):
     from scaletrain.rundir import create
 
     cfg = train_config(*argv)
-    run = preflight(cfg)
+    run, cfg = preflight(cfg)
     create(run)
     save_toml(cfg, run.config)
     return cfg

@@ -9,13 +9,26 @@ and the layouts named when a request does not fit all read it."""
 from __future__ import annotations
 
 import dataclasses
+import os
 from typing import Callable
 
 from scaletrain.comm.registry import strategy_class
 from scaletrain.config import TrainConfig
 from scaletrain.distributed.allocator import retained_below
 from scaletrain.errors import UserError
-from scaletrain.perf.footprint import Footprint, ModelMemory, dataset_bytes, model_memory, runtime_bytes
+from scaletrain.perf.footprint import (Footprint, ModelMemory, available_bytes, dataset_bytes, model_memory,
+                                      runtime_bytes)
+from scaletrain.train.recompute import chosen
+
+MARGIN = 0.10
+"""What a plan must leave free of its budget: the model's error against measured peaks here is -9% to +12%
+(docs/perf.md), so a plan within 90% of the budget trains within it."""
+
+
+def within(total: int, budget: int) -> bool:
+    """Whether a plan of `total` bytes per rank fits `budget`, with MARGIN kept free."""
+    return total * (1 + MARGIN) <= budget
+
 
 BATCH_COPIES = 2
 """Copies of one input batch a rank holds at once: the collated batch and the sample being loaded beside it."""
@@ -26,21 +39,23 @@ class _NoMeta(Exception):
 
 
 def per_rank(cfg: TrainConfig, factory: Callable, sample_shape: tuple[int, ...], device_type: str = "cpu",
-             runtime: int | None = None) -> Footprint | None:
+             runtime: int | None = None, cache: dict | None = None) -> Footprint | None:
     """What one rank of `cfg`'s layout holds at its step's peak (the fullest rank); None when the model cannot run
-    on the meta device. `runtime`: the process's own bytes (default: perf/footprint.runtime_bytes)."""
-    checkpointed = cfg.model.checkpoint_activations == "blocks"
+    on the meta device. `runtime`: the process's own bytes (default: perf/footprint.runtime_bytes); `cache`:
+    the model's walks, kept between calls on the same model."""
+    checkpointed = chosen(cfg.model.checkpoint_activations)
     # on a CPU, glibc keeps what is freed below its mmap threshold (distributed/allocator.py): its high-water stays
     retained = retained_below() if device_type == "cpu" else None
-    cache: dict[int, ModelMemory | None] = {}
+    cache = {} if cache is None else cache
 
     def at(batch: int) -> ModelMemory:
-        if batch not in cache:
-            cache[batch] = model_memory(factory, batch, sample_shape, cfg.optim.optimizer, cfg.model.precision,
-                                        checkpointed, retained)
-        if cache[batch] is None:
+        key = (batch, sample_shape, cfg.optim.optimizer, cfg.model.precision)
+        if key not in cache:
+            cache[key] = model_memory(factory, batch, sample_shape, cfg.optim.optimizer, cfg.model.precision,
+                                      retained_below=retained)
+        if cache[key] is None:
             raise _NoMeta
-        return cache[batch]
+        return dataclasses.replace(cache[key], checkpointed=checkpointed)
 
     try:
         part = strategy_class(cfg.strategy.name).memory(cfg, at, factory, sample_shape)
@@ -86,6 +101,49 @@ def fitting(cfg: TrainConfig, factory: Callable, sample_shape: tuple[int, ...], 
             need = per_rank(other, factory, sample_shape, device_type, runtime)
         except UserError:
             continue
-        if need is not None and need.total <= budget:
+        if need is not None and within(need.total, budget):
             fits.append((flags, need.total))
     return sorted(fits, key=lambda f: f[1])
+
+
+def budget_of(cfg: TrainConfig, device_type: str) -> int | None:
+    """Bytes one rank may use: --memory-per-device, else the GPU's, else the host's total memory shared by the
+    node's ranks (total, not available: every process that plans gets the same)."""
+    from scaletrain.units import size_flag
+
+    if cfg.launch.memory_per_device:
+        return size_flag(cfg.launch.memory_per_device, "--memory-per-device")
+    if device_type == "cuda":
+        return available_bytes("cuda")
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // max(1, cfg.launch.nproc)
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def resolve_checkpointing(cfg: TrainConfig, factory: Callable, sample_shape: tuple[int, ...],
+                          device_type: str) -> TrainConfig:
+    """`--checkpoint-activations auto` as the blocks it checkpoints: none when the plan fits the budget
+    (budget_of), else the fewest blocks, those saving the most first, that bring it within (all of them when
+    nothing does: the budget check then says so). Other values come back as they are."""
+    if cfg.model.checkpoint_activations != "auto":
+        return cfg
+    budget = budget_of(cfg, device_type)
+    cache: dict = {}
+
+    def need(value: str) -> int | None:
+        f = per_rank(cfg.replace(checkpoint_activations=value), factory, sample_shape, device_type, cache=cache)
+        return None if f is None else f.total
+
+    plain = need("none")
+    if plain is None or budget is None or within(plain, budget):
+        return cfg.replace(checkpoint_activations="none" if plain is not None else "blocks")
+    mm = next(m for m in cache.values() if m is not None)
+    order = sorted(mm.blocks, key=lambda b: b.input - b.saved)  # the largest saving first
+    names: list[str] = []
+    for b in order:
+        names.append(b.name)
+        total = need(",".join(names))
+        if total is not None and within(total, budget):
+            break
+    return cfg.replace(checkpoint_activations=",".join(n for n in (b.name for b in mm.blocks) if n in names))

@@ -30,7 +30,7 @@ DEVICES = ("auto", "cpu", "cuda")
 SWITCHES = ("on", "off")
 TENSORBOARD = ("auto", "on", "off")
 OFFLOADS = ("none", "activations", "params")
-CHECKPOINTS = ("none", "blocks")
+CHECKPOINTS = ("none", "blocks", "auto")
 
 
 @dataclass(kw_only=True)
@@ -92,11 +92,16 @@ class ModelConfig:
 
     checkpoint_activations: str = "none"
     """Activation checkpointing: `blocks` keeps only each block's input for backward and runs the block's forward
-    again there (less memory, about one more forward of compute; the same gradients), `none` keeps them all."""
+    again there (less memory, about one more forward of compute; the same gradients); `auto` the fewest blocks
+    that bring the planned memory within --memory-per-device (docs/perf.md); or the blocks named, comma-separated
+    (`scaletrain graph --level block` names them); `none` keeps every activation."""
 
     def __post_init__(self) -> None:
         check_choice("precision", self.precision, TRAIN_PRECISIONS)
-        check_choice("checkpoint_activations", self.checkpoint_activations, CHECKPOINTS)
+        if self.checkpoint_activations not in CHECKPOINTS and not all(
+                name.strip() for name in self.checkpoint_activations.split(",")):
+            raise UserError(f"--checkpoint-activations {self.checkpoint_activations!r}: give none, blocks, auto, or "
+                            "block names separated by commas (e.g. stem,layer1.0)")
         if not 0 < self.width < math.inf:
             raise UserError(f"--width must be a positive number (got {self.width})")
 

@@ -57,8 +57,12 @@ class ModelMemory:
     param_bytes: int
     input_bytes: int
     optimizer: str
-    checkpointed: bool = False  # --checkpoint-activations blocks
+    checkpointed: bool | frozenset[str] = False  # --checkpoint-activations: every block, none, or those named
     retained_below: int | None = None  # the allocator keeps freed tensors below this size (perf/peak.py)
+
+    def recomputed(self, block: BlockBytes) -> bool:
+        """Whether checkpointing recomputes `block`."""
+        return self.checkpointed if isinstance(self.checkpointed, bool) else block.name in self.checkpointed
 
     def activations(self, blocks: list[BlockBytes] | None = None) -> int:
         """The peak of `blocks` (default all of them) with or without checkpointing."""
@@ -71,7 +75,7 @@ class ModelMemory:
 
 
 def model_memory(factory, batch_size: int, sample_shape: tuple[int, ...], optimizer: str, precision: str,
-                 checkpointed: bool = False, retained_below: int | None = None) -> ModelMemory | None:
+                 checkpointed: bool | frozenset[str] = False, retained_below: int | None = None) -> ModelMemory | None:
     """The model's ModelMemory at `batch_size` x `sample_shape`; None when it cannot be built or run on the meta
     device (a user model may not allow it)."""
     try:
@@ -86,29 +90,25 @@ def model_memory(factory, batch_size: int, sample_shape: tuple[int, ...], optimi
     size = param_bytes(precision)
     entering = batch_size * math.prod(sample_shape) * TRACED_BYTES
     at = [BlockBytes(b.name, activations_at(b.saved, precision), activations_at(b.input, precision),
-                     activations_at(b.largest, precision), b.params // TRACED_BYTES * size, b.flops)
+                     activations_at(b.largest, precision), b.params // TRACED_BYTES * size, b.flops,
+                     None if b.inner is None else activations_at(b.inner, precision))
           for b in block_bytes(graph, blocks, entering)]
     params = sum(p.numel() for p in model.parameters()) * size
     return ModelMemory(at, params, batch_size * math.prod(sample_shape) * size, optimizer, checkpointed,
                        retained_below)
 
 
-RANK_EXTRA = 100 * 2 ** 20
-"""What a rank holds beyond the launcher's imports: its process group, DDP's reducer, the profiler, the loader.
-Measured here: a rank of a 2-rank DDP run of ResNet-18 at 64 px peaks at 582 MiB, of which 171 MiB are the
-parameters' state; the launcher is 310 MiB resident (torch 2.13 CPU, 2026-11-26)."""
+RANK_PROCESS = 411 * 2 ** 20
+"""A CPU rank's own resident memory besides its model and data: the interpreter, torch, scaletrain, its process
+group, DDP's reducer, the profiler, the loader. Measured here: a rank of a 2-rank DDP run of ResNet-18 at 64 px
+peaks at 582 MiB, of which 171 MiB are the parameters' state (torch 2.13 CPU, 2026-11-26). A constant, not this
+process's size: every process that plans (the launcher, each rank under torchrun) plans the same."""
 
 
 def runtime_bytes(device_type: str) -> int:
-    """What a rank's process holds besides its model and data: this process's resident memory now (the launcher
-    has imported what a rank imports) and RANK_EXTRA; 0 on a GPU, whose memory holds none of it."""
-    if device_type == "cuda":
-        return 0
-    try:
-        with open("/proc/self/statm") as f:
-            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") + RANK_EXTRA
-    except (OSError, ValueError, IndexError):
-        return RANK_EXTRA
+    """What a rank's process holds besides its model and data: RANK_PROCESS on a CPU; 0 on a GPU, whose memory
+    holds none of it."""
+    return 0 if device_type == "cuda" else RANK_PROCESS
 
 
 def dataset_bytes(dataset: str, image_size: int, channels: int = 1) -> int:

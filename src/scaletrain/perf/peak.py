@@ -5,12 +5,13 @@ bytes (what its layers keep for backward), the bytes of the tensor entering it, 
 backward, block k's gradients are computed while every block before it still holds what it saved, and the
 gradient of k's output and of the tensor being computed are alive beside them:
 
-    without checkpointing   peak = max_k ( saved_0 + ... + saved_k  +  T x largest_k )
-    with checkpointing      peak = max_k ( input_0 + ... + input_k  +  saved_k  +  T x largest_k )
+    without checkpointing   peak = max_k ( saved_0 + ... + saved_k-1  +  inner_k )
+    with checkpointing      peak = max_k ( input_0 + ... + input_k  +  inner_k )
+    inner_k                      = max over block k's layers j ( saved by its layers up to j  +  T x out_j )
 
 (with checkpointing each block keeps only its input until backward reaches it, then runs its forward again:
-its own saved tensors are back, alone). T = 2 + WORKSPACE: the gradients of a layer's output and input, and the
-convolution kernels' own workspace in backward. A block's `scale` (a spatial tile's share of a block that runs on tiles)
+its own saved tensors are back, alone; inside a block, backward frees a layer's saved tensors once past it).
+T = 2 + WORKSPACE: the gradients of a layer's output and input, and the convolution kernels' own workspace. A block's `scale` (a spatial tile's share of a block that runs on tiles)
 multiplies its bytes. Bytes are at the traced precision; perf/memory.activations_at converts them.
 """
 
@@ -30,11 +31,20 @@ class BlockBytes:
     largest: int  # its largest output: with the gradients in flight, what backward holds besides the saved
     params: int = 0  # parameter bytes (fp32)
     flops: int = 0  # forward FLOPs at the traced batch
-    transient: int = 2 + 2  # backward's transients in units of `largest` (TRANSIENT, below)
+    # backward's peak inside the block: over its layers j, the saved tensors of layers up to j (the later ones'
+    # are freed by then) and T x layer j's output; None: taken as saved + T x largest
+    inner: int | None = None
+    extra: int = 0  # more transients, in units of `largest` (a tile's padded copies)
+
+    @property
+    def backward_peak(self) -> int:
+        inner = self.saved + TRANSIENT * self.largest if self.inner is None else self.inner
+        return inner + self.extra * self.largest
 
     def scaled(self, share: float) -> "BlockBytes":
         return replace(self, saved=int(self.saved * share), input=int(self.input * share),
-                       largest=int(self.largest * share))
+                       largest=int(self.largest * share),
+                       inner=None if self.inner is None else int(self.inner * share))
 
 
 WORKSPACE = 2
@@ -50,33 +60,42 @@ def block_bytes(graph: LayerGraph, blocks: list[Block], input_bytes: int) -> lis
     out = []
     for b in blocks:
         entering = sum(blocks[i].out_bytes for i in b.inputs) if b.inputs else input_bytes
-        largest = max((by_id[i].out_bytes for i in b.nodes if i in by_id), default=0)
-        out.append(BlockBytes(b.name, b.saved_bytes, entering, largest, b.param_bytes, b.flops))
+        layers = [by_id[i] for i in b.nodes if i in by_id]
+        largest = max((n.out_bytes for n in layers), default=0)
+        held, inner = 0, 0
+        for n in layers:
+            held += n.saved_bytes if n.saved_bytes is not None else 0
+            inner = max(inner, held + TRANSIENT * n.out_bytes)
+        exact = all(n.saved_bytes is not None for n in layers)
+        out.append(BlockBytes(b.name, b.saved_bytes, entering, largest, b.param_bytes, b.flops,
+                              inner if exact else None))
     return out
 
 
-def peak(blocks: list[BlockBytes], checkpointed: bool = False, retained_below: int | None = None) -> int:
-    """Bytes autograd holds at the step's peak (formulas above); 0 for no blocks.
+def peak(blocks: list[BlockBytes], checkpointed: bool | frozenset[str] = False,
+         retained_below: int | None = None) -> int:
+    """Bytes autograd holds at the step's peak (formulas above); 0 for no blocks. `checkpointed`: every block,
+    none, or the blocks of those names.
 
     `retained_below`: an allocator that keeps what is freed below this size for the process (glibc's heap under
     its mmap threshold, as distributed/allocator.py sets it on a CPU) holds the high-water of those tensors to
     the end: the blocks whose tensors are that small count at their most, all together, beside the peak of the
     larger ones (a block's size taken as its largest tensor's)."""
+    again = [checkpointed if isinstance(checkpointed, bool) else b.name in checkpointed for b in blocks]
     if retained_below is None:
-        return _peak(blocks, checkpointed)
-    small = [b for b in blocks if b.largest < retained_below]
-    large = [b for b in blocks if b.largest >= retained_below]
-    kept = sum(b.input for b in small) + _peak(small, True) if checkpointed else _peak(small, False)
-    return kept + _peak(large, checkpointed)
+        return _peak(blocks, again)
+    small = [(b, a) for b, a in zip(blocks, again) if b.largest < retained_below]
+    large = [(b, a) for b, a in zip(blocks, again) if b.largest >= retained_below]
+    return sum(_peak([b for b, _ in part], [a for _, a in part]) for part in (small, large))
 
 
-def _peak(blocks: list[BlockBytes], checkpointed: bool) -> int:
+def _peak(blocks: list[BlockBytes], again: list[bool]) -> int:
     held, best = 0, 0
-    for b in blocks:
-        if checkpointed:
-            best = max(best, held + b.input + b.saved + b.transient * b.largest)
+    for b, recomputed in zip(blocks, again):
+        if recomputed:  # it keeps its input; in backward its own saved tensors are back, alone
+            best = max(best, held + b.input + b.backward_peak)
             held += b.input
         else:
+            best = max(best, held + b.backward_peak)
             held += b.saved
-            best = max(best, held + b.transient * b.largest)
     return best

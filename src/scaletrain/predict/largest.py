@@ -72,17 +72,18 @@ def _largest(flags: str, cfg: TrainConfig, build, channels: int, budget: int, de
     if ref is None or small is None:
         return Largest(flags, None, None, "these ranks cannot take this layout at any side tried")
     slope = max(1e-9, (ref - small) / (REFERENCE ** 2 - (STEP * 2) ** 2))
-    side = int(math.sqrt(max(0.0, (budget - small) / slope + (STEP * 2) ** 2)) // STEP * STEP)
+    usable = budget / (1 + memory.MARGIN)
+    side = int(math.sqrt(max(0.0, (usable - small) / slope + (STEP * 2) ** 2)) // STEP * STEP)
     side = max(STEP, min(side, LARGEST))
     at = need(side)
-    while side > STEP and (at is None or at > budget):
+    while side > STEP and (at is None or not memory.within(at, budget)):
         side -= STEP
         at = need(side)
-    if at is None or at > budget:
+    if at is None or not memory.within(at, budget):
         return Largest(flags, None, None, f"not even {STEP} px fits {fmt.size(budget)}")
     while side + STEP <= LARGEST:
         up = need(side + STEP)
-        if up is None or up > budget:
+        if up is None or not memory.within(up, budget):
             break
         side, at = side + STEP, up
     return Largest(flags, side, at)

@@ -79,14 +79,13 @@ def stage_module(b: Blocked, lo: int, hi: int) -> fx.GraphModule:
     return module
 
 
-def block_pieces(b: Blocked, lo: int, hi: int) -> list[tuple[str, fx.GraphModule]]:
+def block_pieces(b: Blocked, lo: int, hi: int) -> list[tuple[list[str], fx.GraphModule]]:
     """Blocks lo..hi-1 as consecutive modules, one per run of blocks ending where one tensor crosses (every
-    block of a residual network), each named by its blocks: what activation checkpointing recomputes."""
+    block of a residual network), each with its blocks' names: what activation checkpointing recomputes."""
     pieces, start = [], lo
     for k in range(lo, hi):
         if k == hi - 1 or b.blocks[k].cut_after:
-            name = "+".join(blk.name for blk in b.blocks[start:k + 1])
-            pieces.append((name, stage_module(b, start, k + 1)))
+            pieces.append(([blk.name for blk in b.blocks[start:k + 1]], stage_module(b, start, k + 1)))
             start = k + 1
     return pieces
 

@@ -94,7 +94,8 @@ class Trainer:
         # what forward and backward run through: DDP, or the model itself (collective: every rank, here)
         sample_shape = (self.data.in_channels, self.data.image_size, self.data.image_size)
         # activation checkpointing's blocks, read before the strategy wraps the model (and set once it has)
-        units = plan_units(self.model, sample_shape) if cfg.model.checkpoint_activations == "blocks" else []
+        value = self._checkpointing(sample_shape)
+        units = plan_units(self.model, sample_shape, value) if value != "none" else []
         self.module = strategy.wrap(self.model, self.steps_per_epoch, sample_shape)
         self.checkpointed = strategy.checkpoint_blocks(self.model, units) if units else []
 
@@ -125,6 +126,21 @@ class Trainer:
                                  device=device, first_step=self.global_step, inject_comm_s=inject.comm_s,
                                  comm_hook=profiled.hook, comm_state=profiled.state, keep_spans=profiled.spans,
                                  torch_profile=cfg.profile.torch_profile_steps)
+
+    def _checkpointing(self, sample_shape: tuple[int, ...]) -> str:
+        """--checkpoint-activations, `auto` resolved as the launcher resolved it (the same plan in every rank)."""
+        from scaletrain.comm.memory import resolve_checkpointing
+        from scaletrain.models import build_model
+
+        cfg, data = self.cfg, self.data
+        if cfg.model.checkpoint_activations != "auto":
+            return cfg.model.checkpoint_activations
+
+        def factory():
+            return build_model(cfg.model.name, num_classes=data.num_classes, in_channels=data.in_channels,
+                               image_size=data.image_size, stem=cfg.model.stem, width=cfg.model.width)
+
+        return resolve_checkpointing(cfg, factory, sample_shape, self.device.type).model.checkpoint_activations
 
     # ---------------------------------------------------------------- training
     def fit(self) -> dict[str, Any] | None:

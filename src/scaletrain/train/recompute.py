@@ -19,21 +19,36 @@ from __future__ import annotations
 import contextlib
 import copy
 import types
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 from torch import nn
 
+from scaletrain.errors import UserError
+
 MODES = ("none", "blocks", "auto")
+"""`none`; `blocks`: every block; `auto`: the fewest blocks that bring the plan within the memory budget
+(comm/memory.resolve_checkpointing, before the ranks start); or the blocks named, comma-separated."""
+
+
+def chosen(value: str) -> frozenset[str] | bool:
+    """--checkpoint-activations as the blocks it checkpoints: False (none), True (all), or their names."""
+    if value in ("none", "auto"):
+        return value == "auto"  # (auto is resolved before a rank builds its model: here, all)
+    if value == "blocks":
+        return True
+    return frozenset(name.strip() for name in value.split(",") if name.strip())
 
 
 @dataclass(frozen=True)
 class Unit:
-    """One checkpointed region: the module at `path`, or the children `first..last` of the Sequential at `path`."""
+    """One checkpointed region: the module at `path`, or the children `first..last` of the Sequential at `path`;
+    `block`: the block graph's block it belongs to (the name --checkpoint-activations takes)."""
 
     path: str
     first: int | None = None
     last: int | None = None
+    block: str = ""
 
     @property
     def name(self) -> str:
@@ -50,22 +65,34 @@ class Unit:
         return self.first is None or bool(inside) and inside[0].isdigit() and self.first <= int(inside[0]) <= self.last
 
 
-def plan_units(model: nn.Module, sample_shape: tuple[int, ...]) -> list[Unit]:
-    """The units of `model`'s blocks, in order, read from its block graph on a meta copy (no memory)."""
+def plan_units(model: nn.Module, sample_shape: tuple[int, ...], value: str = "blocks") -> list[Unit]:
+    """The units of `model`'s blocks that --checkpoint-activations `value` names, in order, read from its block
+    graph on a meta copy (no memory); a name that is no block is refused, naming the blocks."""
     from scaletrain.perf.blocks import group
     from scaletrain.perf.walk import walk
 
     meta = copy.deepcopy(model).to("meta")
     graph = walk(meta, tuple(sample_shape), 1)
     by_id = {n.id: n for n in graph.leaves()}
+    blocks = group(graph, "block")
     targets = [[by_id[i].target.split(".") for i in b.nodes if i in by_id and by_id[i].op == "call_module"]
-               for b in group(graph, "block")]
-    return units_of(model, targets)
+               for b in blocks]
+    units = units_of(model, targets, [b.name for b in blocks])
+    names = chosen(value)
+    if names is True or names is False:
+        return units if names else []
+    known = [b.name for b in blocks]
+    unknown = sorted(names - set(known))
+    if unknown:
+        raise UserError(f"--checkpoint-activations: no block named {unknown[0]}; the blocks are {', '.join(known)} "
+                        "(or give blocks, auto or none)")
+    return [u for u in units if u.block in names]
 
 
-def units_of(model: nn.Module, targets: list[list[list[str]]]) -> list[Unit]:
+def units_of(model: nn.Module, targets: list[list[list[str]]], names: list[str] | None = None) -> list[Unit]:
     """The units covering each block's modules (`targets[b]`: the module paths of block b's layers, split at
-    the dots): the largest modules only that block uses, runs of a Sequential's children as one segment."""
+    the dots; `names[b]` its name): the largest modules only that block uses, runs of a Sequential's children
+    as one segment."""
     owners: dict[tuple[str, ...], set[int]] = {}
     for b, paths in enumerate(targets):
         for p in paths:
@@ -73,7 +100,7 @@ def units_of(model: nn.Module, targets: list[list[list[str]]]) -> list[Unit]:
                 owners.setdefault(tuple(p[:k]), set()).add(b)
     units: list[Unit] = []
     for b, paths in enumerate(targets):
-        units += _cover(model, paths, (), owners, b)
+        units += [replace(u, block=names[b] if names else "") for u in _cover(model, paths, (), owners, b)]
     return units
 
 
@@ -133,16 +160,17 @@ def apply(model: nn.Module, units: list[Unit]) -> None:
 
 
 class Chain(nn.Module):
-    """Modules run one after the other, each checkpointed: a pipeline stage cut into its blocks (a stage's
-    fx module has no block modules to hook)."""
+    """Modules run one after the other, those `recomputed` checkpointed: a pipeline stage cut into its blocks (a
+    stage's fx module has no block modules to hook)."""
 
-    def __init__(self, pieces: list[nn.Module]) -> None:
+    def __init__(self, pieces: list[nn.Module], recomputed: list[bool]) -> None:
         super().__init__()
-        self.pieces = nn.ModuleList(pieces)
+        self.pieces, self.recomputed = nn.ModuleList(pieces), list(recomputed)
 
     def forward(self, x):
-        for piece in self.pieces:
-            x = torch.utils.checkpoint.checkpoint(piece, x, use_reentrant=False, context_fn=_contexts(piece))
+        for piece, again in zip(self.pieces, self.recomputed):
+            x = torch.utils.checkpoint.checkpoint(piece, x, use_reentrant=False, context_fn=_contexts(piece)) \
+                if again else piece(x)
         return x
 
 

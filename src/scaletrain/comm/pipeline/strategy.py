@@ -96,7 +96,6 @@ class Pipeline(Strategy):
         parameters and state, and per micro-batch in flight (GPipe: all; 1F1B: K - s) its blocks' saved tensors
         (checkpointed: their inputs), with one block's transients in backward (checkpointed: and its recompute)."""
         from scaletrain.perf.footprint import Footprint
-        from scaletrain.perf.peak import TRANSIENT
         from scaletrain.split.partition import BlockCost, optimal
 
         mm = memory_at(max(1, cfg.optim.batch_size // cfg.pipeline.microbatches))
@@ -109,11 +108,8 @@ class Pipeline(Strategy):
         for s, (lo, hi) in enumerate(bounds):
             blocks = mm.blocks[lo:hi]
             flight = m if cfg.pipeline.schedule == "gpipe" else min(m, k - s)
-            if mm.checkpointed:
-                acts = flight * sum(b.input for b in blocks) + max(b.saved + TRANSIENT * b.largest for b in blocks)
-            else:
-                acts = flight * sum(b.saved + (b.input if i == 0 else 0) for i, b in enumerate(blocks)) + \
-                    TRANSIENT * max(b.largest for b in blocks)
+            kept = [b.input if mm.recomputed(b) else b.saved + (b.input if i == 0 else 0) for i, b in enumerate(blocks)]
+            acts = flight * sum(kept) + max(b.backward_peak - (0 if mm.recomputed(b) else b.saved) for b in blocks)
             stage = Footprint(params=mm.state_bytes(sum(b.params for b in blocks), buckets=False), activations=acts)
             worst = max(worst, stage, key=lambda f: f.total)
         return worst
@@ -153,7 +149,7 @@ class Pipeline(Strategy):
 
     def wrap(self, model: nn.Module, steps_per_epoch: int, sample_shape: tuple[int, ...]) -> nn.Module:
         from scaletrain.split.stages import block_pieces, blocked, stage_modules
-        from scaletrain.train.recompute import Chain
+        from scaletrain.train.recompute import Chain, chosen
 
         cfg = self.cfg
         micro = cfg.optim.batch_size // cfg.pipeline.microbatches
@@ -163,10 +159,12 @@ class Pipeline(Strategy):
         self.stage_modules = stage_modules(graph, self.bounds)
         lo, hi = self.bounds[self.stage]
         module: nn.Module = self.stage_modules[self.stage]
-        if cfg.model.checkpoint_activations == "blocks":  # each block recomputed in backward
+        names = chosen(cfg.model.checkpoint_activations)
+        if names:  # the blocks asked for recomputed in backward
             pieces = block_pieces(graph, lo, hi)
-            self.checkpointed = [name for name, _ in pieces]
-            module = Chain([piece for _, piece in pieces])
+            again = [names is True or bool(names & set(blocks)) for blocks, _ in pieces]
+            self.checkpointed = ["+".join(blocks) for (blocks, _), a in zip(pieces, again) if a]
+            module = Chain([piece for _, piece in pieces], again)
         keep_only(model, module)
         place_model(module, self.device)
         self._model = model

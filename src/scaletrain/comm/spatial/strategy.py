@@ -69,7 +69,7 @@ class Spatial(Strategy):
 
         # a tiled layer also holds the padded copy of its tile that the halo exchange builds (forward, and again
         # in backward), and each rank slices its tile out of the whole batch it reads
-        blocks = [replace(b.scaled(1 / cfg.spatial.tiles), transient=b.transient + 2) if in_front(b.name) else b
+        blocks = [replace(b.scaled(1 / cfg.spatial.tiles), extra=2) if in_front(b.name) else b
                   for b in mm.blocks]
         tile_input = mm.input_bytes // cfg.spatial.tiles
         return Footprint(params=mm.state_bytes(buckets=False), activations=mm.activations(blocks) + tile_input)

@@ -30,7 +30,7 @@ def join_external_launch(cfg: TrainConfig) -> int:
                             "started by another (torchrun or srun): use torchrun --max-restarts N (the workers "
                             "then resume from the latest checkpoint), or launch with scaletrain train itself")
         rank = RankInfo.from_env()
-        run = preflight(cfg)
+        run, cfg = preflight(cfg)
         if rank.is_main:
             create(run)
             save_toml(cfg, run.config)

@@ -7,6 +7,8 @@ import socket
 import sys
 from pathlib import Path
 
+import torch
+
 from scaletrain import fmt
 from scaletrain.comm import memory
 from scaletrain.comm.registry import strategy_class
@@ -22,9 +24,10 @@ from scaletrain.train import checkpoint
 from scaletrain.units import size_flag
 
 
-def validate(cfg: TrainConfig) -> None:
+def validate(cfg: TrainConfig) -> TrainConfig:
     """Every check of a training request that needs no run directory: the launch's shape, the device,
-    the data, the model, the batch against the data. Writes nothing; `study` runs it for every point."""
+    the data, the model, the batch against the data. Writes nothing; `study` runs it for every point. Returns
+    the request with `--checkpoint-activations auto` resolved (the blocks it checkpoints)."""
     cfg.check_launch()
     device_type = check_device_request(cfg.launch.device, cfg.launch.nproc, cfg.model.precision)
     if cfg.model.sync_bn and device_type != "cuda":
@@ -48,9 +51,31 @@ def validate(cfg: TrainConfig) -> None:
         return build_model(cfg.model.name, num_classes=data.num_classes, in_channels=data.in_channels,
                            image_size=data.image_size, stem=cfg.model.stem, width=cfg.model.width)
 
+    try:  # a model name or factory that builds nothing: said first (on the meta device: no memory)
+        with torch.device("meta"):
+            factory()
+    except UserError:
+        raise
+    except Exception:  # noqa: BLE001 - a model the meta device cannot build is built for real below
+        pass
+    trainers = cfg.layout.replicas
+    per_rank = -(-len(data.train) // trainers)  # DistributedSampler pads every rank to the same count
+    if per_rank < cfg.optim.batch_size:
+        most = max(1, len(data.train) // cfg.optim.batch_size)
+        raise UserError(f"--batch-size {cfg.optim.batch_size} x {trainers} training ranks is more than the "
+                        f"{len(data.train)} training samples of {cfg.data.dataset}: lower --batch-size to "
+                        f"{max(1, per_rank)} or use at most {most} training ranks")
     strategy = strategy_class(cfg.strategy.name)
+    if cfg.launch.checkpoint_every and not strategy.lockstep:
+        raise UserError("--checkpoint-every needs ranks that take their steps together; --strategy "
+                        f"{cfg.strategy.name}'s workers step at their own pace and checkpoint at epoch ends: drop "
+                        "--checkpoint-every")
+    if cfg.faults.max_restarts and strategy.agent_per_rank:
+        raise UserError(f"--max-restarts restarts a node's workers together, and --strategy {cfg.strategy.name} "
+                        "starts one agent per rank (a dead worker is tolerated, not restarted): drop --max-restarts")
     shape = (data.in_channels, data.image_size, data.image_size)
     strategy.check_model(cfg, factory, shape)
+    cfg = checkpointing(cfg, factory, shape, device_type)
     need = memory.per_rank(cfg, factory, shape, device_type)
     if need is None:
         factory()  # a model the meta device cannot run: build it for real, to see that it builds
@@ -59,26 +84,32 @@ def validate(cfg: TrainConfig) -> None:
         if cfg.launch.memory_per_device:
             check_budget(cfg, factory, shape, need, size_flag(cfg.launch.memory_per_device, "--memory-per-device"),
                          device_type)
-    if cfg.launch.checkpoint_every and not strategy.lockstep:
-        raise UserError("--checkpoint-every needs ranks that take their steps together; --strategy "
-                        f"{cfg.strategy.name}'s workers step at their own pace and checkpoint at epoch ends: drop "
-                        "--checkpoint-every")
-    if cfg.faults.max_restarts and strategy.agent_per_rank:
-        raise UserError(f"--max-restarts restarts a node's workers together, and --strategy {cfg.strategy.name} "
-                        "starts one agent per rank (a dead worker is tolerated, not restarted): drop --max-restarts")
-    trainers = cfg.layout.replicas
-    per_rank = -(-len(data.train) // trainers)  # DistributedSampler pads every rank to the same count
-    if per_rank < cfg.optim.batch_size:
-        most = max(1, len(data.train) // cfg.optim.batch_size)
-        raise UserError(f"--batch-size {cfg.optim.batch_size} x {trainers} training ranks is more than the "
-                        f"{len(data.train)} training samples of {cfg.data.dataset}: lower --batch-size to "
-                        f"{max(1, per_rank)} or use at most {most} training ranks")
+    return cfg
+
+
+def checkpointing(cfg: TrainConfig, factory, shape: tuple[int, ...], device_type: str) -> TrainConfig:
+    """The blocks --checkpoint-activations names must be the model's; `auto` becomes the blocks it takes (said in
+    one line)."""
+    from scaletrain.train.recompute import plan_units
+
+    value = cfg.model.checkpoint_activations
+    if value in ("none", "blocks"):
+        return cfg
+    if value == "auto":
+        cfg = memory.resolve_checkpointing(cfg, factory, shape, device_type)
+        chosen = cfg.model.checkpoint_activations
+        print(f"note: --checkpoint-activations auto: {'no block' if chosen == 'none' else chosen} (the fewest "
+              "blocks that bring the plan within the memory per rank)", file=sys.stderr)
+        return cfg
+    with torch.device("meta"):
+        plan_units(factory(), shape, value)  # a name that is no block: refused, naming the blocks
+    return cfg
 
 
 def check_budget(cfg: TrainConfig, factory, shape: tuple[int, ...], need: footprint.Footprint, budget: int,
                  device_type: str) -> None:
     """Refuse a run whose planned memory per rank exceeds --memory-per-device, naming the layouts that fit."""
-    if need.total <= budget:
+    if memory.within(need.total, budget):
         return
     parts = ", ".join(f"{name} {fmt.size(v)}" for name, v in need.parts().items() if v)
     fits = memory.fitting(cfg, factory, shape, budget, device_type, need.runtime)
@@ -86,15 +117,16 @@ def check_budget(cfg: TrainConfig, factory, shape: tuple[int, ...], need: footpr
                                                                            for flags, b in fits[:3])
            if fits else "no layout of these ranks fits: lower --image-size or --batch-size, or use more ranks")
     raise UserError(f"this run plans {fmt.size(need.total)} per rank ({parts}), more than --memory-per-device "
-                    f"{cfg.launch.memory_per_device}: {fix}")
+                    f"{cfg.launch.memory_per_device} less a {memory.MARGIN:.0%} margin: {fix}")
 
 
-def preflight(cfg: TrainConfig) -> RunDir:
-    """Every check that can be made before a worker starts; writes nothing."""
+def preflight(cfg: TrainConfig) -> tuple[RunDir, TrainConfig]:
+    """Every check that can be made before a worker starts; writes nothing. Returns the run directory and the
+    request as the workers take it (validate: `auto` resolved)."""
     check_address("--master-addr", cfg.launch.master_addr)
     if cfg.launch.local_addr:
         check_address("--local-addr", cfg.launch.local_addr)
-    validate(cfg)
+    cfg = validate(cfg)
     # the run directory is node 0's to check and create (other nodes of a shared file system join it)
     launch = cfg.launch
     run = check_out_dir(launch.out, launch.resume) if launch.node_rank == 0 else RunDir(Path(launch.out))
@@ -102,7 +134,7 @@ def preflight(cfg: TrainConfig) -> RunDir:
         ckpt = checkpoint.load(run.checkpoint, mmap=True)
         checkpoint.check_resume(ckpt, cfg.to_dict(), run.checkpoint, default_image_size)
         _note_world_change(ckpt, cfg)
-    return run
+    return run, cfg
 
 
 def _note_world_change(ckpt: dict, cfg: TrainConfig) -> None:

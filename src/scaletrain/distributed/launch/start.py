@@ -22,7 +22,7 @@ def train(cfg: TrainConfig) -> int:
         return join_external_launch(cfg)
     if os.environ.get(AGENT_OF_ISOLATED):
         return launch_local(cfg, RunDir(Path(cfg.launch.out)), cfg.launch.master_port)
-    run = preflight(cfg)
+    run, cfg = preflight(cfg)
     port = cfg.launch.master_port
     if port is None:
         port = free_port(cfg.launch.master_addr)
