@@ -1,5 +1,7 @@
 """Diagnosis findings: thresholds, levers with numbers, ordering."""
 
+import pytest
+
 from scaletrain.analysis.diagnosis import DEFAULT_THRESHOLDS, diagnose, thresholds_from
 
 
@@ -180,3 +182,16 @@ def test_persistent_workers_only_when_they_are_not_yet():
     run = {**step, "epoch_start": {"wait_mean_s": 0.6, "steps_per_epoch": 12}}
     lever = diagnose(run, NO_STRAGGLERS, {"workers": 2, "persistent_workers": True}, DEFAULT_THRESHOLDS)[0]["lever"]
     assert "--persistent-workers" not in lever
+
+
+def test_tiles_exchanging_their_borders_are_named_with_their_levers():
+    from scaletrain.analysis.diagnosis import tiles_bound
+
+    phases = {"data_wait": 0.0, "forward": 0.05, "backward": 0.08, "comm_exposed": 0.0, "optimizer": 0.01,
+              "halo": 0.04, "gather": 0.01, "other": 0.01}
+    found = tiles_bound(phases, 0.2, {"spatial": 4, "batch_size": 8}, {"diag_comm": 0.15})
+    assert found["kind"] == "tiles-bound" and found["share"] == pytest.approx(0.25)
+    assert "40.0 ms halo exchange" in found["message"] and "--spatial 2" in found["lever"]
+    assert tiles_bound({**phases, "halo": 0.01, "gather": 0.0}, 0.2, {}, {"diag_comm": 0.15}) is None
+    assert tiles_bound({k: v for k, v in phases.items() if k not in ("halo", "gather")}, 0.2, {},
+                       {"diag_comm": 0.15}) is None

@@ -5,6 +5,8 @@ refused."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from conftest import EXACT, FP64, assert_same_weights, losses, summary
@@ -45,6 +47,11 @@ def test_two_tiles_follow_one_process_with_the_same_global_batch(one, tmp_path, 
     assert l1[-1] < l1[0] - 0.5, "training did not learn, so the comparison proves little"
     assert_same_weights(one, run)  # BatchNorm's running statistics included: the whole image's
     assert s2["top1"] == s1["top1"]
+    # the halo exchange and the gather are phases of their own, and the phases still add up to each step
+    records = [json.loads(line) for line in (run / "metrics-rank0.jsonl").read_text().splitlines()]
+    assert all(r["phases_s"]["halo"] > 0 and r["phases_s"]["gather"] > 0 for r in records)
+    assert all(sum(r["phases_s"].values()) == pytest.approx(r["step_time_s"], abs=1e-5) for r in records)
+    assert "halo" in s2["phases_mean_s"]
 
 
 @pytest.mark.slow  # 4 ranks on 2 cores

@@ -16,8 +16,8 @@ from scaletrain.rundir import replace_atomic
 # one colour per phase everywhere (runs, studies, comparisons, validation), from matplotlib's tab10
 PHASE_COLORS = {"data_wait": "#ff7f0e", "h2d": "#8c564b", "forward": "#1f77b4", "backward": "#2ca02c",
                 "comm_exposed": "#d62728", "optimizer": "#9467bd", "bubble": "#e377c2", "p2p": "#17becf",
-                "other": "#7f7f7f"}
-EXTRA_COLORS = ("#bcbd22", "#aec7e8", "#ffbb78")
+                "halo": "#bcbd22", "gather": "#aec7e8", "other": "#7f7f7f"}
+EXTRA_COLORS = ("#ffbb78", "#98df8a", "#ff9896")
 
 
 def phase_color(phase: str, names: list[str]) -> str:

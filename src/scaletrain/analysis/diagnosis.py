@@ -25,7 +25,7 @@ from scaletrain.analysis import levers
 DEFAULT_THRESHOLDS = {"diag_input": 0.15, "diag_comm": 0.15, "diag_straggler": 0.10,
                       "diag_cpu_util": 0.6, "diag_cpu_spread": 3.0}
 SPREAD_MATTERS = 0.10  # a spread counts when p90 - p10 is at least this share of the mean step
-WAITING = ("communication-bound", "pipeline-bound", "straggler")  # what a descheduled peer inflates
+WAITING = ("communication-bound", "pipeline-bound", "tiles-bound", "straggler")  # what a descheduled peer inflates
 
 
 def thresholds_from(config: dict[str, Any], override: dict[str, float] | None = None) -> dict[str, float]:
@@ -71,9 +71,10 @@ def diagnose(run: dict[str, Any], stragglers: dict[str, Any], config: dict[str, 
                          "message": f"{comm:.0%} of each step ({fmt.ms(phases['comm_exposed'])}) waits for gradient "
                                     f"communication after backward{hidden}",
                          "lever": levers.comm_lever(config, overlap)})
-    waits = pipeline_bound(phases, step, config, thresholds)
-    if waits is not None:
-        findings.append(waits)
+    for bound in (pipeline_bound, tiles_bound):
+        waits = bound(phases, step, config, thresholds)
+        if waits is not None:
+            findings.append(waits)
     # ranks that do not step together (ps-async's workers) never wait for each other: a slower one is no straggler
     repeated = [] if config.get("lockstep") is False else stragglers.get("repeated", [])
     for s in repeated:
@@ -113,6 +114,21 @@ def pipeline_bound(phases: dict[str, float], step: float, config: dict[str, Any]
             "message": f"{share:.0%} of each step waits in the pipeline: {fmt.ms(bubble)} bubble ({measured:.0%}, "
                        f"theory (K-1)/(M+K-1) = {theory:.0%} for K={k}, M={m}) and {fmt.ms(p2p)} send/receive",
             "lever": levers.pipeline_lever(config, k, m, theory, measured)}
+
+
+def tiles_bound(phases: dict[str, float], step: float, config: dict[str, Any],
+                thresholds: dict[str, float]) -> dict[str, Any] | None:
+    """Spatial tiles exchanging their halos (forward and backward) and gathering the front's output, or None."""
+    if "halo" not in phases:
+        return None
+    halo, gather = phases["halo"], phases.get("gather", 0.0)
+    share = (halo + gather) / step
+    if share < thresholds["diag_comm"]:
+        return None
+    return {"kind": "tiles-bound", "share": share,
+            "message": f"{share:.0%} of each step exchanges the tiles' borders: {fmt.ms(halo)} halo exchange "
+                       f"(forward and backward) and {fmt.ms(gather)} gathering the tiles",
+            "lever": levers.tiles_lever(config)}
 
 
 def _ordered(findings: list[dict[str, Any]]) -> list[dict[str, Any]]:

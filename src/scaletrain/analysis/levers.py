@@ -146,6 +146,14 @@ def pipeline_lever(config: dict[str, Any], k: int, m: int, theory: float, measur
     return _join(levers)
 
 
+def tiles_lever(config: dict[str, Any]) -> str:
+    """Fewer, larger tiles exchange less border per pixel; a larger batch more compute per exchange."""
+    tiles = config.get("spatial")
+    fewer = f"fewer tiles (--spatial {tiles // 2})" if isinstance(tiles, int) and tiles >= 4 else None
+    return _join([fewer, "an earlier --spatial-until (less of the model on tiles, when its memory allows)",
+                  f"a larger batch ({bigger_batch(config)})"])
+
+
 def straggler_lever(rank: int, config: dict[str, Any]) -> str:
     loaders = ", its data-loader workers" if config.get("workers") != 0 else ""
     return (f"look at what slows rank {rank}: other load on its host or device{loaders}, uneven data, "

@@ -23,13 +23,18 @@ COMPUTE = ("forward", "backward", "optimizer")
 # activation or a gradient from a neighbouring stage, and `p2p`, posting sends and receives and waiting
 # for sends alone to complete. Recorded only by pipeline runs; every other run's records lack them.
 PIPELINE_PHASES = ("bubble", "p2p")
+# spatial tiles' steps (docs/metrics.md): `halo`, exchanging the tiles' borders (and, in backward, their
+# gradients) inside forward and backward; `gather`, assembling the tiles' outputs into the whole image
+SPATIAL_PHASES = ("halo", "gather")
+STRATEGY_PHASES = (PIPELINE_PHASES, SPATIAL_PHASES)
 
 
 def phase_names(phases: dict[str, float] | None = None) -> tuple[str, ...]:
-    """PHASES in step order, with the pipeline's two before `other` when `phases` has them."""
-    if phases is not None and any(k in phases for k in PIPELINE_PHASES):
-        return PHASES[:-1] + PIPELINE_PHASES + PHASES[-1:]
-    return PHASES
+    """PHASES in step order, with a strategy's own (the pipeline's two, the tiles' two) before `other` when
+    `phases` has them."""
+    own = tuple(p for group in STRATEGY_PHASES if phases is not None and any(k in phases for k in group)
+                for p in group)
+    return PHASES[:-1] + own + PHASES[-1:]
 
 Interval = tuple[float, float]
 

@@ -12,9 +12,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from scaletrain.analysis.timeline import PHASES, PIPELINE_PHASES, phase_names
+from scaletrain.analysis.timeline import PHASES, PIPELINE_PHASES, SPATIAL_PHASES, phase_names
 
-TRACKS = ("step", *PHASES[:-1], *PIPELINE_PHASES, PHASES[-1], "comm")
+TRACKS = ("step", *PHASES[:-1], *PIPELINE_PHASES, *SPATIAL_PHASES, PHASES[-1], "comm")
 
 
 def trace_events(records_by_rank: dict[int, list[dict[str, Any]]]) -> dict[str, Any]:

@@ -75,6 +75,7 @@ class StepProfiler:
         self._start_cpu = self._last_cpu = 0.0  # process CPU seconds at _start and _last
         self._host_start = 0.0
         self._closed = False
+        self._current: str | None = None  # the phase being timed (carve's enclosing phase)
         self._epoch, self._in_epoch = -1, 0  # each pass through data() is an epoch
 
     # ------------------------------------------------------------ the loop
@@ -109,11 +110,29 @@ class StepProfiler:
     @contextlib.contextmanager
     def _phase(self, name: str) -> Iterator[None]:
         self._mark("other")
-        if self.window is not None and self.window.active:
-            with torch.profiler.record_function(f"scaletrain.{name}"):
+        outer, self._current = self._current, name
+        try:
+            if self.window is not None and self.window.active:
+                with torch.profiler.record_function(f"scaletrain.{name}"):
+                    yield
+            else:
                 yield
-        else:
-            yield
+        finally:
+            self._current = outer
+        self._mark(name)
+
+    def carve(self, name: str) -> contextlib.AbstractContextManager:
+        """`with prof.carve("halo"): ...` inside a phase: the time inside is phase `name`, the time before it the
+        enclosing phase's (what a strategy's layers spend exchanging within forward and backward: spatial tiles'
+        halos and gather)."""
+        if not self.enabled:
+            return _NULL
+        return self._carve(name)
+
+    @contextlib.contextmanager
+    def _carve(self, name: str) -> Iterator[None]:
+        self._mark(self._current or "other")
+        yield
         self._mark(name)
 
     def comm(self, wire: int, raw: int | None = None) -> contextlib.AbstractContextManager:

@@ -8,12 +8,14 @@ from dataclasses import dataclass
 from statistics import mean
 from typing import Any
 
-# the profiler's phases in step order (scaletrain.analysis.timeline.phase_names with a pipeline's two;
+# the profiler's phases in step order (scaletrain.analysis.timeline.phase_names with a strategy's own;
 # repeated here so that a report does not import the profiler, and through it torch)
-PHASES = ("data_wait", "h2d", "forward", "backward", "comm_exposed", "optimizer", "bubble", "p2p", "other")
+PHASES = ("data_wait", "h2d", "forward", "backward", "comm_exposed", "optimizer", "bubble", "p2p", "halo", "gather",
+          "other")
 PHASE_LABELS = {"data_wait": "data wait", "h2d": "host to device", "forward": "forward", "backward": "backward",
                 "comm_exposed": "communication (exposed)", "optimizer": "optimizer", "bubble": "pipeline bubble",
-                "p2p": "pipeline send/receive", "other": "other"}
+                "p2p": "pipeline send/receive", "halo": "tiles' halo exchange", "gather": "tiles' gather",
+                "other": "other"}
 
 
 @dataclass(frozen=True)

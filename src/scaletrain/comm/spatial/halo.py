@@ -11,6 +11,7 @@ both ends always agree (no tags, whose NCCL ignores, and no order to rely on). d
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,6 +34,12 @@ class Tiles:
     group: Any = None
     sent: list[int] = field(default_factory=lambda: [0], compare=False)
     """Bytes this rank has sent its neighbours in halos and their gradients (a running count)."""
+    profiler: list[Any] = field(default_factory=lambda: [None], compare=False)
+    """The step profiler while a training step runs: its exchanges are the step's `halo` and `gather` phases."""
+
+    def carve(self, phase: str) -> contextlib.AbstractContextManager:
+        prof = self.profiler[0]
+        return contextlib.nullcontext() if prof is None else prof.carve(phase)
 
     def peers(self, dim: int) -> tuple[int | None, int | None]:
         """The global ranks before and after this tile along grid dimension `dim` (None at the image's edge)."""
@@ -52,8 +59,9 @@ def _swap(sends: list[tuple[int, torch.Tensor]], receives: list[tuple[int, torch
     ops = ([dist.P2POp(dist.isend, t, peer, group) for peer, t in sends]
            + [dist.P2POp(dist.irecv, t, peer, group) for peer, t in receives])
     if ops:
-        for work in dist.batch_isend_irecv(ops):
-            work.wait()
+        with tiles.carve("halo"):
+            for work in dist.batch_isend_irecv(ops):
+                work.wait()
 
 
 def _rows(x: torch.Tensor, dim: int, start: int, length: int) -> torch.Tensor:
@@ -179,11 +187,13 @@ class GatherTiles(torch.autograd.Function):
     def forward(ctx, x: torch.Tensor, tiles: Tiles) -> torch.Tensor:
         x = x.contiguous()
         parts = [torch.empty_like(x) for _ in tiles.ranks]
-        dist.all_gather(parts, x, group=tiles.group)
-        grid = tiles.grid
-        rows = [torch.cat(parts[r * grid.cols:(r + 1) * grid.cols], W) for r in range(grid.rows)]
+        with tiles.carve("gather"):
+            dist.all_gather(parts, x, group=tiles.group)
+            grid = tiles.grid
+            rows = [torch.cat(parts[r * grid.cols:(r + 1) * grid.cols], W) for r in range(grid.rows)]
+            whole = torch.cat(rows, H)
         ctx.tiles, ctx.tile = tiles, x.shape[H:]
-        return torch.cat(rows, H)
+        return whole
 
     @staticmethod
     def backward(ctx, g: torch.Tensor):

@@ -95,7 +95,11 @@ class Spatial(Strategy):
 
     def forward_backward(self, x, y, loss_of, optimizer, scaler, prof) -> torch.Tensor:
         sent = self.tiles.sent[0]
-        loss = super().forward_backward(x, y, loss_of, optimizer, scaler, prof)
+        self.tiles.profiler[0] = prof  # the halos and the gather: phases of this step (not of evaluation)
+        try:
+            loss = super().forward_backward(x, y, loss_of, optimizer, scaler, prof)
+        finally:
+            self.tiles.profiler[0] = None
         self.trained["halo_bytes"] += self.tiles.sent[0] - sent
         self.trained["samples"] += len(x)
         self.trained["steps"] += 1
