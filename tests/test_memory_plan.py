@@ -212,3 +212,20 @@ def test_train_auto_checkpointing_fits_the_budget(tmp_path, run_cli):
     assert "--checkpoint-activations auto: stem" in done.stderr
     summary = json.loads((out / "summary.json").read_text())
     assert summary["checkpointed_blocks"] and max(r["peak_memory_bytes"] for r in summary["ranks"]) <= 2 * 2 ** 30
+
+
+def test_spatial_until_auto_is_the_shallowest_front_that_fits():
+    from scaletrain.comm.registry import strategy_class
+
+    cfg = _cfg(256, strategy="spatial", spatial=2)
+    spatial = strategy_class("spatial")
+    factory = lambda: build_model("resnet18", num_classes=10, in_channels=3, image_size=256)  # noqa: E731
+    chosen = spatial.resolve(cfg, factory, (3, 256, 256), lambda c: c.spatial.until in ("layer2", "layer3"))
+    assert chosen.spatial.until == "layer2"
+    assert spatial.resolve(cfg, factory, (3, 256, 256), lambda c: False).spatial.until == "layer4"  # the deepest
+    given = cfg.replace(spatial_until="layer1")
+    assert spatial.resolve(given, factory, (3, 256, 256), lambda c: True) is given
+    from scaletrain.distributed.launch.preflight import validate
+
+    assert validate(cfg.replace(memory_per_device="8GiB")).spatial.until == "stem"  # everything fits: the earliest
+    assert validate(cfg).spatial.until == "auto"  # no budget: the strategy's own auto (the deepest)

@@ -101,6 +101,13 @@ class Strategy:
         mm = memory_at(cfg.optim.batch_size)
         return Footprint(params=mm.state_bytes(buckets=cls.gradient_buckets), activations=mm.activations())
 
+    @classmethod
+    def resolve(cls, cfg: TrainConfig, factory: Callable[[], torch.nn.Module], sample_shape: tuple[int, ...],
+                fits: Callable[[TrainConfig], bool]) -> TrainConfig:
+        """Its settings left to `auto` that depend on memory, chosen before any process starts (every rank then
+        takes the same): `fits(cfg)` says whether a choice's planned memory per rank is within the budget."""
+        return cfg
+
     @staticmethod
     def check_model(cfg: TrainConfig, factory: Callable[[], torch.nn.Module], sample_shape: tuple[int, ...]) -> None:
         """Refuse, before any process starts, a model (built by `factory`) this strategy cannot run as asked."""

@@ -133,7 +133,16 @@ def plan_front(model: nn.Module, until: str, grid: TileGrid, sample_shape: tuple
 
 def _deepest(model: nn.Module, graph: LayerGraph, cuts: set[int]) -> str:
     """The last top-level module whose end is a cut point and whose front can run on tiles."""
-    best = None
+    ends = _ends(model, graph, cuts)
+    if not ends:
+        raise UserError("no part of the model's front can run on tiles (its first layer has no tiled version): "
+                        "use another strategy")
+    return ends[-1]
+
+
+def _ends(model: nn.Module, graph: LayerGraph, cuts: set[int]) -> list[str]:
+    """The top-level modules, in order, whose end is a cut point and whose front can run on tiles."""
+    ends = []
     for name, _ in model.named_children():
         last = _last_node(graph, name)
         if last is None:
@@ -141,11 +150,14 @@ def _deepest(model: nn.Module, graph: LayerGraph, cuts: set[int]) -> str:
         if any(_why_not(model, n, graph) for n in graph.nodes[:last + 1]):
             break
         if last in cuts:
-            best = name
-    if best is None:
-        raise UserError("no part of the model's front can run on tiles (its first layer has no tiled version): "
-                        "use another strategy")
-    return best
+            ends.append(name)
+    return ends
+
+
+def front_ends(model: nn.Module, sample_shape: tuple[int, ...]) -> list[str]:
+    """Where a front may end (`--spatial-until`), shallowest first: what `auto` chooses among."""
+    graph = _graph(model, sample_shape)
+    return _ends(model, graph, set(cut_points(graph)))
 
 
 def halo_bytes_per_sample(model: nn.Module, front: Front, tiles: Tiles, element_size: int,

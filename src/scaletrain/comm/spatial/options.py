@@ -22,8 +22,9 @@ class SpatialOptions:
 
     until: str = field(default="auto", metadata=key("spatial_until"))
     """With --strategy spatial: the module (a path, e.g. layer2) at whose end the tiles are gathered into the
-    whole image and the rest of the model runs data-parallel; `auto`: the deepest top-level module the tiles
-    can reach (docs/spatial.md)."""
+    whole image and the rest of the model runs data-parallel; `auto`: with --memory-per-device the shallowest
+    top-level module whose planned memory per rank fits it (the fewest halos), else the deepest the tiles can
+    reach (docs/spatial.md)."""
 
     def __post_init__(self) -> None:
         if self.tiles < 2:

@@ -18,7 +18,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from scaletrain.comm.spatial.front import TileInput, halo_bytes_per_sample, plan_front, tile_front
+from scaletrain.comm.spatial.front import TileInput, front_ends, halo_bytes_per_sample, plan_front, tile_front
 from scaletrain.comm.spatial.geometry import TileGrid, square_grid
 from scaletrain.comm.spatial.halo import Tiles
 from scaletrain.comm.strategy import Strategy
@@ -48,6 +48,19 @@ class Spatial(Strategy):
     def check_model(cfg: TrainConfig, factory, sample_shape: tuple[int, ...]) -> None:
         """The front's layers, its boundary and the tiles' sizes, before any process starts."""
         plan_front(factory(), cfg.spatial.until, TileGrid(*square_grid(cfg.spatial.tiles)), sample_shape)
+
+    @classmethod
+    def resolve(cls, cfg: TrainConfig, factory, sample_shape, fits):
+        """`--spatial-until auto` with a memory budget: the shallowest front whose plan fits it (the gather as
+        early as memory allows: the fewest halos), else the deepest (as without a budget)."""
+        if cfg.spatial.until != "auto":
+            return cfg
+        ends = front_ends(factory(), sample_shape)
+        for end in ends:
+            choice = cfg.replace(spatial_until=end)
+            if fits(choice):
+                return choice
+        return cfg.replace(spatial_until=ends[-1]) if ends else cfg
 
     @classmethod
     def memory(cls, cfg: TrainConfig, memory_at, factory, sample_shape):

@@ -75,6 +75,10 @@ def validate(cfg: TrainConfig) -> TrainConfig:
                         "starts one agent per rank (a dead worker is tolerated, not restarted): drop --max-restarts")
     shape = (data.in_channels, data.image_size, data.image_size)
     strategy.check_model(cfg, factory, shape)
+    if cfg.launch.memory_per_device:  # settings left to auto that the memory decides (e.g. --spatial-until)
+        budget = size_flag(cfg.launch.memory_per_device, "--memory-per-device")
+        cfg = strategy.resolve(cfg, factory, shape, lambda c: memory.within(
+            (memory.per_rank(c, factory, shape, device_type) or footprint.Footprint()).total, budget))
     cfg = checkpointing(cfg, factory, shape, device_type)
     need = memory.per_rank(cfg, factory, shape, device_type)
     if need is None:
