@@ -138,3 +138,23 @@ def test_checkpointing_lowers_the_measured_peak(tmp_path, run_cli):
         summary = json.loads((out / "summary.json").read_text())
         peaks[mode] = max(r["peak_memory_bytes"] for r in summary["ranks"])
     assert peaks["blocks"] < peaks["none"] - 150 * 2 ** 20
+
+
+def test_predict_prices_the_recomputed_forward():
+    """The performance model adds the checkpointed blocks' share of the forward to backward (their FLOPs' share:
+    everything but ResNet-20's classifier), and changes nothing else."""
+    from predict_fixtures import NETWORK, fake_calibration
+    from scaletrain.config import build_config
+    from scaletrain.predict.points import predict_config, recomputed_share
+    from scaletrain.predict.predictor import Predictor
+
+    p = Predictor(fake_calibration(), NETWORK)
+    plain, again = (predict_config(p, build_config({}, {"model": "resnet20", "batch_size": 32,
+                                                         "checkpoint_activations": mode}))
+                    for mode in ("none", "blocks"))
+    share = recomputed_share(build_config({}, {"model": "resnet20", "checkpoint_activations": "blocks"}),
+                             {"classes": 10, "channels": 1, "image_size": 32})
+    assert 0.95 < share < 1.0
+    fwd = plain["phases_s"]["forward"]
+    assert again["phases_s"]["forward"] == pytest.approx(fwd)
+    assert again["phases_s"]["backward"] == pytest.approx(plain["phases_s"]["backward"] + share * fwd, rel=0.02)

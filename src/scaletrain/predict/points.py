@@ -3,9 +3,13 @@ model (model.py) and name each point's limit and the scaling's (docs/predict.md)
 
 from __future__ import annotations
 
+import dataclasses
+
 import functools
 import statistics
 from typing import Any
+
+import torch
 
 
 from scaletrain.errors import UserError
@@ -133,6 +137,9 @@ def predict_config(p: Predictor, cfg, *, shared_cores: int | None = None, cores:
     w = workload(cfg, facts, cfg.optim.batch_size)
     threads = s.rank_threads
     ops = p.op_costs(w, cfg.model.precision, threads)
+    again = recomputed_share(cfg, facts)
+    if again:  # activation checkpointing: that share of the forward runs again in backward
+        ops = [dataclasses.replace(o, backward_s=o.backward_s + again * o.forward_s) for o in ops]
     loss = p.loss_s(cfg.optim.batch_size, facts["classes"], cfg.model.precision, threads)
     s.sample_s = p.loader_sample_s(cfg.data.dataset, facts["image_size"], facts["source_pixels"], cfg.optim.batch_size)
     handoff, startup = p.handoff()
@@ -175,6 +182,31 @@ def predict_config(p: Predictor, cfg, *, shared_cores: int | None = None, cores:
             "stretch": step["stretch"], "plausibility": check,
             "notes": list(w.notes) + ([AUTO_CAP_NOTE] if auto_cap else []),
             "image_size": facts["image_size"], "ops": per_op, **step["extra"]}
+
+
+def recomputed_share(cfg, facts: dict[str, Any]) -> float:
+    """The share of the forward that activation checkpointing runs again in backward: the checkpointed blocks'
+    forward FLOPs over the model's (the block graph on meta tensors; `auto` as the launcher would resolve it)."""
+    if cfg.model.checkpoint_activations == "none":
+        return 0.0
+    from scaletrain.comm.memory import resolve_checkpointing
+    from scaletrain.models.registry import build_model
+    from scaletrain.perf.footprint import model_memory
+    from scaletrain.train.recompute import plan_units
+
+    def factory():
+        return build_model(cfg.model.name, num_classes=facts["classes"], in_channels=facts["channels"],
+                           image_size=facts["image_size"], stem=cfg.model.stem, width=cfg.model.width)
+
+    shape = (facts["channels"], facts["image_size"], facts["image_size"])
+    value = resolve_checkpointing(cfg, factory, shape, "cpu").model.checkpoint_activations
+    mm = model_memory(factory, 1, shape, cfg.optim.optimizer, cfg.model.precision)
+    if mm is None or value == "none":
+        return 0.0
+    with torch.device("meta"):
+        again = {u.block for u in plan_units(factory(), shape, value)}  # (a lone layer, e.g. fc, is not)
+    total = sum(b.flops for b in mm.blocks)
+    return sum(b.flops for b in mm.blocks if b.name in again) / total if total else 0.0
 
 
 def _refnet_memory(p: Predictor) -> int:
