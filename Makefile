@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 COMPILED := $(VENV)/.compiled
 PYTEST_ARGS ?=
 
-.PHONY: bench-largest setup demo test test-slow test-slurm bench bench-pipeline bench-spatial bench-recovery bench-testbed validate-predict report-check clean
+.PHONY: bench-largest bench-bigdigits setup demo test test-slow test-slurm bench bench-pipeline bench-spatial bench-recovery bench-testbed validate-predict report-check clean
 
 setup: $(COMPILED)
 
@@ -80,6 +80,10 @@ bench-spatial: $(COMPILED)
 # The largest image side each layout trains under 2 GiB per rank, measured (docs/spatial.md; ~40 min).
 bench-largest: $(COMPILED)
 	$(PY) benchmarks/largest_side.py
+
+# Resolution matters: bigdigits at full size on 2 spatial tiles against 8x downsampled (docs/datasets.md; ~5 min).
+bench-bigdigits: $(COMPILED)
+	$(PY) benchmarks/bigdigits_resolution.py
 
 # What recovery costs: --checkpoint-every against none, and kill -9 to training resumed (docs/bench-recovery.md; ~6 min).
 bench-recovery: $(COMPILED)

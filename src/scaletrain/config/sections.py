@@ -38,7 +38,8 @@ class DataConfig:
     """What the model is trained on and how it is loaded."""
 
     dataset: str = "digits"
-    """`digits`, `synthetic` or `imagefolder:PATH`."""
+    """`digits`, `bigdigits:SIZE` (a digit on a SIZE x SIZE canvas: docs/datasets.md), `synthetic` or
+    `imagefolder:PATH`."""
 
     image_size: int | None = None
     """Square input size; None takes the dataset's default (32 for digits/synthetic, 224 for folders)."""

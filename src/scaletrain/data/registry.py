@@ -1,4 +1,5 @@
-"""Turn a dataset spec string ("digits", "synthetic", "imagefolder:PATH") into train/val datasets."""
+"""Turn a dataset spec string ("digits", "bigdigits:SIZE", "synthetic", "imagefolder:PATH") into train/val
+datasets."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from pathlib import Path
 
 from torch.utils.data import Dataset
 
+from scaletrain.data.bigdigits import build_bigdigits, parse_size
 from scaletrain.data.digits import DEFAULT_DIGITS_SIZE, DIGITS_CLASSES, build_digits
 from scaletrain.data.imagefolder import DEFAULT_IMAGEFOLDER_SIZE, build_imagefolder
 from scaletrain.data.synthetic import build_synthetic
@@ -27,11 +29,13 @@ class DataBundle:
 
 def dataset_names() -> list[str]:
     """The accepted spec forms, for help text and error messages."""
-    return ["digits", "imagefolder:PATH", "synthetic"]
+    return ["digits", "bigdigits:SIZE", "imagefolder:PATH", "synthetic"]
 
 
 def default_image_size(spec: str) -> int:
     """The image side a dataset uses when --image-size is not given."""
+    if spec.startswith("bigdigits:"):
+        return parse_size(spec.partition(":")[2])
     return DEFAULT_IMAGEFOLDER_SIZE if spec.startswith("imagefolder:") else DEFAULT_DIGITS_SIZE
 
 
@@ -63,6 +67,9 @@ def build_datasets(spec: str, *, image_size: int | None = None, seed: int = 0, s
         train, val, size = build_synthetic(image_size=image_size, seed=seed, samples=samples, classes=classes,
                                            channels=channels)
         return DataBundle("synthetic", train, val, classes, channels, size)
+    if kind == "bigdigits":
+        train, val, size, classes = build_bigdigits(arg, image_size, seed, cache)
+        return DataBundle(spec, train, val, classes, 1, size)
     if kind == "imagefolder":
         train, val, classes, size = build_imagefolder(arg, image_size=image_size, augment=augment)
         return DataBundle(spec, train, val, len(classes), 3, size)
