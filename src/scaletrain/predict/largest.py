@@ -3,7 +3,7 @@ trains within B per rank, by the memory model (comm/memory.py, docs/perf.md "Mem
 
 Memory per rank is a fixed part (parameters and their state, the process) and a part that grows with the pixels
 (activations, batches): one walk at a reference side gives the slope, the side that meets the budget follows,
-and walks at that side and its neighbours settle it on a multiple of STEP (a side a layout cannot take, e.g. a
+and walks at that side and the next few settle it on a multiple of STEP (a side a layout cannot take, e.g. a
 width its tiles do not divide, is stepped over). Meta-device walks only: no memory, a few seconds in all."""
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from scaletrain.grid import Grid
 STEP = 64  # sides on multiples of 64: a ResNet's /32, split in two by 2 tiles
 REFERENCE = 1024
 LARGEST = 1 << 17  # 131,072 px: a side beyond which the search stops (a pathology slide's order)
+LOOKAHEAD = 4  # steps tried past a side that does not fit
 
 
 @dataclass(frozen=True)
@@ -81,12 +82,13 @@ def _largest(flags: str, cfg: TrainConfig, build, channels: int, budget: int, de
         at = need(side)
     if at is None or not memory.within(at, budget):
         return Largest(flags, None, None, f"not even {STEP} px fits {fmt.size(budget)}")
-    while side + STEP <= LARGEST:
-        up = need(side + STEP)
-        if up is None or not memory.within(up, budget):
-            break
-        side, at = side + STEP, up
-    return Largest(flags, side, at)
+    while True:  # up while a side fits; memory is not monotonic on a CPU (a tensor passing the allocator's mmap
+        # threshold is returned when freed), so a few steps past the first that does not fit are tried too
+        ahead = [side + k * STEP for k in range(1, LOOKAHEAD + 1) if side + k * STEP <= LARGEST]
+        fits = [(s, b) for s, b in ((s, need(s)) for s in ahead) if b is not None and memory.within(b, budget)]
+        if not fits:
+            return Largest(flags, side, at)
+        side, at = fits[-1]
 
 
 def largest_table(rows: list[Largest], budget: str, what: str) -> Grid:
