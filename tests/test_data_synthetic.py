@@ -61,8 +61,8 @@ def test_labels_are_learnable_from_channel_means():
 
 
 def test_dataset_names_and_unknown_spec():
-    assert dataset_names() == ["digits", "imagefolder:PATH", "synthetic"]
-    with pytest.raises(UserError, match="unknown dataset 'mnist'.*digits, imagefolder:PATH, synthetic"):
+    assert dataset_names() == ["digits", "bigdigits:SIZE", "imagefolder:PATH", "synthetic"]
+    with pytest.raises(UserError, match="unknown dataset 'mnist'.*digits, bigdigits:SIZE, imagefolder:PATH, synthetic"):
         build_datasets("mnist")
     with pytest.raises(UserError, match="unknown dataset"):
         build_datasets("digits:foo")
