@@ -30,7 +30,7 @@ def test_the_digit_is_on_the_canvas():
     from scaletrain.data.bigdigits import DIGIT_SCALE, INK
 
     data = build_datasets("bigdigits:64").train
-    canvas = data.canvas(3)
+    canvas = data.canvas(3).numpy()
     digit = np.kron(data.images[3] / 16.0, np.ones((DIGIT_SCALE, DIGIT_SCALE))) * INK
     ink = digit > 1.5  # strokes brighter than any texture
     hits = [(y, x) for y in range(64 - DIGIT + 1) for x in range(64 - DIGIT + 1)
@@ -42,14 +42,36 @@ def test_downsampling_averages_blocks():
     full, small = build_datasets("bigdigits:64"), build_datasets("bigdigits:64", image_size=8)
     x, y = full.train[2]
     s, y2 = small.train[2]
-    assert s.shape == (1, 8, 8) and y == y2
+    assert s.shape == (1, 8, 8) and s.dtype == torch.float32 and y == y2 and small.image_size == 8
     assert torch.allclose(s, x.reshape(1, 8, 8, 8, 8).mean(dim=(2, 4)), atol=1e-6)
+    odd = build_datasets("bigdigits:64", image_size=24)  # not a divisor: overlapping blocks, still their means
+    assert odd.val[0][0].shape == (1, 24, 24) and odd.val[0][1] == full.val[0][1]
+
+
+def test_float32_whatever_the_default_dtype():
+    """fp64 runs make tensors in float64 while a rank runs; the loader's images stay float32, as digits'."""
+    data = build_datasets("bigdigits:64").train
+    before = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        x, _ = data[-1]
+    finally:
+        torch.set_default_dtype(before)
+    assert x.dtype == torch.float32 and torch.equal(x, data[len(data) - 1][0])
 
 
 def test_a_large_canvas_is_not_held_in_memory():
     data = build_datasets("bigdigits:8192")
-    assert len(data.train) == 1437 and not hasattr(data.train, "tensors")
-    assert sum(v.nbytes for v in vars(data.train).values() if isinstance(v, np.ndarray)) < 2 ** 20
+    for split in (data.train, data.val):
+        held = vars(split).values()
+        assert not any(isinstance(v, torch.Tensor) for v in held)
+        assert sum(v.nbytes for v in held if isinstance(v, np.ndarray)) < 2 ** 20  # the 8 x 8 digits only
+    assert len(data.train) == 1437 and data.image_size == 8192
+
+
+def test_the_smallest_canvas_holds_the_digit():
+    data = build_datasets("bigdigits:32", image_size=4)
+    assert data.train[0][0].shape == (1, 4, 4) and default_image_size("bigdigits:32") == 32
 
 
 def test_inputs_are_near_zero_mean_unit_std():
@@ -61,10 +83,11 @@ def test_inputs_are_near_zero_mean_unit_std():
 
 @pytest.mark.parametrize("spec, size, words", [
     ("bigdigits:big", None, "bigdigits:big: give the canvas side in pixels"),
-    ("bigdigits:60", None, "must be a multiple of 8 and at least 64"),
-    ("bigdigits:32", None, "must be a multiple of 8 and at least 64"),
-    ("bigdigits:128", 48, "--image-size 48 with bigdigits:128"),
-    ("bigdigits:128", 256, "give a side that divides 128"),
+    ("bigdigits:2.5", None, "bigdigits:2.5: give the canvas side in pixels"),
+    ("bigdigits:", None, "bigdigits:: give the canvas side in pixels"),
+    ("bigdigits:8", None, "must be at least 32"),
+    ("bigdigits:31", None, "must be at least 32"),
+    ("bigdigits:128", 256, "--image-size 256 with bigdigits:128: the canvas can only be averaged down"),
 ])
 def test_bad_specs_are_one_line(spec, size, words):
     with pytest.raises(UserError) as e:

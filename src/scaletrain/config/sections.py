@@ -42,10 +42,12 @@ class DataConfig:
     `imagefolder:PATH`."""
 
     image_size: int | None = None
-    """Square input size; None takes the dataset's default (32 for digits/synthetic, 224 for folders)."""
+    """Square input size; None takes the dataset's default (32 for digits/synthetic, SIZE for bigdigits:SIZE, which
+    a smaller side averages down, 224 for folders)."""
 
     augment: bool = True
-    """Training-time augmentation (random shifts for digits, random resized crop + flip for folders)."""
+    """Training-time augmentation (random shifts for digits, random resized crop + flip for folders; none for
+    bigdigits)."""
 
     synthetic_samples: int = 4096
     """Training samples of the `synthetic` dataset (validation gets a quarter)."""

@@ -67,7 +67,7 @@ def build_datasets(spec: str, *, image_size: int | None = None, seed: int = 0, s
         train, val, size = build_synthetic(image_size=image_size, seed=seed, samples=samples, classes=classes,
                                            channels=channels)
         return DataBundle("synthetic", train, val, classes, channels, size)
-    if kind == "bigdigits":
+    if kind == "bigdigits":  # augment does not apply: the digit's place is already random (data/bigdigits.py)
         train, val, size, classes = build_bigdigits(arg, image_size, seed, cache)
         return DataBundle(spec, train, val, classes, 1, size)
     if kind == "imagefolder":
