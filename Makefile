@@ -81,7 +81,7 @@ bench-spatial: $(COMPILED)
 bench-largest: $(COMPILED)
 	$(PY) benchmarks/largest_side.py
 
-# Resolution matters: bigdigits at full size against 8x downsampled, ResNet-20 (docs/datasets.md; ~2 min).
+# Resolution matters: bigdigits at full size (one process, and 2 spatial tiles) against 8x downsampled (docs/datasets.md; ~6 min).
 bench-bigdigits: $(COMPILED)
 	$(PY) benchmarks/bigdigits_resolution.py
 
