@@ -1,5 +1,6 @@
 """The largest image side each layout trains under a memory budget per rank, measured: ResNet-18 on synthetic
-images, 2 ranks (4 for 2 x 2 tiles), batch 1 per replica (a pipeline needs a micro-batch per stage: batch 2 as 2 micro-batches of 1).
+images, 2 ranks (4 for 2 x 2 tiles), batch 1 per replica (a pipeline needs a micro-batch per stage: batch 2 as 2
+micro-batches of 1).
 
     .venv/bin/python benchmarks/largest_side.py [--budget 2GiB] [--fit 1024,1536] [--out DIR]   # about 30 min
 
@@ -64,7 +65,8 @@ def largest(layout: str, budget: int, fit: list[int], out: Path) -> dict:
         print(f"  {layout} at {side}: " + (f"{r['peak_bytes'] / 2**20:,.0f} MiB" if "peak_bytes" in r
                                           else r["error"]), flush=True)
         if "peak_bytes" in r and r["peak_bytes"] <= budget:
-            return {"runs": runs, "a_bytes": a, "b_bytes_per_px": b, "largest_side": side, "peak_bytes": r["peak_bytes"]}
+            return {"runs": runs, "a_bytes": a, "b_bytes_per_px": b, "largest_side": side,
+                    "peak_bytes": r["peak_bytes"]}
         side -= STEP
     return {"runs": runs, "a_bytes": a, "b_bytes_per_px": b, "error": "no side confirmed"}
 

@@ -11,8 +11,9 @@ gradient of k's output and of the tensor being computed are alive beside them:
 
 (with checkpointing each block keeps only its input until backward reaches it, then runs its forward again:
 its own saved tensors are back, alone; inside a block, backward frees a layer's saved tensors once past it).
-T = 2 + WORKSPACE: the gradients of a layer's output and input, and the convolution kernels' own workspace. A block's `scale` (a spatial tile's share of a block that runs on tiles)
-multiplies its bytes. Bytes are at the traced precision; perf/memory.activations_at converts them.
+T = 2 + WORKSPACE: the gradients of a layer's output and input, and the convolution kernels' own workspace.
+A block that runs on spatial tiles is `scaled` to a tile's share, with `extra` transients (the padded copies
+its halo exchange builds). Bytes are at the traced precision; perf/memory.activations_at converts them.
 """
 
 from __future__ import annotations

@@ -37,7 +37,8 @@ class Largest:
 
 
 def largest_sides(cfg: TrainConfig, build: Callable[[TrainConfig, int], Callable], channels: int, budget: int,
-                  device_type: str, progress: Callable[[str, int, int | None], None] = lambda *a: None) -> list[Largest]:
+                  device_type: str,
+                  progress: Callable[[str, int, int | None], None] = lambda *a: None) -> list[Largest]:
     """For the request and each alternative layout (comm/memory.alternatives), its largest side within `budget`;
     `build(cfg, side)` gives the model factory at a side."""
     runtime = memory.runtime_bytes(device_type)
