@@ -1,15 +1,16 @@
 """`--strategy spatial` (comm/spatial/strategy.py): tiles of each image on 2 or 4 ranks, the front exchanging halos
 and taking BatchNorm's statistics over the whole image, train the same model as one process with the same global
-batch (float64: exact on any CPU), and 2 replicas of 2 tiles follow 2 data-parallel ranks; what cannot be tiled is
-refused."""
+batch (float64: exact on any CPU), and 2 replicas of 2 tiles follow 2 data-parallel ranks; tiles x pipeline stages
+(x replicas) follow the pipeline on whole images and resume exactly; what cannot be tiled is refused."""
 
 from __future__ import annotations
 
 import json
 
 import pytest
+import torch
 
-from conftest import EXACT, FP64, assert_same_weights, losses, summary
+from conftest import EXACT, FP64, assert_same_weights, losses, summary, weights
 from scaletrain.cli import main
 
 # ResNet-20 has BatchNorm after every convolution and residual additions: its front up to layer1 (its
@@ -87,12 +88,85 @@ def test_two_replicas_of_two_tiles_follow_two_data_parallel_ranks(tmp_path, rank
     assert_same_weights(ddp, run, rtol=1e-9, atol=1e-9)
 
 
+# spatial x pipeline: the tiles' pipelines (comm/spatial/pipeline.py) against the pipeline on whole images, which
+# tests/test_pipeline.py holds to one process's micro-batch loop (BatchNorm per micro-batch)
+STAGES = ["--microbatches", "2", "--split", "uniform", "--batch-size", "64"]
+
+
+@pytest.fixture(scope="module")
+def piped(tmp_path_factory, ranks):
+    import multirank
+
+    run = tmp_path_factory.mktemp("spatial-pipeline") / "pipeline"
+    multirank.train(ranks, *RESNET, "--strategy", "pipeline", "--nproc", "2", *STAGES, "--out", str(run), timeout=300)
+    return run
+
+
+@pytest.mark.slow  # 4 ranks on 2 cores
+@pytest.mark.equivalence
+def test_two_tiles_x_two_stages_follow_the_pipeline_on_whole_images(piped, tmp_path, ranks):
+    import multirank
+
+    run = tmp_path / "tiles"
+    multirank.train(ranks, *RESNET, "--strategy", "spatial", "--spatial", "2", "--stages", "2", "--nproc", "4",
+                    *STAGES, "--out", str(run), timeout=600)
+    s = summary(run)
+    assert s["world_size"] == 4 and s["global_batch"] == summary(piped)["global_batch"] == 64
+    assert s["pipeline"]["bounds"] == summary(piped)["pipeline"]["bounds"] == [[0, 6], [6, 11]]
+    tiles = s["spatial"]
+    assert (tiles["tiles"], tiles["stages"], tiles["until"]) == (2, 2, "layer1")
+    assert tiles["halo_bytes_per_step"] == tiles["halo_bytes_per_step_theory"] > 0
+    assert losses(run) == pytest.approx(losses(piped), rel=EXACT["rtol"])
+    assert_same_weights(piped, run)  # BatchNorm's running statistics: each micro-batch's whole image
+    assert s["top1"] == summary(piped)["top1"]
+    records = [json.loads(line) for line in (run / "metrics-rank0.jsonl").read_text().splitlines()]
+    assert all(r["phases_s"]["halo"] > 0 and r["phases_s"]["bubble"] >= 0 for r in records)
+    assert all(sum(r["phases_s"].values()) == pytest.approx(r["step_time_s"], abs=1e-5) for r in records)
+
+
+@pytest.mark.slow  # 4 ranks on 2 cores, twice
+def test_tiles_x_stages_resume_exactly(tmp_path, ranks):
+    import multirank
+
+    argv = [*RESNET, "--strategy", "spatial", "--spatial", "2", "--stages", "2", "--nproc", "4", *STAGES,
+            "--epochs", "2"]
+    straight, broken = tmp_path / "straight", tmp_path / "broken"
+    multirank.train(ranks, *argv, "--out", str(straight), timeout=600)
+    multirank.train(ranks, *argv, "--stop-after", "1", "--out", str(broken), timeout=600)
+    multirank.train(ranks, "--resume", "--out", str(broken), timeout=600)
+    a, b = weights(straight), weights(broken)
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    assert losses(broken) == losses(straight)
+    assert summary(broken)["status"] == "completed"
+
+
+@pytest.mark.slow  # 8 ranks on 2 cores
+@pytest.mark.equivalence
+def test_two_replicas_of_tiles_x_stages_follow_two_pipeline_replicas(tmp_path, ranks):
+    import multirank
+
+    piped2, run = tmp_path / "pipelines", tmp_path / "tiles"
+    small = [*STAGES[:-1], "32"]
+    multirank.train(ranks, *RESNET, "--strategy", "pipeline", "--nproc", "2x2", *small, "--out", str(piped2),
+                    timeout=600)
+    multirank.train(ranks, *RESNET, "--strategy", "spatial", "--spatial", "2", "--stages", "2", "--nproc", "8",
+                    *small, "--out", str(run), timeout=900)
+    s = summary(run)
+    assert s["spatial"]["replicas"] == 2 and s["global_batch"] == summary(piped2)["global_batch"] == 64
+    assert losses(run) == pytest.approx(losses(piped2), rel=EXACT["rtol"])
+    assert_same_weights(piped2, run, rtol=1e-9, atol=1e-9)
+
+
 @pytest.mark.parametrize("extra, words", [
     (["--spatial-until", "layer2"], "getitem in layer2.0.shortcut (PadShortcut) may mix pixels"),
     (["--spatial-until", "nowhere"], "--spatial-until nowhere: the model has no layer of that name"),
     (["--spatial", "3", "--nproc", "4"], "needs a multiple of 3 processes"),
     (["--image-size", "7"], "does not divide into 2 tiles"),
     (["--strategy", "allreduce", "--spatial", "4"], "--spatial"),
+    (["--stages", "2"], "with --spatial 2 x --stages 2 needs a multiple of 4 processes"),
+    (["--stages", "2", "--nproc", "4", "--microbatches", "1"], "--microbatches 1 is fewer than the 2 stages"),
+    (["--stages", "2", "--nproc", "4", "--microbatches", "2", "--spatial-until", "stem.0"],
+     "--spatial-until stem.0 ends inside block stem"),
 ])
 def test_what_cannot_be_tiled_is_refused_in_one_line(tmp_path, capsys, extra, words):
     argv = ["train", *RESNET, "--strategy", "spatial", "--spatial", "2", "--nproc", "2", "--batch-size", "64",

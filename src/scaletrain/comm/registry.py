@@ -25,7 +25,7 @@ OPTIONS = {
     "ps-async": ("ps_servers", "ps_fetch", "ps_push", "ps_optimizer", "staleness_lr", "max_staleness", "compress"),
     "pipeline": ("stages", "microbatches", "pipeline_schedule", "split"),
     "fsdp": (),
-    "spatial": ("spatial", "spatial_until"),
+    "spatial": ("spatial", "spatial_until", "stages", "microbatches", "pipeline_schedule", "split"),
 }
 """The strategy-specific settings each strategy takes (setting keys: StrategyConfig's or its options section's).
 A setting some strategy takes, set with a strategy that does not take it, is refused (config/applies.py): it

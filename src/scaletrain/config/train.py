@@ -54,7 +54,7 @@ class TrainConfig:
         """How the job's ranks divide (config/layout.py), from the launch and the strategy's options."""
         layout = Layout(nodes=self.launch.nnodes, per_node=self.launch.nproc)
         options = self.strategy_options
-        return options.shape(layout) if options is not None else layout
+        return options.shape(layout, self) if options is not None else layout
 
     def check_launch(self) -> None:
         """What depends on the launch's shape (nproc x nnodes), checked when launching, not per study axis."""

@@ -103,6 +103,43 @@ def block_groups(size: int, blocks: int, rank: int):
     return mine, across
 
 
+def mesh_groups(shape: tuple[int, ...], rank: int) -> list:
+    """The world as a row-major mesh of `shape` (the last dimension's ranks consecutive): for each dimension, the
+    group of the ranks that differ from this rank in that dimension alone (None where the dimension has size 1).
+    Collective: every rank creates every group, in the same order."""
+    import itertools
+    import math
+
+    assert math.prod(shape) == dist.get_world_size(), (shape, dist.get_world_size())
+    strides = [math.prod(shape[d + 1:]) for d in range(len(shape))]
+    mine: list = [None] * len(shape)
+    for d, size in enumerate(shape):
+        if size == 1:
+            continue
+        others = [range(n) if e != d else range(1) for e, n in enumerate(shape)]
+        for base in itertools.product(*others):
+            start = sum(i * st for i, st in zip(base, strides))
+            ranks = [start + i * strides[d] for i in range(size)]
+            g = dist.new_group(ranks)
+            if rank in ranks:
+                mine[d] = g
+    return mine
+
+
+def all_reduce_flat(tensors: list[torch.Tensor], group=None, divide: int = 1) -> None:
+    """Sum `tensors` over `group` in one message (flattened), divided by `divide`, written back in place."""
+    if not tensors:
+        return
+    flat = torch.cat([t.reshape(-1) for t in tensors])
+    dist.all_reduce(flat, group=group)
+    if divide != 1:
+        flat /= divide
+    offset = 0
+    for t in tensors:
+        t.copy_(flat[offset:offset + t.numel()].view_as(t))
+        offset += t.numel()
+
+
 def broadcast_buffers(model: torch.nn.Module) -> None:
     """Broadcast rank 0's buffers (BN running statistics), which DDP only syncs at the next forward."""
     if current_world_size() > 1:

@@ -107,9 +107,17 @@ class StepProfiler:
             return _NULL
         return self._phase(name)
 
+    def after_mark(self, name: str) -> contextlib.AbstractContextManager:
+        """`prof.mark(...)` then `with prof.after_mark("forward"): ...`: phase() for a strategy that marks the time
+        before it itself (a pipeline's chunks, between its waits): nothing more is marked at the start."""
+        if not self.enabled:
+            return _NULL
+        return self._phase(name, before=False)
+
     @contextlib.contextmanager
-    def _phase(self, name: str) -> Iterator[None]:
-        self._mark("other")
+    def _phase(self, name: str, before: bool = True) -> Iterator[None]:
+        if before:
+            self._mark("other")
         outer, self._current = self._current, name
         try:
             if self.window is not None and self.window.active:

@@ -38,7 +38,8 @@ class PipelineOptions:
     """The pipeline (`--strategy pipeline`; docs/split.md)."""
 
     stages: int | None = None
-    """pipeline: pipeline stages, one process each (default: all the job's processes, nproc x nnodes)."""
+    """pipeline: pipeline stages, one process each (default: all the job's processes, nproc x nnodes); with
+    --strategy spatial, stages of S tiles each (default 1: no pipeline; docs/spatial.md)."""
 
     microbatches: int = 4
     """pipeline: micro-batches each step's batch is split into (must divide --batch-size)."""
@@ -70,7 +71,7 @@ class PipelineOptions:
             raise UserError(f"--microbatches {self.microbatches} does not divide --batch-size "
                             f"{cfg.optim.batch_size}: choose a batch size that is a multiple of it")
 
-    def shape(self, layout: Layout) -> Layout:
+    def shape(self, layout: Layout, cfg: Any = None) -> Layout:
         """K stages (default: every rank one) x R = world / K replicas."""
         return dataclasses.replace(layout, stages=self.stages or layout.world)
 

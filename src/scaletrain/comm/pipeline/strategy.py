@@ -27,11 +27,11 @@ from typing import Any, Callable
 
 import torch
 import torch.distributed as dist
-from torch import nn
+from torch import fx, nn
 
 from scaletrain.comm.strategy import Profiled, Strategy, offloading
 from scaletrain.config import TrainConfig
-from scaletrain.distributed.group import block_groups, broadcast_object, gather_objects
+from scaletrain.distributed.group import all_reduce_flat, block_groups, broadcast_object, gather_objects
 from scaletrain.distributed.rank import RankInfo
 from scaletrain.errors import UserError
 from scaletrain.perf.precision import AUTOCAST, place_model, to_device
@@ -45,13 +45,12 @@ class Pipeline(Strategy):
         super().__init__(cfg, rank, device, backend)
         self.stages = cfg.layout.stages
         self.replicas = cfg.layout.replicas
-        self.stage = rank.rank % self.stages
         self.checkpointed: list[str] = []  # the blocks of this stage recomputed in backward (--checkpoint-activations)
-        self.replica_index = rank.rank // self.stages
-        # this replica's pipeline group, this stage's data-parallel group (None, None: one replica)
-        self.pp_group, self.dp_group = block_groups(self.stages, self.replicas, rank.rank)
+        self.stage, self.replica_index, self.pp_group, self.dp_group = self._place_in_mesh(rank.rank)
         self.schedule: Any = None
-        self.stage_modules: list[nn.Module] = []
+        self.stage_module: nn.Module | None = None  # this stage's module as evaluation runs it
+        self.stage_layers: set[str] = set()
+        self.recomputed_layers: set[str] = set()
         self.bounds: list[tuple[int, int]] = []
         self.block_names: list[str] = []
         self.split_info: dict[str, Any] = {}
@@ -95,22 +94,29 @@ class Pipeline(Strategy):
         """The fullest stage of the split balanced on the blocks' FLOPs (the run balances measured times): its
         parameters and state, and per micro-batch in flight (GPipe: all; 1F1B: K - s) its blocks' saved tensors
         (checkpointed: their inputs), with one block's transients in backward (checkpointed: and its recompute)."""
+        mm = memory_at(max(1, cfg.optim.batch_size // cfg.pipeline.microbatches))
+        return cls.fullest_stage(cfg, mm, mm.blocks)
+
+    @staticmethod
+    def fullest_stage(cfg: TrainConfig, mm, blocks: list, read_bytes: int = 0):
+        """The Footprint of the fullest stage when `blocks` (mm's, or a layout's view of them) are split into
+        cfg's stages on their FLOPs; `read_bytes`: what stage 0 holds of the batch it reads besides its blocks."""
         from scaletrain.perf.footprint import Footprint
         from scaletrain.split.partition import BlockCost, optimal
 
-        mm = memory_at(max(1, cfg.optim.batch_size // cfg.pipeline.microbatches))
         k, m = cfg.layout.stages, cfg.pipeline.microbatches
-        after = [b.input for b in mm.blocks[1:]] + [0]  # the tensor crossing each cut: the next block's input
+        after = [b.input for b in blocks[1:]] + [0]  # the tensor crossing each cut: the next block's input
         costs = [BlockCost(b.name, float(b.flops), 2.0 * b.flops, b.params, b.saved, out)
-                 for b, out in zip(mm.blocks, after)]
+                 for b, out in zip(blocks, after)]
         bounds = optimal(costs, k, microbatches=m, schedule=cfg.pipeline.schedule).bounds
         worst = Footprint()
         for s, (lo, hi) in enumerate(bounds):
-            blocks = mm.blocks[lo:hi]
+            part = blocks[lo:hi]
             flight = m if cfg.pipeline.schedule == "gpipe" else min(m, k - s)
-            kept = [b.input if mm.recomputed(b) else b.saved + (b.input if i == 0 else 0) for i, b in enumerate(blocks)]
-            acts = flight * sum(kept) + max(b.backward_peak - (0 if mm.recomputed(b) else b.saved) for b in blocks)
-            stage = Footprint(params=mm.state_bytes(sum(b.params for b in blocks), buckets=False), activations=acts)
+            kept = [b.input if mm.recomputed(b) else b.saved + (b.input if i == 0 else 0) for i, b in enumerate(part)]
+            acts = flight * sum(kept) + max(b.backward_peak - (0 if mm.recomputed(b) else b.saved) for b in part)
+            stage = Footprint(params=mm.state_bytes(sum(b.params for b in part), buckets=False),
+                              activations=acts + (read_bytes if s == 0 else 0))
             worst = max(worst, stage, key=lambda f: f.total)
         return worst
 
@@ -129,9 +135,24 @@ class Pipeline(Strategy):
         if cfg.pipeline.split not in plan.METHODS:
             plan.load_split(cfg.pipeline.split, graph, stages, model_name=cfg.model.name)
 
-    def _global(self, stage: int) -> int:
-        """The rank of `stage` in this rank's replica."""
-        return self.replica_index * self.stages + stage
+    def _place_in_mesh(self, rank: int) -> tuple[int, int, Any, Any]:
+        """(stage, replica, this replica's pipeline group, this stage's data-parallel group); the groups are None
+        with one replica (the default group is the pipeline's). Collective: every rank creates every group."""
+        return (rank % self.stages, rank // self.stages, *block_groups(self.stages, self.replicas, rank))
+
+    def _global(self, stage: int, replica: int | None = None) -> int:
+        """The rank of `stage` in this rank's replica (or in `replica`)."""
+        return (self.replica_index if replica is None else replica) * self.stages + stage
+
+    @property
+    def _replica_size(self) -> int:
+        """Ranks per replica (replica i holds ranks [i n, (i + 1) n))."""
+        return self.stages
+
+    @property
+    def _counts(self) -> bool:
+        """Whether this rank counts the evaluation's predictions (the last stage)."""
+        return self.is_last
 
     @property
     def is_last(self) -> bool:
@@ -148,35 +169,60 @@ class Pipeline(Strategy):
         return model  # in host memory until wrap has cut it: only this rank's stage goes to the device
 
     def wrap(self, model: nn.Module, steps_per_epoch: int, sample_shape: tuple[int, ...]) -> nn.Module:
-        from scaletrain.split.stages import block_pieces, blocked, stage_modules
-        from scaletrain.train.recompute import Chain, chosen
+        from scaletrain.split.stages import blocked
 
         cfg = self.cfg
         micro = cfg.optim.batch_size // cfg.pipeline.microbatches
         graph = blocked(model, sample_shape, micro)  # eval mode, no gradient: BatchNorm statistics untouched
         self.block_names = graph.names
         self.bounds, self.split_info = self._split(model, graph, sample_shape)
-        self.stage_modules = stage_modules(graph, self.bounds)
         lo, hi = self.bounds[self.stage]
-        module: nn.Module = self.stage_modules[self.stage]
-        names = chosen(cfg.model.checkpoint_activations)
-        if names:  # the blocks asked for recomputed in backward
-            pieces = block_pieces(graph, lo, hi)
-            again = [names is True or bool(names & set(blocks)) for blocks, _ in pieces]
-            self.checkpointed = ["+".join(blocks) for (blocks, _), a in zip(pieces, again) if a]
-            module = Chain([piece for _, piece in pieces], again)
+        module = self._stage_of(graph, lo, hi)
         keep_only(model, module)
         place_model(module, self.device)
         self._model = model
-        self._in_shape = tuple(sample_shape) if lo == 0 else tuple(graph.blocks[lo - 1].out_shape[1:])
+        in_shape, out_shape = self._shapes(graph, lo, hi, micro, sample_shape)
+        self._in_shape = tuple(in_shape[1:])
         if AUTOCAST.get(cfg.model.precision) is not None or cfg.strategy.offload == "activations":
             module = _Stage(module, self.device.type, AUTOCAST.get(cfg.model.precision), cfg.strategy.offload)
-        blocks = graph.blocks
-        in_shape = (micro, *sample_shape) if lo == 0 else blocks[lo - 1].out_shape
         self._stage, self.schedule = build_schedule(module, self.stage, self.stages, self.device, in_shape,
-                                                    blocks[hi - 1].out_shape, cfg.pipeline.schedule,
-                                                    cfg.pipeline.microbatches, self.pp_group)
+                                                    out_shape, cfg.pipeline.schedule, cfg.pipeline.microbatches,
+                                                    self.pp_group)
         return module
+
+    def _stage_of(self, graph, lo: int, hi: int) -> nn.Module:
+        """Blocks lo..hi-1 as this stage trains them (with --checkpoint-activations, cut into its blocks, those
+        asked for recomputed in backward); `stage_module`, as evaluation runs them."""
+        from scaletrain.train.recompute import Chain, chosen
+
+        names = chosen(self.cfg.model.checkpoint_activations)
+        pieces = self._pieces(graph, lo, hi, by_block=bool(names))
+        again = [bool(names) and bool(blocks) and (names is True or bool(names & set(blocks))) for blocks, _ in pieces]
+        self.checkpointed = ["+".join(blocks) for (blocks, _), a in zip(pieces, again) if a]
+        # the layers (fx call_module targets) this stage runs, and those it runs again in backward
+        called = [{n.target for n in m.graph.nodes if n.op == "call_module"} if isinstance(m, fx.GraphModule) else
+                  set() for _, m in pieces]
+        self.stage_layers = set().union(*called)
+        self.recomputed_layers = set().union(*(c for c, a in zip(called, again) if a))
+        modules = [piece for _, piece in pieces]
+        self.stage_module = modules[0] if len(modules) == 1 else Chain(modules, [False] * len(modules))
+        return Chain(modules, again) if any(again) else self.stage_module
+
+    def _costs_seen(self, costs: list) -> list:
+        """The blocks' measured costs as the split weighs them (a layout that runs some blocks on less: scaled)."""
+        return costs
+
+    def _pieces(self, graph, lo: int, hi: int, by_block: bool) -> list[tuple[list[str], nn.Module]]:
+        """Blocks lo..hi-1 as consecutive modules, each with the names of the blocks it runs (one module, or one
+        per block where activation checkpointing may recompute it)."""
+        from scaletrain.split.stages import block_pieces, stage_module
+
+        return block_pieces(graph, lo, hi) if by_block else [(graph.names[lo:hi], stage_module(graph, lo, hi))]
+
+    def _shapes(self, graph, lo: int, hi: int, micro: int, sample_shape) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """The shapes of the micro-batch this stage receives (stage 0: reads) and of the one it sends on."""
+        blocks = graph.blocks
+        return ((micro, *sample_shape) if lo == 0 else tuple(blocks[lo - 1].out_shape)), tuple(blocks[hi - 1].out_shape)
 
     def _split(self, model: nn.Module, graph, sample_shape) -> tuple[list[tuple[int, int]], dict[str, Any]]:
         """The stage bounds, chosen on rank 0 and shared with every rank, on block costs measured by every rank
@@ -193,7 +239,8 @@ class Pipeline(Strategy):
         what = (f"pipeline split: measuring {len(graph.blocks)} blocks' costs on every rank ({ROUNDS} rounds, "
                 f"micro-batch {micro})")
         with phase(what) if self.rank.is_main else contextlib.nullcontext() as update:
-            costs = measured_together(graph, model, sample_shape, micro, cfg.model.precision, self.device, update)
+            costs = self._costs_seen(measured_together(graph, model, sample_shape, micro, cfg.model.precision,
+                                                       self.device, update))
         choice = None
         if self.rank.rank == 0:
             try:
@@ -234,23 +281,18 @@ class Pipeline(Strategy):
         with prof.phase("p2p"):
             # the loss to every stage (rank 0 reports it): one scalar, a sync point of the pipeline
             dist.broadcast(loss, src=self._global(self.stages - 1), group=self.pp_group)
+        self._reduce_gradients(prof)
+        return loss
+
+    def _reduce_gradients(self, prof) -> None:
         if self.dp_group is not None:
             with prof.phase("comm_exposed"):
                 self._average_over_replicas()
-        return loss
 
     def _average_over_replicas(self) -> None:
         """This stage's gradients averaged over the replicas (one flat all-reduce)."""
-        grads = [p.grad for p in self.stage_modules[self.stage].parameters() if p.grad is not None]
-        if not grads:
-            return
-        flat = torch.cat([g.reshape(-1) for g in grads])
-        dist.all_reduce(flat, group=self.dp_group)
-        flat /= self.replicas
-        offset = 0
-        for g in grads:
-            g.copy_(flat[offset:offset + g.numel()].view_as(g))
-            offset += g.numel()
+        all_reduce_flat([p.grad for p in self.stage_module.parameters() if p.grad is not None], self.dp_group,
+                        divide=self.replicas)
 
     # ------------------------------------------------------------ evaluation and the whole model
     def eval_shard(self) -> tuple[int, int] | None:
@@ -259,8 +301,8 @@ class Pipeline(Strategy):
     def before_eval(self) -> None:
         """Replicas evaluate and save the first replica's BatchNorm statistics (their weights are equal)."""
         if self.dp_group is not None:
-            for b in self.stage_modules[self.stage].buffers():
-                dist.broadcast(b, src=self.stage, group=self.dp_group)
+            for b in self.stage_module.buffers():
+                dist.broadcast(b, src=self._global(self.stage, replica=0), group=self.dp_group)
 
     @torch.no_grad()
     def evaluate(self, model: nn.Module, loader, autocast_dtype: torch.dtype | None, num_classes: int) -> EvalResult:
@@ -268,7 +310,7 @@ class Pipeline(Strategy):
         receiving each from stage s-1 and sending its output on without waiting (the stages overlap, as in
         training); the last stage counts. Every rank of a pipeline reads the same batches, so each knows
         the sizes of what it receives."""
-        module = self.stage_modules[self.stage]
+        module = self.stage_module
         was_training = module.training
         module.eval()
         tally = Tally(self.device, num_classes)
@@ -286,13 +328,13 @@ class Pipeline(Strategy):
                     dist.recv(h, src=prev, group=self.pp_group)
                 with torch.autocast(self.device.type, dtype=autocast_dtype, enabled=autocast_dtype is not None):
                     out = module(h).to(torch.get_default_dtype())  # what the next stage receives
-                if self.is_last:
+                if self._counts:
                     outputs.append(out)
-                else:
+                elif not self.is_last:
                     sends.append(dist.isend(out.contiguous(), dst=nxt, group=self.pp_group))
             for work in sends:
                 work.wait()
-            if self.is_last:
+            if self._counts:
                 tally.add(torch.cat(outputs), to_device(y, self.device))
         module.train(was_training)
         return tally.result()
@@ -322,7 +364,7 @@ class Pipeline(Strategy):
             out["model"] = whole
             if states[0] is not None:
                 merged = states[0]
-                merged["state"] = {k: v for s in states[:self.stages] for k, v in s["state"].items()}
+                merged["state"] = {k: v for s in states[:self._replica_size] for k, v in s["state"].items()}
                 out["optimizer"] = merged
         return out
 
@@ -489,9 +531,8 @@ def timed(stage, prof):
     def chunk(fn, phase):
         def run(*args, **kwargs):
             prof.mark("p2p")
-            out = fn(*args, **kwargs)
-            prof.mark(phase)
-            return out
+            with prof.after_mark(phase):  # (a spatial stage's halos are carved out of it)
+                return fn(*args, **kwargs)
         return run
 
     schedules._wait_batch_p2p = wait

@@ -50,7 +50,7 @@ class PsOptions:
         if cfg.model.sync_bn:
             raise UserError(f"--sync-bn is not supported with --strategy {strategy}: drop --sync-bn")
 
-    def shape(self, layout: Layout) -> Layout:
+    def shape(self, layout: Layout, cfg: Any = None) -> Layout:
         """The job's last `servers` ranks serve; the rest train, each on its own data."""
         return dataclasses.replace(layout, servers=self.servers)
 

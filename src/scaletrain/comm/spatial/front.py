@@ -160,7 +160,7 @@ def front_ends(model: nn.Module, sample_shape: tuple[int, ...]) -> list[str]:
     return _ends(model, graph, set(cut_points(graph)))
 
 
-def halo_bytes_per_sample(model: nn.Module, front: Front, tiles: Tiles, element_size: int,
+def halo_bytes_per_sample(layer_of: Callable[[str], nn.Module], front: Front, tiles: Tiles, element_size: int,
                           recomputed: Callable[[str], bool] = lambda name: False) -> int:
     """What one sample's training step sends from this tile in halos and their gradients, from the geometry alone:
     per window layer and cut dimension, the tile before gets `after` rows in forward and `before` rows of
@@ -169,7 +169,7 @@ def halo_bytes_per_sample(model: nn.Module, front: Front, tiles: Tiles, element_
     activation checkpointing) sends its forward halos twice."""
     total = 0
     for name, (c, height, width) in front.inputs:
-        layer = model.get_submodule(name)
+        layer = layer_of(name)  # its tiled version
         again = recomputed(name)
         (br, ar), (bc, ac) = layer.widths
         h, w = height // tiles.grid.rows, width // tiles.grid.cols
@@ -182,17 +182,52 @@ def halo_bytes_per_sample(model: nn.Module, front: Front, tiles: Tiles, element_
     return total * element_size
 
 
-class TileInput(nn.Module):
-    """The model fed this rank's tile of each image (the whole images come in: every rank of a replica reads
-    the same batch)."""
+class Cut(nn.Module):
+    """This rank's tile of whole images (every rank of a replica reads the same batch)."""
 
-    def __init__(self, model: nn.Module, tiles: Tiles) -> None:
+    def __init__(self, tiles: Tiles) -> None:
         super().__init__()
-        self.model, self.tiles = model, tiles
+        self.tiles = tiles
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         rows, cols = self.tiles.grid.split(x.shape[H], x.shape[H + 1], self.tiles.index)
-        return self.model(x[:, :, rows, cols])
+        return x[:, :, rows, cols]
+
+
+class Gathered(nn.Module):
+    """The tiles of the group assembled into the whole image (halo.gather), on every rank of the group."""
+
+    def __init__(self, tiles: Tiles) -> None:
+        super().__init__()
+        self.tiles = tiles
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return gather(x, self.tiles)
+
+
+class TileInput(nn.Module):
+    """The model fed this rank's tile of each image (the whole images come in)."""
+
+    def __init__(self, model: nn.Module, tiles: Tiles) -> None:
+        super().__init__()
+        self.model, self.cut = model, Cut(tiles)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.model(self.cut(x))
+
+
+def gather_after(blocked, until: str) -> int:
+    """How many of the block graph's blocks (split/stages.Blocked) the front covers: it must end where a block
+    ends (a pipeline's stages are runs of blocks; the tiles are gathered between two of them)."""
+    last = _last_node(blocked.graph, until)
+    for i, block in enumerate(blocked.blocks):
+        if last in block.nodes:
+            if block.nodes[-1] == last:
+                return i + 1
+            ends = [b.name for b in blocked.blocks[:i + 1]]
+            raise UserError(f"--spatial-until {until} ends inside block {block.name}: with --stages the tiles are "
+                            f"gathered between two blocks; end the front with a block ({', '.join(ends[-3:])})")
+    raise UserError(f"--spatial-until {until}: the model has no layer of that name")
 
 
 def tile_front(model: nn.Module, front: Front, tiles: Tiles) -> list[nn.Parameter]:

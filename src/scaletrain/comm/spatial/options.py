@@ -33,17 +33,26 @@ class SpatialOptions:
             raise UserError("--spatial-until is empty: give a module's path (e.g. layer2) or auto")
 
     def check(self, cfg: Any) -> None:  # a TrainConfig (config/ imports this module)
-        """What the tiles refuse of the rest of the configuration."""
+        """What the tiles refuse of the rest of the configuration (with --stages, what the pipeline refuses too)."""
         if cfg.model.sync_bn:
             raise UserError("--sync-bn is not needed with --strategy spatial: the tiled BatchNorm layers already "
                             "take the whole image's statistics; drop --sync-bn")
+        if cfg.pipeline.stages is not None:
+            cfg.pipeline.check(cfg)
 
-    def shape(self, layout: Layout) -> Layout:
-        """Consecutive ranks hold one image's tiles; each group of them is a data replica."""
-        return dataclasses.replace(layout, tiles=self.tiles)
+    def shape(self, layout: Layout, cfg: Any = None) -> Layout:
+        """Consecutive ranks hold one image's tiles; with --stages K, K such groups in a row are the stages of one
+        pipeline of tiles; each group of tiles x stages is a data replica."""
+        stages = cfg.pipeline.stages if cfg is not None and cfg.pipeline.stages is not None else 1
+        return dataclasses.replace(layout, tiles=self.tiles, stages=stages)
 
     def check_layout(self, cfg: Any, layout: Layout) -> None:
-        if layout.world % self.tiles:
-            raise UserError(f"--strategy spatial with --spatial {self.tiles} needs a multiple of {self.tiles} "
-                            f"processes (got {layout.world}): --nproc {self.tiles} or "
-                            f"{self.tiles * max(1, layout.world // self.tiles + 1)}")
+        group = self.tiles * layout.stages
+        if layout.world % group:
+            what = f"--spatial {self.tiles}" + (f" x --stages {layout.stages}" if layout.stages > 1 else "")
+            raise UserError(f"--strategy spatial with {what} needs a multiple of {group} processes (got "
+                            f"{layout.world}): --nproc {group} or {group * max(1, layout.world // group + 1)}")
+        if layout.stages > 1 and cfg.pipeline.microbatches < layout.stages:
+            raise UserError(f"--microbatches {cfg.pipeline.microbatches} is fewer than the {layout.stages} stages: a "
+                            f"pipeline needs at least one micro-batch per stage; give --microbatches {layout.stages} "
+                            "or more (and a --batch-size they divide)")

@@ -15,7 +15,6 @@ from dataclasses import replace
 from typing import Any
 
 import torch
-import torch.distributed as dist
 from torch import nn
 
 from scaletrain.comm.spatial.front import TileInput, front_ends, halo_bytes_per_sample, plan_front, tile_front
@@ -23,7 +22,7 @@ from scaletrain.comm.spatial.geometry import TileGrid, square_grid
 from scaletrain.comm.spatial.halo import Tiles
 from scaletrain.comm.strategy import Strategy
 from scaletrain.config import TrainConfig
-from scaletrain.distributed.group import block_groups
+from scaletrain.distributed.group import all_reduce_flat, block_groups
 from scaletrain.distributed.rank import RankInfo
 from scaletrain.perf.precision import to_device
 from scaletrain.train.evaluate import EvalResult, Tally
@@ -44,9 +43,23 @@ class Spatial(Strategy):
         # this replica's tiles, this tile index's data-parallel group (None, None: one replica)
         self.tiles_group, self.dp_group = block_groups(s, self.replicas, rank.rank)
 
+    @classmethod
+    def create(cls, cfg: TrainConfig, rank: RankInfo) -> Strategy:
+        """With --stages, the tiles' pipelines (comm/spatial/pipeline.py)."""
+        if cfg.layout.stages > 1:
+            from scaletrain.comm.spatial.pipeline import SpatialPipeline
+
+            return SpatialPipeline.create(cfg, rank)
+        return super().create(cfg, rank)
+
     @staticmethod
     def check_model(cfg: TrainConfig, factory, sample_shape: tuple[int, ...]) -> None:
-        """The front's layers, its boundary and the tiles' sizes, before any process starts."""
+        """The front's layers, its boundary and the tiles' sizes, before any process starts (with --stages, the
+        pipeline's checks too)."""
+        if cfg.layout.stages > 1:
+            from scaletrain.comm.spatial.pipeline import SpatialPipeline
+
+            return SpatialPipeline.check_model(cfg, factory, sample_shape)
         plan_front(factory(), cfg.spatial.until, TileGrid(*square_grid(cfg.spatial.tiles)), sample_shape)
 
     @classmethod
@@ -68,7 +81,8 @@ class Spatial(Strategy):
         tile's share (1/S: the halo strips aside), the rest whole (each rank runs it on the gathered images)."""
         from scaletrain.perf.footprint import Footprint
 
-        mm = memory_at(cfg.optim.batch_size)
+        stages = cfg.layout.stages
+        mm = memory_at(max(1, cfg.optim.batch_size // cfg.pipeline.microbatches) if stages > 1 else cfg.optim.batch_size)
         model = factory()
         front = plan_front(model, cfg.spatial.until, TileGrid(*square_grid(cfg.spatial.tiles)), sample_shape)
         order = [name for name, _ in model.named_children()]
@@ -85,6 +99,10 @@ class Spatial(Strategy):
         blocks = [replace(b.scaled(1 / cfg.spatial.tiles), extra=2) if in_front(b.name) else b
                   for b in mm.blocks]
         tile_input = mm.input_bytes // cfg.spatial.tiles
+        if stages > 1:  # the fullest stage of the tiles' pipelines (comm/spatial/pipeline.py)
+            from scaletrain.comm.pipeline.strategy import Pipeline
+
+            return Pipeline.fullest_stage(cfg, mm, blocks, read_bytes=tile_input)
         return Footprint(params=mm.state_bytes(buckets=False), activations=mm.activations(blocks) + tile_input)
 
     def replica(self) -> tuple[int, int]:
@@ -125,13 +143,10 @@ class Spatial(Strategy):
 
     def _reduce_gradients(self, optimizer: torch.optim.Optimizer) -> None:
         front = [p.grad for p in self.front_params if p.grad is not None]
-        if front:
-            _all_reduce(front, self.tiles_group)  # each tile's part -> the whole image's
+        all_reduce_flat(front, self.tiles_group)  # each tile's part -> the whole image's
         if self.replicas > 1:
             grads = [p.grad for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
-            _all_reduce(grads, self.dp_group)
-            for g in grads:
-                g.div_(self.replicas)
+            all_reduce_flat(grads, self.dp_group, divide=self.replicas)
 
     def before_eval(self) -> None:
         """The front's BatchNorm statistics are the same on every tile; replicas take the first one's."""
@@ -161,7 +176,7 @@ class Spatial(Strategy):
         if not chief:
             return {}
         t = self.trained
-        theory = halo_bytes_per_sample(self.model, self.front, self.tiles, _element_size(self.model),
+        theory = halo_bytes_per_sample(self.model.get_submodule, self.front, self.tiles, _element_size(self.model),
                                        lambda name: any(u.covers(name) for u in self.recomputed))
         return {"spatial": {"tiles": self.grid.tiles, "grid": [self.grid.rows, self.grid.cols],
                             "replicas": self.replicas, "until": self.front.until,
@@ -175,13 +190,3 @@ def _element_size(model: nn.Module) -> int:
     bf16/fp16 autocast a layer's halo may carry 2-byte elements, which this theory does not model)."""
     p = next(model.parameters(), None)
     return p.element_size() if p is not None else 4
-
-
-def _all_reduce(tensors: list[torch.Tensor], group) -> None:
-    """Sum `tensors` over `group` in one message (flattened), written back in place."""
-    flat = torch.cat([t.reshape(-1) for t in tensors])
-    dist.all_reduce(flat, group=group)
-    offset = 0
-    for t in tensors:
-        t.copy_(flat[offset:offset + t.numel()].view_as(t))
-        offset += t.numel()
