@@ -29,13 +29,15 @@ ROUNDS = 3  # passes over the blocks when measuring; each block keeps its least 
 def block_costs(blocked: Blocked, model: nn.Module, input_shape: tuple[int, ...], micro_batch: int, *,
                 source: str = "predicted", calibration: dict[str, Any] | None = None, precision: str = "fp32",
                 threads: int | None = None, ranks: int | None = None, rounds: int | None = None,
-                device: torch.device | None = None,
-                progress: Callable[[str, int, int], None] | None = None) -> list[BlockCost]:
+                device: torch.device | None = None, progress: Callable[[str, int, int], None] | None = None,
+                tiles: tuple[int, int, int] | None = None) -> list[BlockCost]:
     """The blocks' costs at `micro_batch` samples. `threads` and `ranks` (predicted only): the calibrated
     thread count to price at (default the calibrated machine's cores) and the processes sharing the node
     (default as many as the cores hold at `threads`: predict/node_times.py); measured times use this process's
     threads, the least of `rounds` passes over the blocks (default ROUNDS), on `device` (default the model's),
-    `progress(block, timed, to_time)` told after each block is timed (console/phase.py shows it)."""
+    `progress(block, timed, to_time)` told after each block is timed (console/phase.py shows it); `tiles` = (rows,
+    columns, f) (measured only): the first f blocks timed on one tile of a rows x columns grid, as spatial tiles run
+    them (halos aside), the rest on the whole image."""
     if source not in SOURCES:
         raise UserError(f"costs {source!r}: use one of {', '.join(SOURCES)}")
     if micro_batch < 1:
@@ -46,7 +48,8 @@ def block_costs(blocked: Blocked, model: nn.Module, input_shape: tuple[int, ...]
                             "--calibration FILE, or use --costs measured")
         times = _predicted(blocked, model, input_shape, micro_batch, calibration, precision, threads, ranks)
     else:
-        times = _measured(blocked, model, input_shape, micro_batch, precision, rounds or ROUNDS, device, progress)
+        times = _measured(blocked, model, input_shape, micro_batch, precision, rounds or ROUNDS, device, progress,
+                          tiles)
     return [dataclasses.replace(c, forward_s=f, backward_s=bw)
             for c, (f, bw) in zip(block_sizes(blocked, micro_batch, precision), times)]
 
@@ -76,7 +79,8 @@ def _predicted(blocked: Blocked, model: nn.Module, input_shape: tuple[int, ...],
 
 def _measured(blocked: Blocked, model: nn.Module, input_shape: tuple[int, ...], micro_batch: int, precision: str,
               rounds: int, device: torch.device | None = None,
-              progress: Callable[[str, int, int], None] | None = None) -> list[tuple[float, float]]:
+              progress: Callable[[str, int, int], None] | None = None,
+              tiles: tuple[int, int, int] | None = None) -> list[tuple[float, float]]:
     """torchgpipe's balance_by_time measurement: each block run alone, forward and backward, on the tensor
     that reaches it, in training mode, as a stage runs it (`_as_trained`). Blocks are timed in turn, `rounds`
     times over, and each keeps its least time: on a shared machine another process's load only adds time,
@@ -86,11 +90,14 @@ def _measured(blocked: Blocked, model: nn.Module, input_shape: tuple[int, ...], 
     from scaletrain.perf.flops import probe_input
 
     assert blocked.graph.traced is not None
-    copied = Blocked(dataclasses.replace(blocked.graph, traced=copy.deepcopy(blocked.graph.traced)), blocked.blocks)
+    root = blocked.root if blocked.root is not None else blocked.graph.traced
+    copied = Blocked(blocked.graph, blocked.blocks, root=copy.deepcopy(root))
     modules = [stage_module(copied, i, i + 1) for i in range(len(copied.blocks))]
     home = next((p.device for p in model.parameters()), torch.device("cpu"))
     device = torch.device(device) if device is not None else home
-    inputs = [probe_input(model, input_shape, micro_batch).normal_().to(device)]
+    rows, cols, front = tiles or (1, 1, 0)
+    c, h, w = input_shape if front else (None, None, None)
+    inputs = [probe_input(model, (c, h // rows, w // cols) if front else input_shape, micro_batch).normal_().to(device)]
     best = [(math.inf, math.inf)] * len(modules)
     for r in range(max(1, rounds)):
         for i, (b, module) in enumerate(zip(copied.blocks, modules)):
@@ -100,7 +107,9 @@ def _measured(blocked: Blocked, model: nn.Module, input_shape: tuple[int, ...], 
                 f, bw = _as_trained(module, inputs[i], precision=precision, input_grad=i > 0, device=device)
                 if r == 0:
                     with torch.no_grad():
-                        inputs.append(module(inputs[i]))
+                        out = module(inputs[i])
+                    # the tiles gathered after the front: the next block gets the whole image
+                    inputs.append(out if i + 1 != front else out.new_empty(b.out_shape).normal_())
                 module.to(home)
             except (ValueError, RuntimeError) as e:
                 raise UserError(f"timing block {b.name} at a micro-batch of {micro_batch} failed "

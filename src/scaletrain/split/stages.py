@@ -6,6 +6,7 @@ the model's update, and the model's state_dict holds every stage's weights.
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 
 from torch import fx, nn
@@ -23,15 +24,22 @@ class Blocked:
 
     graph: LayerGraph
     blocks: list[Block]
+    root: nn.Module | None = None
+    """The module whose layers the stages' modules run (default: fx's module of the graph, sharing the model's)."""
 
     @property
     def names(self) -> list[str]:
         return [b.name for b in self.blocks]
 
 
-def blocked(model: nn.Module, input_shape: tuple[int, ...], batch_size: int = 1) -> Blocked:
-    """The block graph of `model` at `batch_size` x `input_shape`; a model fx cannot trace is refused."""
+def blocked(model: nn.Module, input_shape: tuple[int, ...], batch_size: int = 1, meta: bool = False) -> Blocked:
+    """The block graph of `model` at `batch_size` x `input_shape`; a model fx cannot trace is refused. `meta`: the
+    shapes, bytes and FLOPs from a copy of the model on the meta device (no memory, whatever the image's size;
+    the stages' modules still run `model`'s layers), else from a forward of zeros through `model`."""
     try:
+        if meta:
+            graph = layer_graph(copy.deepcopy(model).to("meta"), input_shape, batch_size)
+            return Blocked(graph, group(graph, "block"), root=model)
         graph = layer_graph(model, input_shape, batch_size)
     except Untraceable as e:
         raise UserError(f"torch.fx cannot trace the model ({e}), so it cannot be split into pipeline stages: "
@@ -75,7 +83,7 @@ def stage_module(b: Blocked, lo: int, hi: int) -> fx.GraphModule:
             env[n] = graph.node_copy(n, arg)
     last = fx_nodes[b.blocks[hi - 1].nodes[-1]]
     graph.output(env[last])
-    module = fx.GraphModule(traced, graph, class_name=f"Stage_{lo}_{hi}")
+    module = fx.GraphModule(b.root if b.root is not None else traced, graph, class_name=f"Stage_{lo}_{hi}")
     return module
 
 

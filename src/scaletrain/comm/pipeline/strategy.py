@@ -127,7 +127,7 @@ class Pipeline(Strategy):
         from scaletrain.split.stages import blocked
 
         stages = cfg.layout.stages
-        graph = blocked(factory(), sample_shape, max(1, cfg.optim.batch_size // cfg.pipeline.microbatches))
+        graph = blocked(factory(), sample_shape, max(1, cfg.optim.batch_size // cfg.pipeline.microbatches), meta=True)
         if stages > len(graph.blocks):
             raise UserError(f"--stages {stages} is more than the {len(graph.blocks)} blocks {cfg.model.name} can "
                             f"be cut into (its cut points: `scaletrain graph --model {cfg.model.name}`): lower "
@@ -173,7 +173,7 @@ class Pipeline(Strategy):
 
         cfg = self.cfg
         micro = cfg.optim.batch_size // cfg.pipeline.microbatches
-        graph = blocked(model, sample_shape, micro)  # eval mode, no gradient: BatchNorm statistics untouched
+        graph = blocked(model, sample_shape, micro, meta=True)  # shapes on a meta copy: no memory, statistics untouched
         self.block_names = graph.names
         self.bounds, self.split_info = self._split(model, graph, sample_shape)
         lo, hi = self.bounds[self.stage]
@@ -208,9 +208,9 @@ class Pipeline(Strategy):
         self.stage_module = modules[0] if len(modules) == 1 else Chain(modules, [False] * len(modules))
         return Chain(modules, again) if any(again) else self.stage_module
 
-    def _costs_seen(self, costs: list) -> list:
-        """The blocks' measured costs as the split weighs them (a layout that runs some blocks on less: scaled)."""
-        return costs
+    def _timed_on_tiles(self) -> tuple[int, int, int] | None:
+        """(rows, columns, blocks) where the first blocks run on tiles of a grid: timed so (split/costs.py)."""
+        return None
 
     def _pieces(self, graph, lo: int, hi: int, by_block: bool) -> list[tuple[list[str], nn.Module]]:
         """Blocks lo..hi-1 as consecutive modules, each with the names of the blocks it runs (one module, or one
@@ -239,8 +239,8 @@ class Pipeline(Strategy):
         what = (f"pipeline split: measuring {len(graph.blocks)} blocks' costs on every rank ({ROUNDS} rounds, "
                 f"micro-batch {micro})")
         with phase(what) if self.rank.is_main else contextlib.nullcontext() as update:
-            costs = self._costs_seen(measured_together(graph, model, sample_shape, micro, cfg.model.precision,
-                                                       self.device, update))
+            costs = measured_together(graph, model, sample_shape, micro, cfg.model.precision, self.device, update,
+                                      self._timed_on_tiles())
         choice = None
         if self.rank.rank == 0:
             try:
@@ -474,7 +474,8 @@ def build_schedule(module: nn.Module, stage_index: int, stages: int, device: tor
 
 def measured_together(graph, model: nn.Module, sample_shape: tuple[int, ...], micro: int,
                       precision: str = "fp32", device: torch.device | None = None,
-                      progress: Callable[[str, int, int], None] | None = None) -> list:
+                      progress: Callable[[str, int, int], None] | None = None,
+                      tiles: tuple[int, int, int] | None = None) -> list:
     """The blocks' costs measured by every rank at the same time (collective), each block's times the mean
     over the ranks. The stages of a running pipeline compute side by side, sharing the node's cores, caches
     and memory bandwidth; timed by one process on an otherwise idle node, the blocks came out 3-48% faster
@@ -484,7 +485,7 @@ def measured_together(graph, model: nn.Module, sample_shape: tuple[int, ...], mi
     from scaletrain.split.costs import block_costs
 
     mine = block_costs(graph, model, sample_shape, micro, source="measured", precision=precision, device=device,
-                       progress=progress)
+                       progress=progress, tiles=tiles)
     every = gather_objects([(c.forward_s, c.backward_s) for c in mine])
     n = len(every)
     return [dataclasses.replace(c, forward_s=sum(r[i][0] for r in every) / n,

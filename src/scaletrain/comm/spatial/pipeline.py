@@ -75,7 +75,7 @@ class SpatialPipeline(Pipeline):
         Pipeline.check_model(cfg, factory, sample_shape)
         model = factory()
         front = plan_front(model, cfg.spatial.until, TileGrid(*square_grid(cfg.spatial.tiles)), sample_shape)
-        gather_after(blocked(model, sample_shape, 1), front.until)
+        gather_after(blocked(model, sample_shape, 1, meta=True), front.until)
 
     # ------------------------------------------------------------ the worker
     def wrap(self, model: nn.Module, steps_per_epoch: int, sample_shape: tuple[int, ...]) -> nn.Module:
@@ -89,13 +89,8 @@ class SpatialPipeline(Pipeline):
         self.gather_at = gather_after(graph, self.front.until)
         return super()._split(model, graph, sample_shape)
 
-    def _costs_seen(self, costs: list) -> list:
-        """A front block runs on a tile: its measured time on the whole image over S (halos aside)."""
-        import dataclasses
-
-        s = self.grid.tiles
-        return [dataclasses.replace(c, forward_s=c.forward_s / s, backward_s=c.backward_s / s)
-                if i < self.gather_at else c for i, c in enumerate(costs)]
+    def _timed_on_tiles(self) -> tuple[int, int, int]:
+        return self.grid.rows, self.grid.cols, self.gather_at  # what a rank of the front runs: its tile
 
     def _pieces(self, graph, lo: int, hi: int, by_block: bool) -> list[tuple[list[str], nn.Module]]:
         """The stage's blocks, stage 0 cutting its tile from the batch first, the stage holding the front's last
