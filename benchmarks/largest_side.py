@@ -21,17 +21,25 @@ import sys
 import tempfile
 from pathlib import Path
 
+BUDGET = ["--memory-per-device", "2GiB"]  # (main() sets it to --budget)
 LAYOUTS = {
     "DDP": ["--nproc", "2"],
     "DDP + checkpointing": ["--nproc", "2", "--checkpoint-activations", "blocks"],
-    "pipeline 2": ["--strategy", "pipeline", "--nproc", "2", "--batch-size", "2", "--microbatches", "2"],
+    "pipeline 2": ["--strategy", "pipeline", "--nproc", "2", "--batch-size", "2", "--microbatches", "2", *BUDGET],
     "spatial 2": ["--strategy", "spatial", "--spatial", "2", "--nproc", "2"],
     "spatial 2 + checkpointing": ["--strategy", "spatial", "--spatial", "2", "--nproc", "2",
                                   "--checkpoint-activations", "blocks"],
     "spatial 4 + checkpointing": ["--strategy", "spatial", "--spatial", "4", "--nproc", "4",
                                   "--checkpoint-activations", "blocks"],
+    "spatial 2 x pipeline 2": ["--strategy", "spatial", "--spatial", "2", "--stages", "2", "--nproc", "4",
+                               "--batch-size", "2", "--microbatches", "2", *BUDGET],
+    "spatial 2 x pipeline 2 + checkpointing": ["--strategy", "spatial", "--spatial", "2", "--stages", "2",
+                                               "--nproc", "4", "--batch-size", "2", "--microbatches", "2",
+                                               "--checkpoint-activations", "blocks", *BUDGET],
 }
-"""(Spatial x pipeline is not built yet. Spatial 4 runs 4 ranks: 2 x 2 tiles of each image.)"""
+"""Spatial 4 and spatial 2 x pipeline 2 run 4 ranks (2 x 2 tiles of each image; 2 tiles in each of 2 stages). A
+pipeline's stages are split within the budget (`--memory-per-device`, which also refuses a side the memory model
+says does not fit: such a side counts as not trained)."""
 RUN = ["--model", "resnet18", "--dataset", "synthetic", "--synthetic-samples", "4", "--batch-size", "1",
        "--epochs", "1", "--threads", "1", "--tensorboard", "off", "--no-progress"]
 STEP = 64  # sides are multiples of 64: ResNet-18 divides by 32, and 2 tiles split the width in two
@@ -87,6 +95,9 @@ def main() -> None:
     p.add_argument("--out", type=Path, default=None)
     a = p.parse_args()
     budget, fit = size(a.budget), [int(s) for s in a.fit.split(",")]
+    for flags in LAYOUTS.values():
+        if "--memory-per-device" in flags:
+            flags[flags.index("--memory-per-device") + 1] = a.budget
     out = a.out or Path(tempfile.mkdtemp(prefix="largest-side-"))
     results = {}
     for layout in a.layouts.split(","):

@@ -88,6 +88,17 @@ def test_alternatives_name_the_flags_that_ask_for_them():
     assert "--checkpoint-activations blocks" in flags and "--strategy spatial --spatial 2" in flags
     assert "--strategy pipeline --nproc 2 --microbatches 2 --batch-size 2" in flags
     assert [f for f, _ in alternatives(_cfg(256, nproc=1))] == ["--checkpoint-activations blocks"]
+    four = [f for f, _ in alternatives(_cfg(256, nproc=4))]
+    assert "--strategy spatial --spatial 2 --stages 2 --microbatches 2 --batch-size 2" in four
+    assert "--strategy spatial --spatial 2 --stages 2 --microbatches 2 --batch-size 2 --checkpoint-activations blocks" \
+        in four
+
+
+def test_tiles_in_pipeline_stages_hold_less_than_the_pipeline_on_whole_images():
+    piped = _need(512, strategy="pipeline", microbatches=2, batch_size=2)
+    tiled = _need(512, strategy="spatial", spatial=2, stages=2, microbatches=2, batch_size=2, nproc=4)
+    assert tiled.activations < 0.7 * piped.activations
+    assert tiled.params <= piped.params * 1.5  # a stage's weights either way (the split may differ)
 
 
 def test_train_refuses_a_run_over_the_budget_naming_layouts_that_fit():

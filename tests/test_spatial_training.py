@@ -166,7 +166,8 @@ def test_two_replicas_of_tiles_x_stages_follow_two_pipeline_replicas(tmp_path, r
     (["--stages", "2"], "with --spatial 2 x --stages 2 needs a multiple of 4 processes"),
     (["--stages", "2", "--nproc", "4", "--microbatches", "1"], "--microbatches 1 is fewer than the 2 stages"),
     (["--stages", "2", "--nproc", "4", "--microbatches", "2", "--spatial-until", "stem.0"],
-     "--spatial-until stem.0 ends inside block stem"),
+     "--spatial-until stem.0 ends inside block stem: with --stages the tiles are gathered between two blocks; "
+     "end the front with one of stem, layer1"),
 ])
 def test_what_cannot_be_tiled_is_refused_in_one_line(tmp_path, capsys, extra, words):
     argv = ["train", *RESNET, "--strategy", "spatial", "--spatial", "2", "--nproc", "2", "--batch-size", "64",

@@ -212,3 +212,32 @@ def test_sizes_and_rates():
         with pytest.raises(UserError, match="--memory-per-stage .*: give a positive size such as 512MiB"):
             size_flag(bad, flag)
     assert micro_batch(32, 4) == 8
+
+
+def test_block_shapes_from_a_meta_copy_are_the_forwards_and_its_stages_run_the_models_layers():
+    model = build_model("resnet20", num_classes=10, in_channels=3, image_size=8)
+    real, meta = blocked(model, (3, 8, 8), 2), blocked(model, (3, 8, 8), 2, meta=True)
+    assert [(b.name, b.out_shape, b.flops) for b in real.blocks] == [(b.name, b.out_shape, b.flops) for b in meta.blocks]
+    from scaletrain.split.stages import stage_module
+
+    stage = stage_module(meta, 0, 3)
+    assert stage.get_submodule("stem.0") is model.get_submodule("stem.0")  # the model's weights, not the copy's
+    x = torch.randn(2, 3, 8, 8)
+    model.eval()
+    torch.testing.assert_close(stage(x), stage_module(real, 0, 3)(x), rtol=0, atol=0)
+
+
+def test_blocks_timed_for_tiles_see_a_tile_before_the_gather_and_the_whole_image_after(monkeypatch):
+    seen = []
+
+    def record(module, x, **kw):
+        seen.append(tuple(x.shape))
+        return 1e-4, 2e-4
+
+    monkeypatch.setattr(costs_module, "_as_trained", record)
+    model = build_model("resnet20", num_classes=10, in_channels=3, image_size=16)
+    graph = blocked(model, (3, 16, 16), 1, meta=True)
+    costs_module.block_costs(graph, model, (3, 16, 16), 1, source="measured", rounds=1, tiles=(1, 2, 4))
+    whole = [(1, 3, 16, 16)] + [tuple(b.out_shape) for b in graph.blocks[:-1]]
+    tile = lambda s: (*s[:3], s[3] // 2)  # noqa: E731
+    assert seen == [tile(s) for s in whole[:4]] + whole[4:]

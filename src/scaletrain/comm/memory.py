@@ -58,18 +58,50 @@ def per_rank(cfg: TrainConfig, factory: Callable, sample_shape: tuple[int, ...],
         return dataclasses.replace(cache[key], checkpointed=checkpointed)
 
     try:
-        part = strategy_class(cfg.strategy.name).memory(cfg, at, factory, sample_shape)
         batch = at(cfg.optim.batch_size).input_bytes
     except _NoMeta:
         return None
-    return dataclasses.replace(part, dataset=dataset_bytes(cfg.data.dataset, sample_shape[-1], sample_shape[0]),
-                               batches=BATCH_COPIES * batch,
-                               runtime=runtime_bytes(device_type) if runtime is None else runtime)
+    extra = Footprint(dataset=dataset_bytes(cfg.data.dataset, sample_shape[-1], sample_shape[0]),
+                      batches=BATCH_COPIES * batch, runtime=runtime_bytes(device_type) if runtime is None else runtime)
+    room = room_for(cfg, extra)
+
+    def within_room(b: int) -> ModelMemory:
+        return dataclasses.replace(at(b), room=room)
+
+    part = strategy_class(cfg.strategy.name).memory(cfg, within_room, factory, sample_shape)
+    return dataclasses.replace(part, dataset=extra.dataset, batches=extra.batches, runtime=extra.runtime)
+
+
+def room_for(cfg: TrainConfig, extra: Footprint) -> int | None:
+    """What a rank may give its layout's part under --memory-per-device: the budget less MARGIN and the `extra`
+    (the dataset, the batches, the process); None without a budget."""
+    if not cfg.launch.memory_per_device:
+        return None
+    from scaletrain.units import size_flag
+
+    return int(size_flag(cfg.launch.memory_per_device, "--memory-per-device") / (1 + MARGIN)) - extra.total
+
+
+def stage_memory(cfg: TrainConfig, factory: Callable, sample_shape: tuple[int, ...], batch: int,
+                 device_type: str) -> ModelMemory | None:
+    """The model's ModelMemory at a pipeline's micro-batch `batch`, with the room its stages may take (what a
+    running pipeline splits within: comm/pipeline/strategy.py); None when the model cannot run on the meta device."""
+    checkpointed = chosen(cfg.model.checkpoint_activations)
+    retained = retained_below() if device_type == "cpu" else None
+    mm = model_memory(factory, batch, sample_shape, cfg.optim.optimizer, cfg.model.precision,
+                      checkpointed=checkpointed, retained_below=retained)
+    if mm is None:
+        return None
+    extra = Footprint(dataset=dataset_bytes(cfg.data.dataset, sample_shape[-1], sample_shape[0]),
+                      batches=BATCH_COPIES * mm.input_bytes * cfg.optim.batch_size // batch,
+                      runtime=runtime_bytes(device_type))
+    return dataclasses.replace(mm, room=room_for(cfg, extra))
 
 
 def alternatives(cfg: TrainConfig) -> list[tuple[str, TrainConfig]]:
     """Other layouts of the same ranks that hold less per rank, each with the flags that ask for it: activation
-    checkpointing, sharded parameters, a pipeline of every rank, every rank a tile of each image."""
+    checkpointing, sharded parameters, a pipeline of every rank, every rank a tile of each image, (4 ranks or more)
+    half as many tiles in 2 pipeline stages."""
     world = cfg.layout.world
     out: list[tuple[str, dict]] = [("--checkpoint-activations blocks", {"checkpoint_activations": "blocks"})]
     if world > 1:
@@ -79,6 +111,12 @@ def alternatives(cfg: TrainConfig) -> list[tuple[str, TrainConfig]]:
                  + (f" --batch-size {batch}" if batch != cfg.optim.batch_size else ""),
                  {"strategy": "pipeline", "microbatches": world, "batch_size": batch}),
                 (f"--strategy spatial --spatial {world}", {"strategy": "spatial", "spatial": world})]
+        if world >= 4 and world % 2 == 0:  # half the ranks' tiles, in 2 pipeline stages
+            pair = max(cfg.optim.batch_size, 2)
+            out.append((f"--strategy spatial --spatial {world // 2} --stages 2 --microbatches 2"
+                        + (f" --batch-size {pair}" if pair != cfg.optim.batch_size else ""),
+                        {"strategy": "spatial", "spatial": world // 2, "stages": 2, "microbatches": 2,
+                         "batch_size": pair}))
         out += [(f"{flags} --checkpoint-activations blocks", {**change, "checkpoint_activations": "blocks"})
                 for flags, change in out[1:]]
     made = []

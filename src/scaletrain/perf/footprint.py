@@ -59,6 +59,9 @@ class ModelMemory:
     optimizer: str
     checkpointed: bool | frozenset[str] = False  # --checkpoint-activations: every block, none, or those named
     retained_below: int | None = None  # the allocator keeps freed tensors below this size (perf/peak.py)
+    room: int | None = None
+    """What the layout's own part may hold under --memory-per-device (the budget less comm/memory's margin, the
+    dataset, the loader's batches and the process); None without a budget. A pipeline splits within it."""
 
     def recomputed(self, block: BlockBytes) -> bool:
         """Whether checkpointing recomputes `block`."""

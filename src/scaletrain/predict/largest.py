@@ -42,6 +42,7 @@ def largest_sides(cfg: TrainConfig, build: Callable[[TrainConfig, int], Callable
     """For the request and each alternative layout (comm/memory.alternatives), its largest side within `budget`;
     `build(cfg, side)` gives the model factory at a side."""
     runtime = memory.runtime_bytes(device_type)
+    cfg = cfg.replace(memory_per_device=str(budget))  # (a pipeline's stages are split within it)
     layouts = [("as given", cfg), *memory.alternatives(cfg)]
     out = []
     for i, (flags, layout) in enumerate(layouts):

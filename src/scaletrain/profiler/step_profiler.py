@@ -292,7 +292,7 @@ class StepProfiler:
             "step_time_s": round(step_time, _ROUND),
             "samples_per_s": round(samples * self.replicas / step_time, 3) if step_time > 0 else None,
             "t_start_s": round(time.time() - time.perf_counter() + raw["host_start"] + self._clock_offset, 6),
-            "phases_s": {k: round(timing["phases_s"][k], _ROUND) for k in phase_names(timing["phases_s"])},
+            "phases_s": {k: round(timing["phases_s"].get(k, 0.0), _ROUND) for k in phase_names(timing["phases_s"])},
             "cpu_time_s": round(raw["cpu_end"] - raw["cpu_start"], _ROUND),
             "phases_cpu_s": {k: round(cpu.get(k, 0.0), _ROUND) for k in phase_names(timing["phases_s"])},
             "threads": torch.get_num_threads(),

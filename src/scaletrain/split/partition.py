@@ -124,7 +124,7 @@ class _Model:
 
     def __init__(self, costs: list[BlockCost], stages: int, *, microbatches: int, schedule: str,
                  link_bytes_per_s: float, latency_s: float, state_copies: int, memory_limit: int | None,
-                 offload_bytes_per_s: float | None) -> None:
+                 offload_bytes_per_s: float | None, holds: Callable[[int, int, int], bool] | None = None) -> None:
         if not costs:
             raise UserError("the model has no blocks to split")
         if stages < 1:
@@ -144,6 +144,7 @@ class _Model:
         self.m, self.schedule = microbatches, schedule
         self.rate, self.latency, self.state_copies = link_bytes_per_s, latency_s, state_copies
         self.limit, self.host_rate = memory_limit, offload_bytes_per_s
+        self.holds = holds  # another memory model's word on stage s over blocks i..j-1 (comm/memory.py)
 
         def prefix(values: list[float]) -> list[float]:
             return list(itertools.accumulate(values, initial=0))
@@ -180,7 +181,10 @@ class _Model:
             return OFFLOADS[:1]
         return OFFLOADS if self.in_flight(s) > 1 else OFFLOADS[:2]
 
-    def fits(self, st: _Stage) -> bool:
+    def fits(self, st: _Stage, where: tuple[int, int, int] | None = None) -> bool:
+        """Whether the stage fits memory_limit and, `where` = (s, i, j) given, `holds`."""
+        if self.holds is not None and where is not None and not self.holds(*where):
+            return False
         return self.limit is None or st.memory_bytes <= self.limit
 
     def _priced(self, s: int, i: int, j: int, offload: str) -> _Stage:
@@ -209,7 +213,7 @@ class _Model:
                  "forward_s": st.forward_s, "backward_s": st.backward_s, "transfer_s": st.transfer_s,
                  "offload_s": st.offload_s, "time_s": st.time_s, "update_s": st.update_s,
                  "memory_bytes": st.memory_bytes, "memory": st.memory, "offload": st.offload,
-                 "in_flight": self.in_flight(s), "fits": self.fits(st)}
+                 "in_flight": self.in_flight(s), "fits": self.fits(st, (s, lo, hi))}
                 for s, ((lo, hi), st) in enumerate(zip(bounds, stages))]
         return Partition(method, [tuple(b) for b in bounds], rows, worst, step, self.m, self.schedule, self.limit,
                          list(notes or []))
@@ -284,17 +288,20 @@ def evaluate(costs: list[BlockCost], bounds: Bounds, *, method: str = "given", *
 
 
 def optimal(costs: list[BlockCost], stages: int, **pipeline: Any) -> Partition:
-    """The split with the smallest predicted step among those whose stages fit `memory_limit`, ties broken by
-    the smaller bottleneck; Infeasible (naming the smallest limit that has a split) when none fits."""
+    """The split with the smallest predicted step among those whose stages fit `memory_limit` (and `holds`, a
+    predicate on (stage, first block, one past its last)), ties broken by the smaller bottleneck; Infeasible
+    (naming the smallest limit that has a split) when none fits."""
     model = _model(costs, stages, dict(pipeline))
 
     def fits(s: int, i: int, j: int) -> bool:
-        return model.fits(model.stage(s, i, j))
+        return model.fits(model.stage(s, i, j), (s, i, j))
 
     def time(s: int, i: int, j: int) -> float:
         return model.stage(s, i, j).time_s
 
     bottleneck, bounds = _solve(model.n, model.k, time, max, fits)
+    if bounds is None and model.holds is not None:
+        raise Infeasible(f"no split into {model.k} stages fits the memory per rank (the memory model's)", 0)
     if bounds is None:
         raise model.infeasible()
     _, tied = _solve(model.n, model.k, time, lambda a, b: a + b,
@@ -325,7 +332,7 @@ def _branch_and_bound(model: _Model, start: Bounds) -> Bounds:
         last = n - (k - s - 1)  # one past the last block this stage may end with: each stage after keeps one
         for j in range(i + 1, last + 1) if s < k - 1 else (n,):
             st = model.stage(s, i, j)
-            if not model.fits(st):
+            if not model.fits(st, (s, i, j)):
                 continue
             f, b = model.ops([st])
             fwd2, bwd2 = fwd + f, bwd + b

@@ -60,10 +60,11 @@ def choose(method: str, blocked: Blocked, model: nn.Module, input_shape: tuple[i
            microbatches: int, schedule: str, batch_size: int, link_bytes_per_s: float = DEFAULT_LINK,
            latency_s: float = 0.0, memory_limit: int | None = None, calibration: dict[str, Any] | None = None,
            precision: str = "fp32", optimizer: str = "sgd", model_name: str | None = None,
-           costs: list[BlockCost] | None = None) -> Partition:
+           costs: list[BlockCost] | None = None, holds=None) -> Partition:
     """The split `method` names, priced. auto: the optimal split (Infeasible when nothing fits memory_limit);
     uniform, params, time: the baselines; anything else: a split.json's path (load_split). Block costs are
-    predicted with a calibration, else measured here (a few seconds), unless `costs` are given."""
+    predicted with a calibration, else measured here (a few seconds), unless `costs` are given. `holds(s, i, j)`:
+    (auto) whether stage s over blocks i..j-1 fits the memory per rank by the memory model (comm/memory.py)."""
     micro = micro_batch(batch_size, microbatches)
     pipe = pipeline_args(microbatches=microbatches, schedule=schedule, optimizer=optimizer,
                          link_bytes_per_s=link_bytes_per_s, latency_s=latency_s, memory_limit=memory_limit)
@@ -73,7 +74,7 @@ def choose(method: str, blocked: Blocked, model: nn.Module, input_shape: tuple[i
     if costs is None:
         costs, source = costs_for(blocked, model, input_shape, micro, calibration=calibration, precision=precision)
     if method == "auto":
-        chosen = optimal(costs, stages, **pipe)
+        chosen = optimal(costs, stages, **pipe, **({"holds": holds} if holds is not None else {}))
     elif bounds is not None:
         chosen = evaluate(costs, bounds, method=f"file {method}", **pipe)
     else:

@@ -22,6 +22,7 @@ would: its running statistics are updated M times per step, each from one micro-
 from __future__ import annotations
 
 import contextlib
+import copy
 import hashlib
 from typing import Any, Callable
 
@@ -95,30 +96,61 @@ class Pipeline(Strategy):
         parameters and state, and per micro-batch in flight (GPipe: all; 1F1B: K - s) its blocks' saved tensors
         (checkpointed: their inputs), with one block's transients in backward (checkpointed: and its recompute)."""
         mm = memory_at(max(1, cfg.optim.batch_size // cfg.pipeline.microbatches))
-        return cls.fullest_stage(cfg, mm, mm.blocks)
+        blocks, read = cls.held_blocks(cfg, mm, factory, sample_shape)
+        return cls.fullest_stage(cfg, mm, blocks, read)
+
+    @classmethod
+    def held_blocks(cls, cfg: TrainConfig, mm, factory, sample_shape) -> tuple[list, int]:
+        """The blocks' bytes as a stage of this layout holds them (perf/peak.BlockBytes), and what stage 0 holds
+        of the batch it reads besides them."""
+        return list(mm.blocks), 0
 
     @staticmethod
-    def fullest_stage(cfg: TrainConfig, mm, blocks: list, read_bytes: int = 0):
-        """The Footprint of the fullest stage when `blocks` (mm's, or a layout's view of them) are split into
-        cfg's stages on their FLOPs; `read_bytes`: what stage 0 holds of the batch it reads besides its blocks."""
+    def stage_footprint(cfg: TrainConfig, mm, blocks: list, s: int, lo: int, hi: int, read_bytes: int = 0):
+        """Stage s over blocks lo..hi-1: its parameters and state, and per micro-batch in flight (GPipe: all; 1F1B:
+        K - s) its blocks' saved tensors (checkpointed: their inputs), with one block's transients in backward
+        (checkpointed: and its recompute)."""
         from scaletrain.perf.footprint import Footprint
-        from scaletrain.split.partition import BlockCost, optimal
 
         k, m = cfg.layout.stages, cfg.pipeline.microbatches
-        after = [b.input for b in blocks[1:]] + [0]  # the tensor crossing each cut: the next block's input
-        costs = [BlockCost(b.name, float(b.flops), 2.0 * b.flops, b.params, b.saved, out)
-                 for b, out in zip(blocks, after)]
-        bounds = optimal(costs, k, microbatches=m, schedule=cfg.pipeline.schedule).bounds
-        worst = Footprint()
-        for s, (lo, hi) in enumerate(bounds):
-            part = blocks[lo:hi]
-            flight = m if cfg.pipeline.schedule == "gpipe" else min(m, k - s)
-            kept = [b.input if mm.recomputed(b) else b.saved + (b.input if i == 0 else 0) for i, b in enumerate(part)]
-            acts = flight * sum(kept) + max(b.backward_peak - (0 if mm.recomputed(b) else b.saved) for b in part)
-            stage = Footprint(params=mm.state_bytes(sum(b.params for b in part), buckets=False),
-                              activations=acts + (read_bytes if s == 0 else 0))
-            worst = max(worst, stage, key=lambda f: f.total)
-        return worst
+        part = blocks[lo:hi]
+        flight = m if cfg.pipeline.schedule == "gpipe" else min(m, k - s)
+        kept = [b.input if mm.recomputed(b) else b.saved + (b.input if i == 0 else 0) for i, b in enumerate(part)]
+        acts = flight * sum(kept) + max(b.backward_peak - (0 if mm.recomputed(b) else b.saved) for b in part)
+        return Footprint(params=mm.state_bytes(sum(b.params for b in part), buckets=False),
+                         activations=acts + (read_bytes if s == 0 else 0))
+
+    @classmethod
+    def fullest_stage(cls, cfg: TrainConfig, mm, blocks: list, read_bytes: int = 0):
+        """The fullest stage's Footprint of the split a run would choose, on the blocks' FLOPs: the fastest whose
+        stages fit mm.room (under --memory-per-device), else the fastest."""
+        bounds = cls.split_within(cfg, mm, blocks, read_bytes)
+        return max((cls.stage_footprint(cfg, mm, blocks, s, lo, hi, read_bytes) for s, (lo, hi) in enumerate(bounds)),
+                   key=lambda f: f.total)
+
+    @classmethod
+    def split_within(cls, cfg: TrainConfig, mm, blocks: list, read_bytes: int = 0, choose: Callable | None = None):
+        """What `choose(holds)` gives (default: the bounds of split.partition.optimal on the blocks' FLOPs), `holds`
+        saying whether stage s over blocks i..j-1 fits mm.room by the memory model; without a budget, or when no
+        split fits it, `choose(None)`: the fastest split."""
+        from scaletrain.split.partition import BlockCost, Infeasible, optimal
+
+        if choose is None:
+            after = [b.input for b in blocks[1:]] + [0]  # the tensor crossing each cut: the next block's input
+            costs = [BlockCost(b.name, float(b.flops), 2.0 * b.flops, b.params, b.saved, out)
+                     for b, out in zip(blocks, after)]
+
+            def choose(holds):
+                extra = {"holds": holds} if holds is not None else {}
+                return optimal(costs, cfg.layout.stages, microbatches=cfg.pipeline.microbatches,
+                               schedule=cfg.pipeline.schedule, **extra).bounds
+        if mm.room is not None:
+            try:
+                return choose(lambda s, i, j: cls.stage_footprint(cfg, mm, blocks, s, i, j, read_bytes).total
+                              <= mm.room)
+            except Infeasible:
+                pass
+        return choose(None)
 
     @staticmethod
     def check_model(cfg: TrainConfig, factory: Callable[[], nn.Module], sample_shape: tuple[int, ...]) -> None:
@@ -243,11 +275,14 @@ class Pipeline(Strategy):
                                       self._timed_on_tiles())
         choice = None
         if self.rank.rank == 0:
-            try:
-                part = plan.choose(cfg.pipeline.split, graph, model, sample_shape, stages=self.stages,
+            def choose(holds):
+                return plan.choose(cfg.pipeline.split, graph, model, sample_shape, stages=self.stages,
                                    microbatches=cfg.pipeline.microbatches, schedule=cfg.pipeline.schedule,
                                    batch_size=cfg.optim.batch_size, precision=cfg.model.precision,
-                                   optimizer=cfg.optim.optimizer, model_name=cfg.model.name, costs=costs)
+                                   optimizer=cfg.optim.optimizer, model_name=cfg.model.name, costs=costs, holds=holds)
+
+            try:
+                part = self._within_budget(model, sample_shape, choose)
                 choice = {"bounds": [list(b) for b in part.bounds], "method": part.method,
                           "predicted_step_s": part.step_s, "costs": "measured"}
             except UserError as e:
@@ -256,6 +291,22 @@ class Pipeline(Strategy):
         if "error" in choice:
             raise UserError(choice["error"])
         return [tuple(b) for b in choice["bounds"]], choice
+
+    def _within_budget(self, model: nn.Module, sample_shape, choose: Callable):
+        """`choose(holds)` with the stages held to --memory-per-device by the memory model (comm/memory.py), as the
+        pre-flight check planned them; `choose(None)` without a budget."""
+        from scaletrain.comm.memory import stage_memory
+
+        cfg = self.cfg
+        if not cfg.launch.memory_per_device:
+            return choose(None)
+        factory = lambda: copy.deepcopy(model).to("meta")  # noqa: E731 - shapes only: no memory
+        micro = max(1, cfg.optim.batch_size // cfg.pipeline.microbatches)
+        mm = stage_memory(cfg, factory, sample_shape, micro, self.device.type)
+        if mm is None:
+            return choose(None)
+        blocks, read = self.held_blocks(cfg, mm, factory, sample_shape)
+        return self.split_within(cfg, mm, blocks, read, choose)
 
     def profiled(self) -> Profiled:
         return Profiled(spans=True)  # the report draws each stage's timeline of a step

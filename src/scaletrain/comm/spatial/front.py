@@ -216,18 +216,31 @@ class TileInput(nn.Module):
         return self.model(self.cut(x))
 
 
-def gather_after(blocked, until: str) -> int:
-    """How many of the block graph's blocks (split/stages.Blocked) the front covers: it must end where a block
-    ends (a pipeline's stages are runs of blocks; the tiles are gathered between two of them)."""
+def gather_after(blocked, until: str) -> int | None:
+    """How many of the block graph's blocks (split/stages.Blocked) a front ending with module `until` covers;
+    None when it ends inside a block (a pipeline's stages are runs of blocks: the tiles are gathered between two)."""
     last = _last_node(blocked.graph, until)
     for i, block in enumerate(blocked.blocks):
         if last in block.nodes:
-            if block.nodes[-1] == last:
-                return i + 1
-            ends = [b.name for b in blocked.blocks[:i + 1]]
-            raise UserError(f"--spatial-until {until} ends inside block {block.name}: with --stages the tiles are "
-                            f"gathered between two blocks; end the front with a block ({', '.join(ends[-3:])})")
-    raise UserError(f"--spatial-until {until}: the model has no layer of that name")
+            return i + 1 if block.nodes[-1] == last else None
+    return None
+
+
+def staged_until(model: nn.Module, until: str, blocked, sample_shape: tuple[int, ...]) -> tuple[str, int]:
+    """(the module ending the front, the blocks it covers) for tiles cut into pipeline stages: `auto`, the deepest
+    top-level module the tiles reach that ends a block; a front ending inside a block is refused in one line."""
+    ends = [e for e in front_ends(model, sample_shape) if gather_after(blocked, e) is not None]
+    if until == "auto":
+        if not ends:
+            raise UserError("no top-level module of the model both runs on tiles and ends a block, so the tiles "
+                            "cannot be gathered between two pipeline stages' blocks: drop --stages")
+        until = ends[-1]
+    covered = gather_after(blocked, until)
+    if covered is None:
+        inside = next(b.name for b in blocked.blocks if _last_node(blocked.graph, until) in b.nodes)
+        raise UserError(f"--spatial-until {until} ends inside block {inside}: with --stages the tiles are gathered "
+                        f"between two blocks; end the front with one of {', '.join(ends) or 'none'}")
+    return until, covered
 
 
 def tile_front(model: nn.Module, front: Front, tiles: Tiles) -> list[nn.Parameter]:

@@ -25,7 +25,7 @@ import torch
 from torch import nn
 
 from scaletrain.comm.pipeline.strategy import Pipeline
-from scaletrain.comm.spatial.front import Cut, Gathered, gather_after, halo_bytes_per_sample, plan_front
+from scaletrain.comm.spatial.front import Cut, Gathered, halo_bytes_per_sample, plan_front, staged_until
 from scaletrain.comm.spatial.geometry import TileGrid, square_grid
 from scaletrain.comm.spatial.halo import H, Tiles
 from scaletrain.comm.spatial.layers import tiled
@@ -74,19 +74,25 @@ class SpatialPipeline(Pipeline):
 
         Pipeline.check_model(cfg, factory, sample_shape)
         model = factory()
-        front = plan_front(model, cfg.spatial.until, TileGrid(*square_grid(cfg.spatial.tiles)), sample_shape)
-        gather_after(blocked(model, sample_shape, 1, meta=True), front.until)
+        until, _ = staged_until(model, cfg.spatial.until, blocked(model, sample_shape, 1, meta=True), sample_shape)
+        plan_front(model, until, TileGrid(*square_grid(cfg.spatial.tiles)), sample_shape)
+
+    @classmethod
+    def held_blocks(cls, cfg: TrainConfig, mm, factory, sample_shape) -> tuple[list, int]:
+        from scaletrain.comm.spatial.strategy import tile_blocks
+
+        return tile_blocks(cfg, mm, factory, sample_shape)
 
     # ------------------------------------------------------------ the worker
     def wrap(self, model: nn.Module, steps_per_epoch: int, sample_shape: tuple[int, ...]) -> nn.Module:
         s = self.grid.tiles
         first = (self.replica_index * self.stages + self.stage) * s
         self.tiles = Tiles(self.grid, self.tile, tuple(range(first, first + s)), self.tiles_group)
-        self.front = plan_front(model, self.cfg.spatial.until, self.grid, sample_shape)
         return super().wrap(model, steps_per_epoch, sample_shape)
 
     def _split(self, model: nn.Module, graph, sample_shape):
-        self.gather_at = gather_after(graph, self.front.until)
+        until, self.gather_at = staged_until(model, self.cfg.spatial.until, graph, sample_shape)
+        self.front = plan_front(model, until, self.grid, sample_shape)
         return super()._split(model, graph, sample_shape)
 
     def _timed_on_tiles(self) -> tuple[int, int, int]:
@@ -149,12 +155,14 @@ class SpatialPipeline(Pipeline):
             "halo_bytes_per_step_theory": theory * self.trained["samples"] / steps if self.trained["steps"] else None}}
 
     def _halo_counts(self) -> tuple[int, int]:
-        """(bytes this rank sent in halos in its training steps, the geometry's bytes per sample for its stage's layers)."""
+        """(bytes this rank sent in halos in its training steps, the geometry's bytes per sample for its stage's
+        layers)."""
         from dataclasses import replace
 
         front = replace(self.front, inputs=tuple(i for i in self.front.inputs if i[0] in self.stage_layers))
         element = next(self._model.parameters()).element_size()
-        theory = halo_bytes_per_sample(self.tiled_layers.__getitem__, front, self.tiles, element, self.recomputed_layers.__contains__)
+        theory = halo_bytes_per_sample(self.tiled_layers.__getitem__, front, self.tiles, element,
+                                       self.recomputed_layers.__contains__)
         return self.trained["halo_bytes"], theory
 
 

@@ -17,7 +17,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from scaletrain.comm.spatial.front import TileInput, front_ends, halo_bytes_per_sample, plan_front, tile_front
+from scaletrain.comm.spatial.front import (TileInput, front_ends, gather_after, halo_bytes_per_sample, plan_front,
+                                          staged_until, tile_front)
 from scaletrain.comm.spatial.geometry import TileGrid, square_grid
 from scaletrain.comm.spatial.halo import Tiles
 from scaletrain.comm.strategy import Strategy
@@ -68,7 +69,13 @@ class Spatial(Strategy):
         early as memory allows: the fewest halos), else the deepest (as without a budget)."""
         if cfg.spatial.until != "auto":
             return cfg
-        ends = front_ends(factory(), sample_shape)
+        model = factory()
+        ends = front_ends(model, sample_shape)
+        if cfg.layout.stages > 1:  # the tiles' pipelines gather them between two blocks
+            from scaletrain.split.stages import blocked
+
+            graph = blocked(model, sample_shape, 1, meta=True)
+            ends = [e for e in ends if gather_after(graph, e) is not None]
         for end in ends:
             choice = cfg.replace(spatial_until=end)
             if fits(choice):
@@ -78,31 +85,16 @@ class Spatial(Strategy):
     @classmethod
     def memory(cls, cfg: TrainConfig, memory_at, factory, sample_shape):
         """The whole model's parameters and state on every tile's rank; of the activations, the front's blocks a
-        tile's share (1/S: the halo strips aside), the rest whole (each rank runs it on the gathered images)."""
+        tile's share (1/S: the halo strips aside), the rest whole (each rank runs it on the gathered images). With
+        --stages, the fullest stage of the tiles' pipelines (comm/spatial/pipeline.py)."""
         from scaletrain.perf.footprint import Footprint
 
-        stages = cfg.layout.stages
-        mm = memory_at(max(1, cfg.optim.batch_size // cfg.pipeline.microbatches) if stages > 1 else cfg.optim.batch_size)
-        model = factory()
-        front = plan_front(model, cfg.spatial.until, TileGrid(*square_grid(cfg.spatial.tiles)), sample_shape)
-        order = [name for name, _ in model.named_children()]
-        top = front.until.split(".")[0]
-        # a front ending inside a top-level module: that module counted whole (a bound, not the share)
-        last = order.index(top) if "." not in front.until else order.index(top) - 1
+        if cfg.layout.stages > 1:
+            from scaletrain.comm.spatial.pipeline import SpatialPipeline
 
-        def in_front(name: str) -> bool:
-            first = name.split(".")[0].split("+")[0]
-            return first in order and order.index(first) <= last
-
-        # a tiled layer also holds the padded copy of its tile that the halo exchange builds (forward, and again
-        # in backward), and each rank slices its tile out of the whole batch it reads
-        blocks = [replace(b.scaled(1 / cfg.spatial.tiles), extra=2) if in_front(b.name) else b
-                  for b in mm.blocks]
-        tile_input = mm.input_bytes // cfg.spatial.tiles
-        if stages > 1:  # the fullest stage of the tiles' pipelines (comm/spatial/pipeline.py)
-            from scaletrain.comm.pipeline.strategy import Pipeline
-
-            return Pipeline.fullest_stage(cfg, mm, blocks, read_bytes=tile_input)
+            return SpatialPipeline.memory(cfg, memory_at, factory, sample_shape)
+        mm = memory_at(cfg.optim.batch_size)
+        blocks, tile_input = tile_blocks(cfg, mm, factory, sample_shape)
         return Footprint(params=mm.state_bytes(buckets=False), activations=mm.activations(blocks) + tile_input)
 
     def replica(self) -> tuple[int, int]:
@@ -183,6 +175,30 @@ class Spatial(Strategy):
                             "tiled_layers": len(self.front.layers),
                             "halo_bytes_per_step": t["halo_bytes"] / t["steps"] if t["steps"] else None,
                             "halo_bytes_per_step_theory": theory * t["samples"] / t["steps"] if t["steps"] else None}}
+
+
+def tile_blocks(cfg: TrainConfig, mm, factory, sample_shape) -> tuple[list, int]:
+    """The blocks' bytes (perf/peak.BlockBytes) as a tile's rank holds them: the front's a tile's share, plus the
+    padded copy of its tile that each tiled layer's halo exchange builds (forward, and again in backward); and the
+    tile a rank slices out of the whole batch it reads."""
+    model = factory()
+    until = cfg.spatial.until
+    if cfg.layout.stages > 1:  # the tiles' pipelines gather between two blocks
+        from scaletrain.split.stages import blocked
+
+        until, _ = staged_until(model, until, blocked(model, sample_shape, 1, meta=True), sample_shape)
+    front = plan_front(model, until, TileGrid(*square_grid(cfg.spatial.tiles)), sample_shape)
+    order = [name for name, _ in model.named_children()]
+    top = front.until.split(".")[0]
+    # a front ending inside a top-level module: that module counted whole (a bound, not the share)
+    last = order.index(top) if "." not in front.until else order.index(top) - 1
+
+    def in_front(name: str) -> bool:
+        first = name.split(".")[0].split("+")[0]
+        return first in order and order.index(first) <= last
+
+    blocks = [replace(b.scaled(1 / cfg.spatial.tiles), extra=2) if in_front(b.name) else b for b in mm.blocks]
+    return blocks, mm.input_bytes // cfg.spatial.tiles
 
 
 def _element_size(model: nn.Module) -> int:
