@@ -129,3 +129,50 @@ def test_dataloader_workers_match_single_process(tree):
     for (x0, y0, r0), (x1, y1, r1) in zip(single, forked):
         assert torch.equal(x0, x1) and torch.equal(y0, y1) and r0 == r1
     assert sum(len(r) for _, _, r in forked) == 1 and sum(len(y) for _, y, _ in forked) == 6
+
+
+def _one_image_tree(root, image: Image.Image, name: str):
+    for split in ("train", "val"):
+        (root / split / "a").mkdir(parents=True)
+        image.save(root / split / "a" / name)
+    return root
+
+
+@pytest.mark.parametrize("name, received", [("big.jpg", (256, 256)), ("big.png", (2048, 2048))])
+def test_a_large_jpeg_is_decoded_reduced_to_what_the_run_needs(tmp_path, name, received):
+    """A 2048 px JPEG evaluated at 64 px (resized to 73 first) is decoded at 1/8 (256 px), never whole; a PNG has
+    no reduced decode."""
+    rng = np.random.default_rng(0)
+    picture = Image.fromarray(rng.integers(0, 255, (2048, 2048, 3), dtype=np.uint8))
+    _one_image_tree(tmp_path, picture, name)
+    val = build_datasets(f"imagefolder:{tmp_path}", image_size=64, seed=0).val
+    seen = []
+    inner = val.transform
+
+    def spy(img):
+        seen.append(img.size)
+        return inner(img)
+
+    spy.decode_size = inner.decode_size
+    val.transform = spy
+    x, _ = val[0]
+    assert seen == [received] and tuple(x.shape) == (3, 64, 64)
+
+
+def test_a_train_crop_keeps_its_detail_after_the_reduced_decode():
+    from scaletrain.data.transforms import RandomResizedCrop
+
+    crop = RandomResizedCrop(224)
+    for width, height in ((4096, 3072), (1000, 5000), (300, 300)):
+        w, h = crop.decode_size(width, height)
+        assert w <= width and h <= height
+        # the least crop it may draw on the reduced image is still 224 px each way
+        area = w * h * crop.scale[0]
+        assert min(w, (area * crop.ratio[0]) ** 0.5) >= 224 - 1 or w == width
+        assert min(h, (area / crop.ratio[1]) ** 0.5) >= 224 - 1 or h == height
+
+
+def test_pillows_bomb_limit_lets_any_jpeg_open():
+    from scaletrain.data import imagefolder
+
+    assert 2 * Image.MAX_IMAGE_PIXELS >= imagefolder.LARGEST_PIXELS - 1  # (raised on import: Pillow refuses above 2x)

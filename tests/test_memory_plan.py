@@ -241,3 +241,26 @@ def test_spatial_until_auto_is_the_shallowest_front_that_fits():
 
     assert validate(cfg.replace(memory_per_device="8GiB")).spatial.until == "stem"  # everything fits: the earliest
     assert validate(cfg).spatial.until == "auto"  # no budget: the strategy's own auto (the deepest)
+
+
+def test_a_budget_splits_the_pipeline_within_it():
+    """ResNet-18 at 1536 px, 2 stages of 2 micro-batches: the fastest split (on FLOPs) puts the stem with half the
+    work on stage 0, which holds both micro-batches in flight, over 2 GiB; within the budget the model moves the cut
+    until both stages fit."""
+    def need(**budget):
+        cfg = _cfg(1536, strategy="pipeline", microbatches=2, batch_size=2, **budget)
+        return per_rank(cfg, lambda: build_model("resnet18", num_classes=10, in_channels=3, image_size=1536),
+                        (3, 1536, 1536), runtime=411 * MiB).total
+
+    assert not within(need(), 2 * 2 ** 30) and within(need(memory_per_device="2GiB"), 2 * 2 ** 30)
+
+
+def test_partition_keeps_to_the_memory_models_word():
+    from scaletrain.split.partition import BlockCost, Infeasible, optimal
+
+    costs = [BlockCost(str(i), 1.0, 2.0, 0, 0, 0) for i in range(6)]
+    assert optimal(costs, 2, microbatches=2, schedule="1f1b").bounds[0][1] > 1
+    held = optimal(costs, 2, microbatches=2, schedule="1f1b", holds=lambda s, i, j: s == 1 or j - i <= 1)
+    assert held.bounds == [(0, 1), (1, 6)] and all(st["fits"] for st in held.stages)
+    with pytest.raises(Infeasible):
+        optimal(costs, 2, microbatches=2, schedule="1f1b", holds=lambda s, i, j: False)

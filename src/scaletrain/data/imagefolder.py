@@ -19,6 +19,10 @@ DEFAULT_IMAGEFOLDER_SIZE = 224
 # What a decode can throw on a bad file: OSError covers UnidentifiedImageError and truncation,
 # the rest cover malformed headers and decompression bombs.
 _DECODE_ERRORS = (OSError, ValueError, SyntaxError, EOFError, Image.DecompressionBombError)
+# Pillow refuses images over 2 x 89.5 M pixels as decompression bombs; large-image training (pathology, remote
+# sensing) is the point here, and a JPEG (at most 65,535 px a side) is decoded reduced when the run asks for less
+LARGEST_PIXELS = 65535 * 65535
+Image.MAX_IMAGE_PIXELS = max(Image.MAX_IMAGE_PIXELS or 0, LARGEST_PIXELS // 2)
 
 
 class PathTable:
@@ -106,6 +110,7 @@ class ImageFolderDataset(Dataset):
         path = self.path(index)
         try:
             with Image.open(path) as im:
+                reduced(im, self.transform)
                 # convert() forces the full decode here, inside the try: Image.open only reads the header,
                 # so a truncated JPEG would otherwise fail later, outside our handling.
                 img = im.convert("RGB")
@@ -116,6 +121,15 @@ class ImageFolderDataset(Dataset):
             return BadSample(path, f"{type(e).__name__}: {e}".replace("\n", " "), self.output_shape)
         # The transform runs outside the try so a bug in it surfaces as an error, not as "bad images".
         return self.transform(img), int(self.labels[index])
+
+
+def reduced(im: Image.Image, transform: Callable) -> None:
+    """A JPEG larger than the transform needs decoded at 1/2, 1/4 or 1/8 of its size (the format's DCT scaling,
+    PIL's draft): an image many times the training size never is whole in memory. Other formats decode whole."""
+    wanted = getattr(transform, "decode_size", None)
+    size = wanted(*im.size) if wanted is not None and im.format == "JPEG" else None
+    if size is not None and (size[0] < im.size[0] or size[1] < im.size[1]):
+        im.draft("RGB", size)
 
 
 def build_imagefolder(path: str, *, image_size: int | None = None, augment: bool = True):

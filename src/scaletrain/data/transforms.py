@@ -43,6 +43,12 @@ class Compose:
             img = t(img)
         return img
 
+    def decode_size(self, width: int, height: int) -> tuple[int, int] | None:
+        """The least (w, h) a width x height image may be decoded at without the output losing detail (the first
+        transform's word; None: the whole image)."""
+        first = self.transforms[0] if self.transforms else None
+        return first.decode_size(width, height) if hasattr(first, "decode_size") else None
+
     def __repr__(self) -> str:
         return f"Compose({self.transforms!r})"
 
@@ -81,6 +87,14 @@ class RandomResizedCrop:
         else:
             w, h = width, height
         return (width - w) // 2, (height - h) // 2, w, h
+
+    def decode_size(self, width: int, height: int) -> tuple[int, int]:
+        """The smallest crop this may take (the least area, the extreme ratios) still `size` pixels across."""
+        area = width * height * self.scale[0]
+        w_min = min(width, math.sqrt(area * self.ratio[0]))
+        h_min = min(height, math.sqrt(area / self.ratio[1]))
+        return (min(width, math.ceil(width * self.size[1] / w_min)),
+                min(height, math.ceil(height * self.size[0] / h_min)))
 
     def __call__(self, img: Image.Image) -> Image.Image:
         left, top, w, h = self.get_params(*img.size)
@@ -123,6 +137,9 @@ class Resize:
         short, long = (width, height) if width <= height else (height, width)
         new_long = max(1, int(round(self.size * long / short)))
         return (self.size, new_long) if width <= height else (new_long, self.size)
+
+    def decode_size(self, width: int, height: int) -> tuple[int, int]:
+        return self.output_size(width, height)
 
     def __call__(self, img: Image.Image) -> Image.Image:
         size = self.output_size(*img.size)
