@@ -177,9 +177,25 @@ def test_what_cannot_be_tiled_is_refused_in_one_line(tmp_path, capsys, extra, wo
     assert words in err and err.count("\n") == 0, err
 
 
-def test_predict_refuses_what_it_does_not_price_yet(tmp_path, capsys):
-    argv = ["predict", "--hardware", "dgx-a100-80gb", "--model", "resnet50", "--image-size", "224", "--nproc", "2",
-            "--strategy", "spatial", "--out", str(tmp_path / "p")]
-    assert main(argv) == 2
+def test_predict_prices_the_tiles_with_the_halo_bytes_the_run_counts(tmp_path, capsys):
+    """predict's spatial point (a calibration's op times) sends the halo bytes the geometry gives (what the training
+    run counts: test_two_tiles_... above, in fp64), runs the front's ops on half the pixels, and refuses tiles in
+    pipeline stages in one line."""
+    from predict_fixtures import fake_calibration
+    from scaletrain.predict import calibration
+
+    cal = calibration.save(fake_calibration(), tmp_path / "cal.json")
+    common = ["predict", "--calibration", str(cal), "--model", "resnet20", "--dataset", "digits", "--image-size", "8",
+              "--batch-size", "64", "--nproc", "2"]
+    assert main([*common, "--strategy", "spatial,allreduce", "--out", str(tmp_path / "p")]) == 0
+    tiles, ddp = json.loads((tmp_path / "p" / "prediction.json").read_text())["points"]
+    # a column each way per 3x3 conv (the stem's 1 channel of digits, then six of 16), 8 rows, 64 samples, 4 bytes
+    assert tiles["comm"]["halo_bytes_per_step"] == (1 + 6 * 16) * 2 * 8 * 64 * 4
+    assert tiles["phases_s"]["halo"] > 0 and tiles["phases_s"]["gather"] > 0
+    assert tiles["phases_s"]["forward"] < ddp["phases_s"]["forward"]
+    assert tiles["memory_bytes"]["activations"] < ddp["memory_bytes"]["activations"]
+    capsys.readouterr()
+    assert main([*common, "--nproc", "4", "--strategy", "spatial", "--stages", "2", "--microbatches", "2",
+                 "--out", str(tmp_path / "q")]) == 2
     err = capsys.readouterr().err.strip()
-    assert "--strategy spatial: predict does not price it yet" in err and err.count("\n") == 0, err
+    assert "predict does not price tiles in pipeline stages yet" in err and err.count("\n") == 0, err

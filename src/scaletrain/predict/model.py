@@ -92,6 +92,7 @@ class OpCost:
     grad_bytes: list[int] = field(default_factory=list)  # its parameters' gradients, registration order
     source: str = "regression"  # measured | regression | none
     group: str = "compute"  # kinds.GROUP: which of the loop's factors applies
+    name: str = ""  # the workload op's (its fx node's) name: where a strategy's share of the model ends
 
 
 @dataclass
@@ -202,6 +203,10 @@ def limit(phases: dict[str, float], batch_efficiency: float) -> tuple[str, str]:
     step = sum(phases.values()) or 1.0
     comm, data = phases["comm_exposed"] / step, phases["data_wait"] / step
     bubble = (phases.get("bubble", 0.0) + phases.get("p2p", 0.0)) / step
+    tiles = (phases.get("halo", 0.0) + phases.get("gather", 0.0)) / step
+    if tiles >= 0.15 and tiles >= max(comm, data, bubble):
+        return "tiles", f"{tiles:.0%} of the step exchanges tiles' halos and gathers them: fewer tiles, larger " \
+                        "images per tile, or an earlier --spatial-until"
     if bubble >= 0.15 and bubble >= max(comm, data):
         return "pipeline", f"{bubble:.0%} of the step waits in the pipeline (bubble, transfers): more micro-batches, " \
                            "fewer stages or a better-balanced split"

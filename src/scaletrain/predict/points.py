@@ -136,7 +136,7 @@ def predict_config(p: Predictor, cfg, *, shared_cores: int | None = None, cores:
                   stretch="core_stretch" not in p.without)
     w = workload(cfg, facts, cfg.optim.batch_size)
     threads = s.rank_threads
-    ops = p.op_costs(w, cfg.model.precision, threads)
+    ops = [dataclasses.replace(c, name=op.name) for op, c in zip(w.ops, p.op_costs(w, cfg.model.precision, threads))]
     again = recomputed_share(cfg, facts)
     if again:  # activation checkpointing: that share of the forward runs again in backward
         ops = [dataclasses.replace(o, backward_s=o.backward_s + again * o.forward_s) for o in ops]

@@ -12,13 +12,14 @@ layer, before any process starts.
 from __future__ import annotations
 
 import copy
+import dataclasses
 from dataclasses import dataclass
 from typing import Callable
 
 import torch
 from torch import nn
 
-from scaletrain.comm.spatial.geometry import TileGrid, check_side
+from scaletrain.comm.spatial.geometry import TileGrid, check_side, square_grid
 from scaletrain.comm.spatial.halo import H, Tiles, gather
 from scaletrain.comm.spatial.layers import POINTWISE, SPATIAL, tiled, windows_of
 from scaletrain.errors import UserError
@@ -37,6 +38,10 @@ class Front:
     """The module whose output is gathered."""
     inputs: tuple[tuple[str, tuple[int, ...]], ...] = ()
     """Each window layer of the front (conv, pool) and its input's shape for one whole sample (C, H, W)."""
+    last: str = ""
+    """The fx node name of the front's last node (where the gather is)."""
+    out_shape: tuple[int, ...] = ()
+    """The gathered tensor's shape for one whole sample (C, H, W)."""
 
 
 def _graph(model: nn.Module, sample_shape: tuple[int, ...]) -> LayerGraph:
@@ -128,7 +133,8 @@ def plan_front(model: nn.Module, until: str, grid: TileGrid, sample_shape: tuple
     shared = [name for name in layers if name in later]
     if shared:
         raise UserError(f"layer {shared[0]} runs both before and after the end of {until}: end the front before it")
-    return Front(tuple(layers), until, tuple(inputs))
+    end = graph.nodes[last]
+    return Front(tuple(layers), until, tuple(inputs), end.name, tuple(end.shape[1:]) if end.shape else ())
 
 
 def _deepest(model: nn.Module, graph: LayerGraph, cuts: set[int]) -> str:
@@ -255,3 +261,27 @@ def tile_front(model: nn.Module, front: Front, tiles: Tiles) -> list[nn.Paramete
         params += [p for p in layer.parameters() if p.requires_grad and all(p is not q for q in params)]
     model.get_submodule(front.until).register_forward_hook(lambda _m, _i, out: gather(out, tiles))
     return params
+
+
+def tile_blocks(cfg, mm, factory, sample_shape) -> tuple[list, int]:
+    """The blocks' bytes (perf/peak.BlockBytes) as a tile's rank holds them: the front's a tile's share, plus the
+    padded copy of its tile that each tiled layer's halo exchange builds (forward, and again in backward); and the
+    tile a rank slices out of the whole batch it reads."""
+    model = factory()
+    until = cfg.spatial.until
+    if cfg.layout.stages > 1:  # the tiles' pipelines gather between two blocks
+        from scaletrain.split.stages import blocked
+
+        until, _ = staged_until(model, until, blocked(model, sample_shape, 1, meta=True), sample_shape)
+    front = plan_front(model, until, TileGrid(*square_grid(cfg.spatial.tiles)), sample_shape)
+    order = [name for name, _ in model.named_children()]
+    top = front.until.split(".")[0]
+    # a front ending inside a top-level module: that module counted whole (a bound, not the share)
+    last = order.index(top) if "." not in front.until else order.index(top) - 1
+
+    def in_front(name: str) -> bool:
+        first = name.split(".")[0].split("+")[0]
+        return first in order and order.index(first) <= last
+
+    blocks = [dataclasses.replace(b.scaled(1 / cfg.spatial.tiles), extra=2) if in_front(b.name) else b for b in mm.blocks]
+    return blocks, mm.input_bytes // cfg.spatial.tiles

@@ -25,7 +25,8 @@ import torch
 from torch import nn
 
 from scaletrain.comm.pipeline.strategy import Pipeline
-from scaletrain.comm.spatial.front import Cut, Gathered, halo_bytes_per_sample, plan_front, staged_until
+from scaletrain.comm.spatial.front import (Cut, Gathered, halo_bytes_per_sample, plan_front, staged_until,
+                                          tile_blocks)
 from scaletrain.comm.spatial.geometry import TileGrid, square_grid
 from scaletrain.comm.spatial.halo import H, Tiles
 from scaletrain.comm.spatial.layers import tiled
@@ -79,8 +80,6 @@ class SpatialPipeline(Pipeline):
 
     @classmethod
     def held_blocks(cls, cfg: TrainConfig, mm, factory, sample_shape) -> tuple[list, int]:
-        from scaletrain.comm.spatial.strategy import tile_blocks
-
         return tile_blocks(cfg, mm, factory, sample_shape)
 
     # ------------------------------------------------------------ the worker

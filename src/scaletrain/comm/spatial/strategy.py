@@ -11,14 +11,13 @@ the replicas. Every rank then steps the same optimizer on the same gradients: al
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Any
 
 import torch
 from torch import nn
 
 from scaletrain.comm.spatial.front import (TileInput, front_ends, gather_after, halo_bytes_per_sample, plan_front,
-                                          staged_until, tile_front)
+                                          tile_blocks, tile_front)
 from scaletrain.comm.spatial.geometry import TileGrid, square_grid
 from scaletrain.comm.spatial.halo import Tiles
 from scaletrain.comm.strategy import Strategy
@@ -30,7 +29,6 @@ from scaletrain.train.evaluate import EvalResult, Tally
 
 
 class Spatial(Strategy):
-    priced = False  # the tiled front's compute per tile, its halos and the gather are not priced yet
 
     def __init__(self, cfg: TrainConfig, rank: RankInfo, device: torch.device, backend: str) -> None:
         super().__init__(cfg, rank, device, backend)
@@ -43,6 +41,14 @@ class Spatial(Strategy):
         self.trained = {"halo_bytes": 0, "samples": 0, "steps": 0}  # what training steps sent (evaluation apart)
         # this replica's tiles, this tile index's data-parallel group (None, None: one replica)
         self.tiles_group, self.dp_group = block_groups(s, self.replicas, rank.rank)
+
+    @classmethod
+    def cost(cls, pricing):
+        """The front's compute over the tiles, its halos, BatchNorm statistics and gather, the gradients' sums
+        (comm/spatial/cost.py)."""
+        from scaletrain.comm.spatial.cost import spatial_cost
+
+        return spatial_cost(pricing)
 
     @classmethod
     def create(cls, cfg: TrainConfig, rank: RankInfo) -> Strategy:
@@ -175,30 +181,6 @@ class Spatial(Strategy):
                             "tiled_layers": len(self.front.layers),
                             "halo_bytes_per_step": t["halo_bytes"] / t["steps"] if t["steps"] else None,
                             "halo_bytes_per_step_theory": theory * t["samples"] / t["steps"] if t["steps"] else None}}
-
-
-def tile_blocks(cfg: TrainConfig, mm, factory, sample_shape) -> tuple[list, int]:
-    """The blocks' bytes (perf/peak.BlockBytes) as a tile's rank holds them: the front's a tile's share, plus the
-    padded copy of its tile that each tiled layer's halo exchange builds (forward, and again in backward); and the
-    tile a rank slices out of the whole batch it reads."""
-    model = factory()
-    until = cfg.spatial.until
-    if cfg.layout.stages > 1:  # the tiles' pipelines gather between two blocks
-        from scaletrain.split.stages import blocked
-
-        until, _ = staged_until(model, until, blocked(model, sample_shape, 1, meta=True), sample_shape)
-    front = plan_front(model, until, TileGrid(*square_grid(cfg.spatial.tiles)), sample_shape)
-    order = [name for name, _ in model.named_children()]
-    top = front.until.split(".")[0]
-    # a front ending inside a top-level module: that module counted whole (a bound, not the share)
-    last = order.index(top) if "." not in front.until else order.index(top) - 1
-
-    def in_front(name: str) -> bool:
-        first = name.split(".")[0].split("+")[0]
-        return first in order and order.index(first) <= last
-
-    blocks = [replace(b.scaled(1 / cfg.spatial.tiles), extra=2) if in_front(b.name) else b for b in mm.blocks]
-    return blocks, mm.input_bytes // cfg.spatial.tiles
 
 
 def _element_size(model: nn.Module) -> int:

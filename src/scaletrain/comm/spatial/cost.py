@@ -1,0 +1,99 @@
+"""What a step of `--strategy spatial` costs (predict's seam: Strategy.cost, predict/pricing.py), from the same
+geometry the tiles run on (docs/spatial.md, docs/predict.md "Spatial tiles"):
+
+- forward and backward: the front's ops run on 1/S of the pixels, the rest whole on every tile's rank; the
+  front's share of each is its ops' calibrated times over the model's (the ops up to the front's last node);
+  its BatchNorm layers add one all-reduce of their statistics each way (2 C values over the tiles);
+- `halo`: per window layer and cut dimension one exchange each way (again for a recomputed layer), each the
+  point-to-point link's alpha plus the bytes the geometry says this tile sends (the busiest tile's) times beta;
+- `gather`: the front's output all-gathered over the tiles, (S - 1) (alpha + a tile's bytes x beta);
+- `comm_exposed`: the front's gradients summed over the tiles, then every gradient averaged over the replicas;
+- memory per rank: the one memory model's (comm/memory.py) activations for the layout.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from scaletrain.comm.spatial.front import halo_bytes_per_sample, plan_front
+from scaletrain.comm.spatial.geometry import TileGrid, square_grid
+from scaletrain.comm.spatial.halo import Tiles
+from scaletrain.comm.spatial.layers import tiled
+from scaletrain.errors import UserError
+from scaletrain.perf import alphabeta
+
+
+def spatial_cost(pricing):
+    from scaletrain.comm import memory
+    from scaletrain.models.registry import build_model
+    from scaletrain.predict.pricing import Cost
+
+    cfg, facts, ops = pricing.cfg, pricing.facts, pricing.ops
+    if cfg.layout.stages > 1:
+        raise UserError("--strategy spatial with --stages: predict does not price tiles in pipeline stages yet; "
+                        "measure it with scaletrain train, or predict the tiles without --stages")
+    s = cfg.spatial.tiles
+    grid = TileGrid(*square_grid(s))
+    shape = (facts["channels"], facts["image_size"], facts["image_size"])
+
+    def factory():
+        return build_model(cfg.model.name, num_classes=facts["classes"], in_channels=facts["channels"],
+                           image_size=facts["image_size"], stem=cfg.model.stem, width=cfg.model.width)
+
+    with torch.device("meta"):
+        model = factory()
+    front = plan_front(model, cfg.spatial.until, grid, shape)
+    names = [o.name for o in ops]
+    if front.last not in names:
+        raise UserError(f"--strategy spatial: the front's end ({front.until}) is not among the ops predict walked "
+                        f"for {cfg.model.name}; measure it with scaletrain train")
+    end = names.index(front.last) + 1
+
+    def share(attr: str) -> float:
+        total = sum(getattr(o, attr) for o in ops)
+        return sum(getattr(o, attr) for o in ops[:end]) / total if total else 0.0
+
+    batch = cfg.optim.batch_size
+    element = 8 if cfg.model.precision == "fp64" else 4
+    rows = pricing.link("ps")  # point-to-point messages (a pipeline's too)
+    alpha, beta = pricing.link("allreduce")
+    recomputed = _recomputed(cfg, model, shape)
+    layers = {name: tiled(name, model.get_submodule(name), Tiles(grid, 0, tuple(range(s)))) for name in front.layers}
+    every = [Tiles(grid, t, tuple(range(s))) for t in range(s)]
+    sent = max(halo_bytes_per_sample(layers.__getitem__, front, t, element, recomputed) for t in every) * batch
+    windows = [name for name, _ in front.inputs if any(w for pair in layers[name].widths for w in pair)]
+    cuts = (grid.rows > 1) + (grid.cols > 1)
+    exchanges = sum(cuts * (2 + recomputed(name)) for name in windows)
+    halo_s = exchanges * rows[0] + sent * rows[1]
+    norms = [m for m in layers.values() if type(m).__name__ == "SpatialBatchNorm2d"]
+    norm_s = sum(alphabeta.predict(alpha, beta, s, 2 * m.weight.numel() * element) for m in norms)
+    tile_out = batch * element * math.prod(front.out_shape) // s
+    gather_s = (s - 1) * (alpha + tile_out * beta)
+    front_grads = sum(g for o in ops[:end] for g in o.grad_bytes)
+    exposed = alphabeta.predict(alpha, beta, s, front_grads)
+    replicas = max(1, cfg.layout.replicas)
+    if replicas > 1:
+        exposed += alphabeta.predict(alpha, beta, replicas, sum(pricing.grads))
+    phases = {"forward": pricing.phases["forward"] * (1 - share("forward_s") * (1 - 1 / s)) + norm_s,
+              "backward": pricing.phases["backward"] * (1 - share("backward_s") * (1 - 1 / s)) + norm_s,
+              "halo": halo_s, "gather": gather_s}
+    comm = {"bytes_per_step": sent + tile_out * (s - 1) + front_grads, "buckets": 0,
+            "comm_total_s": halo_s + gather_s + exposed + 2 * norm_s, "comm_hidden_s": 0.0, "overlap_ratio": 0.0,
+            "halo_bytes_per_step": sent}
+    planned = memory.per_rank(cfg, factory, shape, "cpu", runtime=0)
+    held = {"activations": planned.activations, "buckets": 0} if planned is not None else {"buckets": 0}
+    return Cost(exposed, comm, phases=phases, memory=held)
+
+
+def _recomputed(cfg, model, shape):
+    """Whether activation checkpointing runs a layer's forward again (its halos then go twice)."""
+    value = cfg.model.checkpoint_activations
+    if value in ("none", "auto"):  # (auto: as resolved by the launcher; priced without the repeat)
+        return lambda name: False
+    from scaletrain.train.recompute import plan_units
+
+    with torch.device("meta"):
+        units = plan_units(model, shape, value)
+    return lambda name: any(u.covers(name) for u in units)
