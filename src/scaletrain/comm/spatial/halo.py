@@ -37,6 +37,20 @@ class Tiles:
     profiler: list[Any] = field(default_factory=lambda: [None], compare=False)
     """The step profiler while a training step runs: its exchanges are the step's `halo` and `gather` phases."""
 
+    @contextlib.contextmanager
+    def training_step(self, prof, trained: dict[str, int], samples: int):
+        """A training step's halos and gather as the profiler's phases (not evaluation's), its halo bytes, samples
+        and the step counted in `trained`."""
+        sent = self.sent[0]
+        self.profiler[0] = prof
+        try:
+            yield
+        finally:
+            self.profiler[0] = None
+        trained["halo_bytes"] += self.sent[0] - sent
+        trained["samples"] += samples
+        trained["steps"] += 1
+
     def carve(self, phase: str) -> contextlib.AbstractContextManager:
         prof = self.profiler[0]
         return contextlib.nullcontext() if prof is None else prof.carve(phase)

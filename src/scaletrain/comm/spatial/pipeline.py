@@ -118,16 +118,8 @@ class SpatialPipeline(Pipeline):
         return (tile(into) if 0 < lo < self.gather_at else into), (tile(out) if hi < self.gather_at else out)
 
     def forward_backward(self, x, y, loss_of, optimizer, scaler, prof) -> torch.Tensor:
-        sent = self.tiles.sent[0]
-        self.tiles.profiler[0] = prof  # the halos and the gather: phases of this step (not of evaluation)
-        try:
-            loss = super().forward_backward(x, y, loss_of, optimizer, scaler, prof)
-        finally:
-            self.tiles.profiler[0] = None
-        self.trained["halo_bytes"] += self.tiles.sent[0] - sent
-        self.trained["samples"] += len(x)
-        self.trained["steps"] += 1
-        return loss
+        with self.tiles.training_step(prof, self.trained, len(x)):
+            return super().forward_backward(x, y, loss_of, optimizer, scaler, prof)
 
     def _reduce_gradients(self, prof) -> None:
         front = [p.grad for p in self.front_params if p.grad is not None]

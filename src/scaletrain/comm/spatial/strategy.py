@@ -123,16 +123,8 @@ class Spatial(Strategy):
         return super().checkpoint_blocks(model, units)
 
     def forward_backward(self, x, y, loss_of, optimizer, scaler, prof) -> torch.Tensor:
-        sent = self.tiles.sent[0]
-        self.tiles.profiler[0] = prof  # the halos and the gather: phases of this step (not of evaluation)
-        try:
-            loss = super().forward_backward(x, y, loss_of, optimizer, scaler, prof)
-        finally:
-            self.tiles.profiler[0] = None
-        self.trained["halo_bytes"] += self.tiles.sent[0] - sent
-        self.trained["samples"] += len(x)
-        self.trained["steps"] += 1
-        return loss
+        with self.tiles.training_step(prof, self.trained, len(x)):
+            return super().forward_backward(x, y, loss_of, optimizer, scaler, prof)
 
     def step(self, optimizer: torch.optim.Optimizer, scaler, prof, global_step: int) -> dict[str, Any]:
         with prof.phase("comm_exposed"):
