@@ -107,43 +107,56 @@ class Pipeline(Strategy):
 
     @staticmethod
     def stage_footprint(cfg: TrainConfig, mm, blocks: list, s: int, lo: int, hi: int, read_bytes: int = 0):
-        """Stage s over blocks lo..hi-1: its parameters and state, and per micro-batch in flight (GPipe: all; 1F1B:
-        K - s) its blocks' saved tensors (checkpointed: their inputs), with one block's transients in backward
-        (checkpointed: and its recompute)."""
+        """Stage s over blocks lo..hi-1: its parameters and state; the micro-batches in flight before the one in
+        backward (GPipe: all; 1F1B: K - s) each holding its blocks' saved tensors (checkpointed: their inputs)
+        and the input it received; that one at its backward's peak (perf/peak.py, the allocator's retained heap
+        included)."""
         from scaletrain.perf.footprint import Footprint
+        from scaletrain.perf.peak import peak
 
         k, m = cfg.layout.stages, cfg.pipeline.microbatches
         part = blocks[lo:hi]
         flight = m if cfg.pipeline.schedule == "gpipe" else min(m, k - s)
         kept = [b.input if mm.recomputed(b) else b.saved + (b.input if i == 0 else 0) for i, b in enumerate(part)]
-        acts = flight * sum(kept) + max(b.backward_peak - (0 if mm.recomputed(b) else b.saved) for b in part)
+        first = 0 if mm.recomputed(part[0]) else part[0].input  # (a recomputed block's peak holds its input)
+        acts = (flight - 1) * sum(kept) + first + peak(part, mm.checkpointed, mm.retained_below)
         return Footprint(params=mm.state_bytes(sum(b.params for b in part), buckets=False),
                          activations=acts + (read_bytes if s == 0 else 0))
 
     @classmethod
     def fullest_stage(cls, cfg: TrainConfig, mm, blocks: list, read_bytes: int = 0):
-        """The fullest stage's Footprint of the split a run would choose, on the blocks' FLOPs: the fastest whose
-        stages fit mm.room (under --memory-per-device), else the fastest."""
+        """The fullest stage's Footprint of the split a run would choose: `--split uniform|params|FILE` as given;
+        `auto`/`time` on the blocks' FLOPs (the run times them), the fastest whose stages fit mm.room under
+        --memory-per-device, else the fastest."""
         bounds = cls.split_within(cfg, mm, blocks, read_bytes)
         return max((cls.stage_footprint(cfg, mm, blocks, s, lo, hi, read_bytes) for s, (lo, hi) in enumerate(bounds)),
                    key=lambda f: f.total)
 
     @classmethod
     def split_within(cls, cfg: TrainConfig, mm, blocks: list, read_bytes: int = 0, choose: Callable | None = None):
-        """What `choose(holds)` gives (default: the bounds of split.partition.optimal on the blocks' FLOPs), `holds`
-        saying whether stage s over blocks i..j-1 fits mm.room by the memory model; without a budget, or when no
-        split fits it, `choose(None)`: the fastest split."""
-        from scaletrain.split.partition import BlockCost, Infeasible, optimal
+        """What `choose(holds)` gives (default: the bounds of the run's split, on the blocks' FLOPs for `auto` and
+        `time`; only `auto` keeps to a budget), `holds` saying whether stage s over blocks i..j-1 fits mm.room by the memory model; without a
+        budget, or when no split fits it, `choose(None)`: the fastest split."""
+        from scaletrain.split.partition import BASELINES, BlockCost, Infeasible, optimal
 
         if choose is None:
             after = [b.input for b in blocks[1:]] + [0]  # the tensor crossing each cut: the next block's input
             costs = [BlockCost(b.name, float(b.flops), 2.0 * b.flops, b.params, b.saved, out)
                      for b, out in zip(blocks, after)]
+            method, k = cfg.pipeline.split, cfg.layout.stages
 
             def choose(holds):
+                if method in BASELINES:  # (time: balanced on the FLOPs, as the run balances measured times)
+                    return BASELINES[method](costs, k)
+                if method != "auto":  # a split.json
+                    from types import SimpleNamespace
+
+                    from scaletrain.split.plan import load_split
+
+                    return load_split(method, SimpleNamespace(names=[b.name for b in blocks]), k, cfg.model.name)
                 extra = {"holds": holds} if holds is not None else {}
-                return optimal(costs, cfg.layout.stages, microbatches=cfg.pipeline.microbatches,
-                               schedule=cfg.pipeline.schedule, **extra).bounds
+                return optimal(costs, k, microbatches=cfg.pipeline.microbatches, schedule=cfg.pipeline.schedule,
+                               **extra).bounds
         if mm.room is not None:
             try:
                 return choose(lambda s, i, j: cls.stage_footprint(cfg, mm, blocks, s, i, j, read_bytes).total
