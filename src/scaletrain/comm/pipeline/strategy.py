@@ -270,8 +270,8 @@ class Pipeline(Strategy):
         return ((micro, *sample_shape) if lo == 0 else tuple(blocks[lo - 1].out_shape)), tuple(blocks[hi - 1].out_shape)
 
     def _split(self, model: nn.Module, graph, sample_shape) -> tuple[list[tuple[int, int]], dict[str, Any]]:
-        """The stage bounds, chosen on rank 0 and shared with every rank, on block costs measured by every rank
-        at once (measured_together), on the devices and threads the stages will run on: seconds (minutes for
+        """The stage bounds, chosen on rank 0 and shared with every rank; for `auto` and `time`, on block costs
+        measured by every rank at once (measured_together), on the devices and threads the stages will run on: seconds (minutes for
         large images: rank 0 says so as it goes), and the split that measured best. A calibration's predicted
         costs (what `scaletrain split` and `predict` use before a run) priced VGG-11's 512-channel blocks at
         0.57x their time here and cut it one block early, 0.79-0.96 of the best split (docs/bench-pipeline.md)."""
@@ -279,13 +279,19 @@ class Pipeline(Strategy):
         from scaletrain.split import plan
         from scaletrain.split.costs import ROUNDS
 
+        from scaletrain.split.costs import block_sizes
+
         cfg = self.cfg
         micro = cfg.optim.batch_size // cfg.pipeline.microbatches
+        timed = cfg.pipeline.split in ("auto", "time")  # a split given (uniform, params, a file) needs no times
         what = (f"pipeline split: measuring {len(graph.blocks)} blocks' costs on every rank ({ROUNDS} rounds, "
                 f"micro-batch {micro})")
-        with phase(what) if self.rank.is_main else contextlib.nullcontext() as update:
-            costs = measured_together(graph, model, sample_shape, micro, cfg.model.precision, self.device, update,
-                                      self._timed_on_tiles())
+        if timed:
+            with phase(what) if self.rank.is_main else contextlib.nullcontext() as update:
+                costs = measured_together(graph, model, sample_shape, micro, cfg.model.precision, self.device,
+                                          update, self._timed_on_tiles())
+        else:
+            costs = block_sizes(graph, micro, cfg.model.precision)
         choice = None
         if self.rank.rank == 0:
             def choose(holds):
@@ -297,7 +303,7 @@ class Pipeline(Strategy):
             try:
                 part = self._within_budget(model, sample_shape, choose)
                 choice = {"bounds": [list(b) for b in part.bounds], "method": part.method,
-                          "predicted_step_s": part.step_s, "costs": "measured"}
+                          "predicted_step_s": part.step_s if timed else None, "costs": "measured" if timed else None}
             except UserError as e:
                 choice = {"error": str(e)}
         choice = broadcast_object(choice)
