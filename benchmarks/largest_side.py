@@ -22,6 +22,9 @@ import tempfile
 from pathlib import Path
 
 BUDGET = ["--memory-per-device", "2GiB"]  # (main() sets it to --budget)
+STEM_ALONE = "split-stem-alone.json"  # (main() writes it in --out: ResNet-18's stem, then its other 9 blocks)
+TILES_X_STAGES = ["--strategy", "spatial", "--spatial", "2", "--stages", "2", "--nproc", "4", "--batch-size", "2",
+                  "--microbatches", "2", "--spatial-until", "layer3", "--split", STEM_ALONE]
 LAYOUTS = {
     "DDP": ["--nproc", "2"],
     "DDP + checkpointing": ["--nproc", "2", "--checkpoint-activations", "blocks"],
@@ -31,15 +34,13 @@ LAYOUTS = {
                                   "--checkpoint-activations", "blocks"],
     "spatial 4 + checkpointing": ["--strategy", "spatial", "--spatial", "4", "--nproc", "4",
                                   "--checkpoint-activations", "blocks"],
-    "spatial 2 x pipeline 2": ["--strategy", "spatial", "--spatial", "2", "--stages", "2", "--nproc", "4",
-                               "--batch-size", "2", "--microbatches", "2", *BUDGET],
-    "spatial 2 x pipeline 2 + checkpointing": ["--strategy", "spatial", "--spatial", "2", "--stages", "2",
-                                               "--nproc", "4", "--batch-size", "2", "--microbatches", "2",
-                                               "--checkpoint-activations", "blocks", *BUDGET],
+    "spatial 2 x pipeline 2": [*TILES_X_STAGES],
+    "spatial 2 x pipeline 2 + checkpointing": [*TILES_X_STAGES, "--checkpoint-activations", "blocks"],
 }
-"""Spatial 4 and spatial 2 x pipeline 2 run 4 ranks (2 x 2 tiles of each image; 2 tiles in each of 2 stages). A
-pipeline's stages are split within the budget (`--memory-per-device`, which also refuses a side the memory model
-says does not fit: such a side counts as not trained)."""
+"""Spatial 4 and spatial 2 x pipeline 2 run 4 ranks (2 x 2 tiles of each image; 2 tiles in each of 2 stages: the
+stem alone in stage 0, which holds both micro-batches in flight, the rest in stage 1, tiled up to layer3). The
+pipeline 2 row's stages are split within the budget (`--memory-per-device`, which also refuses a side the memory
+model says does not fit: such a side counts as not trained)."""
 RUN = ["--model", "resnet18", "--dataset", "synthetic", "--synthetic-samples", "4", "--batch-size", "1",
        "--epochs", "1", "--threads", "1", "--tensorboard", "off", "--no-progress"]
 STEP = 64  # sides are multiples of 64: ResNet-18 divides by 32, and 2 tiles split the width in two
@@ -99,6 +100,14 @@ def main() -> None:
         if "--memory-per-device" in flags:
             flags[flags.index("--memory-per-device") + 1] = a.budget
     out = a.out or Path(tempfile.mkdtemp(prefix="largest-side-"))
+    out.mkdir(parents=True, exist_ok=True)
+    blocks = ["stem", "layer1.0", "layer1.1", "layer2.0", "layer2.1", "layer3.0", "layer3.1", "layer4.0",
+              "layer4.1+pool", "fc"]
+    split = out / STEM_ALONE
+    split.write_text(json.dumps({"model": "resnet18", "blocks": blocks, "chosen": {"bounds": [[0, 1], [1, 10]]}}))
+    for flags in LAYOUTS.values():
+        if STEM_ALONE in flags:
+            flags[flags.index(STEM_ALONE)] = str(split)
     results = {}
     for layout in a.layouts.split(","):
         results[layout] = largest(layout, budget, fit, out)
