@@ -116,7 +116,7 @@ def test_a_study_leaves_a_setting_out_of_the_points_that_lack_it():
 
 
 @pytest.mark.parametrize("flags, needles", [
-    (["--nproc", "1,2", "--stages", "2"], ["--stages 2 applies only with --strategy pipeline, which no point of "
+    (["--nproc", "1,2", "--stages", "2"], ["--stages 2 applies only with --strategy pipeline or spatial, which no point of "
                                            "this study has"]),
     (["--nproc", "1", "--ps-fetch", "3"], ["--ps-fetch 3 applies only with --strategy ps-async"]),
     (["--nproc", "1", "--calibration", "cal.json"], ["--calibration applies only with --predict"]),
