@@ -55,6 +55,7 @@ class Setting:
     sample_s: float = 0.0  # loader seconds per sample (decode + augment + collate)
     sample_bytes: int = 0  # one sample's tensor bytes
     stages: int = 1  # the layout's: a pipeline's stages
+    tiles: int = 1  # the layout's: the ranks that hold one image's tiles
     cpu_compute: bool = True  # forward and backward run on the CPU's cores (False: on an accelerator)
     stretch: bool = True  # processes sharing cores stretch compute (predictor.CORRECTIONS "core_stretch")
 
@@ -71,7 +72,8 @@ class Setting:
 
     @property
     def layout(self) -> Layout:
-        return Layout(nodes=self.nnodes, per_node=self.nproc, servers=self.servers, stages=self.stages)
+        return Layout(nodes=self.nnodes, per_node=self.nproc, servers=self.servers, stages=self.stages,
+                      tiles=self.tiles)
 
     @property
     def trainers(self) -> int:

@@ -133,6 +133,7 @@ def predict_config(p: Predictor, cfg, *, shared_cores: int | None = None, cores:
                   optimizer=cfg.optim.optimizer, cores=cores,
                   shared_cores=shared_cores, threads=cfg.launch.threads, train_samples=facts["samples"],
                   cpu_compute=p.hardware is None or p.hardware.kind == "cpu", stages=cfg.layout.stages,
+                  tiles=cfg.layout.tiles,
                   stretch="core_stretch" not in p.without)
     w = workload(cfg, facts, cfg.optim.batch_size)
     threads = s.rank_threads
