@@ -43,33 +43,52 @@ def per_rank(cfg: TrainConfig, factory: Callable, sample_shape: tuple[int, ...],
     """What one rank of `cfg`'s layout holds at its step's peak (the fullest rank); None when the model cannot run
     on the meta device. `runtime`: the process's own bytes (default: perf/footprint.runtime_bytes); `cache`:
     the model's walks, kept between calls on the same model."""
+    try:
+        at, extra = _walks(cfg, factory, sample_shape, device_type, runtime, cache)
+        part = strategy_class(cfg.strategy.name).memory(cfg, at, factory, sample_shape)
+    except _NoMeta:
+        return None
+    return dataclasses.replace(part, dataset=extra.dataset, batches=extra.batches, runtime=extra.runtime)
+
+
+def stage_memory(cfg: TrainConfig, factory: Callable, sample_shape: tuple[int, ...], batch: int,
+                 device_type: str) -> ModelMemory | None:
+    """The model's ModelMemory at a pipeline's micro-batch `batch`, with the room its stages may take (what a
+    running pipeline splits within: comm/pipeline/strategy.py); None when the model cannot run on the meta device."""
+    try:
+        at, _ = _walks(cfg, factory, sample_shape, device_type, None, None)
+        return at(batch)
+    except _NoMeta:
+        return None
+
+
+def _walks(cfg: TrainConfig, factory: Callable, sample_shape: tuple[int, ...], device_type: str,
+           runtime: int | None, cache: dict | None) -> tuple[Callable[[int], ModelMemory], Footprint]:
+    """(the model's ModelMemory at a batch, with cfg's checkpointing and its room; what a rank holds beside its
+    layout's part: the dataset, the loader's batches, the process). _NoMeta when the model cannot run on meta."""
     checkpointed = chosen(cfg.model.checkpoint_activations)
     # on a CPU, glibc keeps what is freed below its mmap threshold (distributed/allocator.py): its high-water stays
     retained = retained_below() if device_type == "cpu" else None
     cache = {} if cache is None else cache
 
-    def at(batch: int) -> ModelMemory:
+    def walked(batch: int) -> ModelMemory:
         key = (batch, sample_shape, cfg.optim.optimizer, cfg.model.precision)
         if key not in cache:
             cache[key] = model_memory(factory, batch, sample_shape, cfg.optim.optimizer, cfg.model.precision,
                                       retained_below=retained)
         if cache[key] is None:
             raise _NoMeta
-        return dataclasses.replace(cache[key], checkpointed=checkpointed)
+        return cache[key]
 
-    try:
-        batch = at(cfg.optim.batch_size).input_bytes
-    except _NoMeta:
-        return None
     extra = Footprint(dataset=dataset_bytes(cfg.data.dataset, sample_shape[-1], sample_shape[0]),
-                      batches=BATCH_COPIES * batch, runtime=runtime_bytes(device_type) if runtime is None else runtime)
+                      batches=BATCH_COPIES * walked(cfg.optim.batch_size).input_bytes,
+                      runtime=runtime_bytes(device_type) if runtime is None else runtime)
     room = room_for(cfg, extra)
 
-    def within_room(b: int) -> ModelMemory:
-        return dataclasses.replace(at(b), room=room)
+    def at(batch: int) -> ModelMemory:
+        return dataclasses.replace(walked(batch), checkpointed=checkpointed, room=room)
 
-    part = strategy_class(cfg.strategy.name).memory(cfg, within_room, factory, sample_shape)
-    return dataclasses.replace(part, dataset=extra.dataset, batches=extra.batches, runtime=extra.runtime)
+    return at, extra
 
 
 def room_for(cfg: TrainConfig, extra: Footprint) -> int | None:
@@ -80,22 +99,6 @@ def room_for(cfg: TrainConfig, extra: Footprint) -> int | None:
     from scaletrain.units import size_flag
 
     return int(size_flag(cfg.launch.memory_per_device, "--memory-per-device") / (1 + MARGIN)) - extra.total
-
-
-def stage_memory(cfg: TrainConfig, factory: Callable, sample_shape: tuple[int, ...], batch: int,
-                 device_type: str) -> ModelMemory | None:
-    """The model's ModelMemory at a pipeline's micro-batch `batch`, with the room its stages may take (what a
-    running pipeline splits within: comm/pipeline/strategy.py); None when the model cannot run on the meta device."""
-    checkpointed = chosen(cfg.model.checkpoint_activations)
-    retained = retained_below() if device_type == "cpu" else None
-    mm = model_memory(factory, batch, sample_shape, cfg.optim.optimizer, cfg.model.precision,
-                      checkpointed=checkpointed, retained_below=retained)
-    if mm is None:
-        return None
-    extra = Footprint(dataset=dataset_bytes(cfg.data.dataset, sample_shape[-1], sample_shape[0]),
-                      batches=BATCH_COPIES * mm.input_bytes * cfg.optim.batch_size // batch,
-                      runtime=runtime_bytes(device_type))
-    return dataclasses.replace(mm, room=room_for(cfg, extra))
 
 
 def alternatives(cfg: TrainConfig) -> list[tuple[str, TrainConfig]]:
