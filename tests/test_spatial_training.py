@@ -189,8 +189,9 @@ def test_predict_prices_the_tiles_with_the_halo_bytes_the_run_counts(tmp_path, c
               "--batch-size", "64", "--nproc", "2"]
     assert main([*common, "--strategy", "spatial,allreduce", "--out", str(tmp_path / "p")]) == 0
     tiles, ddp = json.loads((tmp_path / "p" / "prediction.json").read_text())["points"]
-    # a column each way per 3x3 conv (the stem's 1 channel of digits, then six of 16), 8 rows, 64 samples, 4 bytes
-    assert tiles["comm"]["halo_bytes_per_step"] == (1 + 6 * 16) * 2 * 8 * 64 * 4
+    # a column each way per 3x3 conv, forward and back (six of 16 channels; the stem's 1 channel of digits forward
+    # only: the image takes no gradient), 8 rows, 64 samples, 4 bytes
+    assert tiles["comm"]["halo_bytes_per_step"] == (1 + 6 * 16 * 2) * 8 * 64 * 4
     assert tiles["phases_s"]["halo"] > 0 and tiles["phases_s"]["gather"] > 0
     assert tiles["samples_per_s"] == pytest.approx(64 / tiles["step_time_s"])  # one replica: 2 tiles of each image
     assert tiles["phases_s"]["forward"] < ddp["phases_s"]["forward"]

@@ -42,6 +42,9 @@ class Front:
     """The fx node name of the front's last node (where the gather is)."""
     out_shape: tuple[int, ...] = ()
     """The gathered tensor's shape for one whole sample (C, H, W)."""
+    on_image: tuple[str, ...] = ()
+    """The window layers whose input depends on no parameter (the image, or weightless layers on it): no gradient
+    flows back through them, so their backward exchanges no halo gradient."""
 
 
 def _graph(model: nn.Module, sample_shape: tuple[int, ...]) -> LayerGraph:
@@ -134,7 +137,23 @@ def plan_front(model: nn.Module, until: str, grid: TileGrid, sample_shape: tuple
     if shared:
         raise UserError(f"layer {shared[0]} runs both before and after the end of {until}: end the front before it")
     end = graph.nodes[last]
-    return Front(tuple(layers), until, tuple(inputs), end.name, tuple(end.shape[1:]) if end.shape else ())
+    return Front(tuple(layers), until, tuple(inputs), end.name, tuple(end.shape[1:]) if end.shape else (),
+                 _on_image(graph, last))
+
+
+def _on_image(graph: LayerGraph, last: int) -> tuple[str, ...]:
+    """The front's module nodes whose inputs depend on no parameter."""
+    graded: set[int] = set()
+    plain = []
+    for n in graph.nodes[:last + 1]:
+        if any(i in graded for i in n.inputs):
+            graded.add(n.id)
+            continue
+        if n.op == "call_module":
+            plain.append(n.target)
+        if n.params:
+            graded.add(n.id)
+    return tuple(plain)
 
 
 def _deepest(model: nn.Module, graph: LayerGraph, cuts: set[int]) -> str:
@@ -172,19 +191,21 @@ def halo_bytes_per_sample(layer_of: Callable[[str], nn.Module], front: Front, ti
     per window layer and cut dimension, the tile before gets `after` rows in forward and `before` rows of
     gradient in backward, the tile after the other way round, across the tile's width (its row-padded height,
     for columns on a 2-D grid), all channels. A layer whose forward runs again in backward (`recomputed`: under
-    activation checkpointing) sends its forward halos twice."""
+    activation checkpointing) sends its forward halos twice; one on the image (`Front.on_image`) sends no
+    gradient back."""
     total = 0
     for name, (c, height, width) in front.inputs:
         layer = layer_of(name)  # its tiled version
         again = recomputed(name)
+        graded = name not in front.on_image
         (br, ar), (bc, ac) = layer.widths
         h, w = height // tiles.grid.rows, width // tiles.grid.cols
         for dim, (before, after), across in ((0, (br, ar), w), (1, (bc, ac), h + br + ar)):
             prev, after_tile = tiles.grid.neighbours(tiles.index, dim)
             if prev is not None:
-                total += (after * (1 + again) + before) * c * across
+                total += (after * (1 + again) + before * graded) * c * across
             if after_tile is not None:
-                total += (before * (1 + again) + after) * c * across
+                total += (before * (1 + again) + after * graded) * c * across
     return total * element_size
 
 

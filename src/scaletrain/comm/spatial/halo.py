@@ -122,10 +122,12 @@ def _join(x: torch.Tensor, dim: int, top: torch.Tensor | None, bottom: torch.Ten
 
 def _unpad(g: torch.Tensor, dim: int, before: int, after: int, tiles: Tiles) -> torch.Tensor:
     """The adjoint of padding with _strips: the tile's own rows of g, plus the gradients its neighbours' halos
-    received for its border rows; the gradient of the fill is dropped."""
+    received for its border rows; the gradient of the fill is dropped. g is this backward's own (the layer's
+    gradient, just made): the neighbours' parts are added to it in place and the tile's rows come back as a view,
+    not a copy, of it (a tile-sized copy here would be the largest tensor of the front's backward)."""
     prev, nxt = tiles.peers(dim - H)
     n = g.size(dim) - before - after
-    inner = _rows(g, dim, before, n)  # g is this backward's own: its rows may be added to in place
+    inner = g.narrow(dim, before, n)
     sends, receives = [], []
     shape = list(g.shape)
     shape[dim] = after
@@ -153,8 +155,9 @@ def _unpad(g: torch.Tensor, dim: int, before: int, after: int, tiles: Tiles) -> 
 class HaloOp(torch.autograd.Function):
     """`op` (a window layer: conv, pool) on the tile padded with its halos, keeping for backward only the tile and
     its halo strips, not the padded copy: the layer before keeps the tile already, and a second, padded copy of
-    every tiled layer's input would take as much memory as the whole image's activations. Backward rebuilds the
-    padded tile, asks `op` for the gradients, and returns the halos' gradients to their owners."""
+    every tiled layer's input would take as much memory as the whole image's activations. Backward gives `op` a
+    way to rebuild the padded tile (`op.backward(g, padded, *params, needs)`: padded() makes it; the op keeps it
+    no longer than it needs it), and returns the halos' gradients to their owners."""
 
     @staticmethod
     def forward(ctx, x: torch.Tensor, tiles: Tiles, widths: Halo, fill: float, op, *params):
@@ -173,14 +176,22 @@ class HaloOp(torch.autograd.Function):
     def backward(ctx, g: torch.Tensor):
         saved = list(ctx.saved_tensors)
         params = saved[len(saved) - ctx.params:] if ctx.params else []
-        strips = iter(saved[1:len(saved) - ctx.params])
-        padded = saved[0]
-        for dim, (has_top, has_bottom) in zip((H, W), ctx.present):
-            padded = _join(padded, dim, next(strips) if has_top else None, next(strips) if has_bottom else None)
-        grads = ctx.op.backward(g, padded, *params, needs=ctx.needs_input_grad[5:])
+        x, strips = saved[0], saved[1:len(saved) - ctx.params]
+
+        def padded() -> torch.Tensor:
+            out, rest = x, iter(strips)
+            for dim, (has_top, has_bottom) in zip((H, W), ctx.present):
+                out = _join(out, dim, next(rest) if has_top else None, next(rest) if has_bottom else None)
+            return out
+
+        # the input's gradient only where it is wanted: the first layer's input is the image (and then no halo
+        # gradient is exchanged either: every tile runs the same layers, so all of them skip it alike)
+        needs = ctx.needs_input_grad
+        grads = ctx.op.backward(g, padded, *params, needs=(needs[0], *needs[5:]))
         g_in = grads[0]
-        for dim, (before, after) in reversed(list(zip((H, W), ctx.widths))):
-            g_in = _unpad(g_in.contiguous(), dim, before, after, ctx.tiles)
+        if g_in is not None:
+            for dim, (before, after) in reversed(list(zip((H, W), ctx.widths))):
+                g_in = _unpad(g_in, dim, before, after, ctx.tiles)
         return (g_in, None, None, None, None, *grads[1:])
 
 

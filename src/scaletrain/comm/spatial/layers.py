@@ -98,12 +98,14 @@ class ConvOp:
         return F.conv2d(padded, weight, bias, self.stride, self.padding, 1, self.groups)
 
     def backward(self, g, padded, weight, bias, needs) -> tuple:
+        """needs: (the input's gradient, the weight's, the bias's) wanted; `padded()` makes the padded tile."""
         dt = g.dtype  # under autocast the forward ran in g's precision
+        x = padded()
         gi, gw, gb = torch.ops.aten.convolution_backward(
-            g, padded.to(dt), weight.to(dt), None if bias is None else [bias.shape[0]], list(self.stride),
+            g, x.to(dt), weight.to(dt), None if bias is None else [bias.shape[0]], list(self.stride),
             list(self.padding), [1, 1], False, [0, 0], self.groups,
-            [True, bool(needs[0]), bias is not None and bool(needs[1])])
-        return (gi.to(padded.dtype), None if gw is None else gw.to(weight.dtype),
+            [bool(needs[0]), bool(needs[1]), bias is not None and bool(needs[2])])
+        return (None if gi is None else gi.to(x.dtype), None if gw is None else gw.to(weight.dtype),
                 None if gb is None else gb.to(bias.dtype))
 
 
@@ -117,9 +119,30 @@ class PoolOp:
         return self.fn(padded, self.kernel, self.stride, self.padding)
 
     def backward(self, g, padded, needs) -> tuple:
+        if not needs[0]:
+            return (None,)
         with torch.enable_grad():
-            p = padded.detach().requires_grad_()
+            p = padded().detach().requires_grad_()
             return torch.autograd.grad(self.forward(p), p, g)
+
+
+class MaxPoolOp(PoolOp):
+    """Max pooling's backward from the window maxima's positions alone: the padded tile is made again for them and
+    let go before the gradient (a tile-sized tensor of its own) is made, which then takes each output's gradient
+    at its maximum's place (added where windows overlap, in the order of the outputs, as aten's kernel does)."""
+
+    def backward(self, g, padded, needs) -> tuple:
+        if not needs[0]:
+            return (None,)
+        x = padded()
+        shape, dtype = x.shape, x.dtype
+        with torch.no_grad():
+            _, where = F.max_pool2d(x, self.kernel, self.stride, self.padding, return_indices=True)
+        del x
+        n, c = shape[0], shape[1]
+        out = torch.zeros(shape, dtype=g.dtype, device=g.device)
+        out.view(n, c, -1).scatter_add_(2, where.view(n, c, -1), g.reshape(n, c, -1))
+        return (out.to(dtype),)
 
 
 class SpatialConv2d(_Windowed):
@@ -135,11 +158,12 @@ class SpatialConv2d(_Windowed):
 
 class _SpatialPool(_Windowed):
     pool = staticmethod(F.max_pool2d)
+    kind = MaxPoolOp
 
     def __init__(self, name: str, module: nn.Module, tiles: Tiles) -> None:
         super().__init__(name, module, tiles)
-        self.op = PoolOp(self.pool, tuple(w.kernel for w in self.windows), tuple(w.stride for w in self.windows),
-                         self.padding)
+        self.op = self.kind(self.pool, tuple(w.kernel for w in self.windows), tuple(w.stride for w in self.windows),
+                            self.padding)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.run(x, self.op)
@@ -151,6 +175,7 @@ class SpatialMaxPool2d(_SpatialPool):
 
 class SpatialAvgPool2d(_SpatialPool):
     pool = staticmethod(F.avg_pool2d)
+    kind = PoolOp
 
 
 def _sum_over_tiles(t: torch.Tensor, tiles: Tiles) -> torch.Tensor:
@@ -181,14 +206,24 @@ class _WholeImageNorm(torch.autograd.Function):
         x_hat, weight, invstd = ctx.saved_tensors
         dims = (0, 2, 3)
         sum_dy = dy.sum(dims)
-        sum_dy_xhat = (dy * x_hat).sum(dims)
+        sum_dy_xhat = _sum_of_products(dy, x_hat)
         d_weight = None if weight is None else sum_dy_xhat.clone()
         d_bias = sum_dy.clone() if ctx.has_bias else None
         sums = _sum_over_tiles(torch.stack([sum_dy, sum_dy_xhat]), ctx.tiles) / ctx.count
         shape = (1, -1, 1, 1)
         scale = invstd.to(dy.dtype) if weight is None else weight * invstd.to(dy.dtype)
-        dx = (x_hat * sums[1].view(shape).neg()).add_(dy).sub_(sums[0].view(shape)).mul_(scale.view(shape))
+        # dx in x_hat's own memory (its last use; a second backward through this graph is refused by autograd's
+        # check of saved tensors, not computed wrong): no third tile-sized tensor beside dy and x_hat
+        dx = x_hat.mul_(sums[1].view(shape).neg()).add_(dy).sub_(sums[0].view(shape)).mul_(scale.view(shape))
         return dx, d_weight, d_bias, None, None, None, None
+
+
+def _sum_of_products(a: torch.Tensor, b: torch.Tensor, chunk_bytes: int = 2**23) -> torch.Tensor:
+    """sum(a * b) over all dimensions but channels (1) of two NCHW tensors, a band of rows at a time: the product
+    of whole tiles would be a temporary as large as a layer's activations."""
+    rows = max(1, chunk_bytes // max(1, a[:, :, :1].numel() * a.element_size()))
+    return sum((a.narrow(2, r, min(rows, a.size(2) - r)) * b.narrow(2, r, min(rows, a.size(2) - r))).sum((0, 2, 3))
+               for r in range(0, a.size(2), rows))
 
 
 class SpatialBatchNorm2d(nn.Module):
