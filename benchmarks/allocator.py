@@ -1,16 +1,18 @@
-"""What fixing glibc malloc's thresholds (distributed/allocator.py, every scaletrain process's default) does to a
-training run: samples/s and each rank's peak resident memory, with the thresholds fixed against glibc's own
-dynamic ones (`SCALETRAIN_MALLOC=default`), side by side in one run.
+"""What glibc malloc's thresholds (distributed/allocator.py) do to a training run: samples/s and each rank's peak
+resident memory under scaletrain's two policies, `steady` (every run's default: freed tensors under 32 MiB
+kept) and `lean` (`--allocator lean`, what a run with --memory-per-device uses: 1 MiB and more given back),
+against glibc's own dynamic thresholds (`SCALETRAIN_MALLOC=default`), side by side in one run.
 
-Two workloads, both `scaletrain train` on synthetic 32x32 images with one torch thread per rank (2 ranks on
-2 cores): `ddp`, ResNet-20 data-parallel (the overhead benchmark's run), and `pipeline`, VGG-11 in 2 stages
-with 4 micro-batches (the model whose 9.4 MB weight gradients made the threshold matter). Runs interleave in
-a rotating order (fixed, default; default, fixed; ...) so that the drift of a shared machine hits both alike.
-Reported per workload: each side's median samples/s (scaletrain's steady-state definition) with its min-max,
-the ratio of medians, the per-repeat paired ratios' range, and the largest rank's peak RSS. A measurement,
+Three workloads, all `scaletrain train` on synthetic images with one torch thread per rank (2 ranks on 2 cores):
+`ddp`, ResNet-20 data-parallel at 32 px (the overhead benchmark's run); `pipeline`, VGG-11 in 2 stages with 4
+micro-batches at 32 px (the model whose 9.4 MB weight gradients made the threshold matter); `tiles`, ResNet-18
+on 2 tiles of a 1,920 px image with block checkpointing (batch 1: large images, where memory is the point).
+Runs interleave in a rotating order so that the drift of a shared machine hits every side alike. Reported per
+workload and side: median samples/s (scaletrain's steady-state definition) with its min-max, the ratio of
+medians to steady's with the per-repeat paired ratios' range, and the largest rank's peak RSS. A measurement,
 not a test: exits 0 whatever the ratios (1 if a run fails).
 
-    .venv/bin/python benchmarks/allocator.py                  # `make bench`, ~4 min
+    .venv/bin/python benchmarks/allocator.py                  # `make bench`, ~15 min
     .venv/bin/python benchmarks/allocator.py --repeats 1 --workloads ddp    # a smoke run
 """
 
@@ -35,10 +37,13 @@ WORKLOADS = {
             "--epochs", "2"],
     "pipeline": ["--model", "vgg11", "--strategy", "pipeline", "--stages", "2", "--microbatches", "4",
                  "--split", "uniform", "--batch-size", "32", "--synthetic-samples", "1024", "--epochs", "2"],
+    "tiles": ["--model", "resnet18", "--strategy", "spatial", "--spatial", "2", "--checkpoint-activations", "blocks",
+              "--batch-size", "1", "--synthetic-samples", "5", "--epochs", "1", "--image-size", "1920"],
 }
 COMMON = ["--dataset", "synthetic", "--image-size", "32", "--nproc", "2", "--threads", "1", "--optimizer", "sgd",
           "--no-augment", "--no-progress", "--tensorboard", "off", "--eval-every", "2"]
-SIDES = {"fixed": {}, "default": {allocator.OPT_OUT: "default"}}
+SIDES = {"steady": ["--allocator", "steady"], "lean": ["--allocator", "lean"], "default": ["--allocator", "steady"]}
+SIDE_ENV = {"default": {allocator.OPT_OUT: "default"}}
 
 console = Console(highlight=False, width=None if sys.stdout.isatty() else 120)
 
@@ -55,9 +60,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def run(workload: str, side: str, out: Path) -> dict:
-    env = {k: v for k, v in os.environ.items() if k != allocator.OPT_OUT and k not in allocator.USER_VARIABLES}
-    cmd = [sys.executable, "-m", "scaletrain", "train", *WORKLOADS[workload], *COMMON, "--out", str(out)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, env={**env, **SIDES[side]})
+    env = {k: v for k, v in os.environ.items() if k != allocator.OPT_OUT and k not in allocator.USER_VARIABLES
+           and k != "GLIBC_TUNABLES"}
+    # (a later --image-size wins over COMMON's)
+    cmd = [sys.executable, "-m", "scaletrain", "train", *COMMON, *WORKLOADS[workload], *SIDES[side], "--out", str(out)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env={**env, **SIDE_ENV.get(side, {})})
     if proc.returncode != 0:
         tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-25:])
         console.print(f"[red]{workload}/{side} failed (exit {proc.returncode}):[/red] {' '.join(cmd)}\n{tail}")
@@ -69,8 +76,9 @@ def run(workload: str, side: str, out: Path) -> dict:
 
 def measure(workloads: list[str], repeats: int, tmp: Path) -> dict[str, dict[str, list[dict]]]:
     results = {w: {side: [] for side in SIDES} for w in workloads}
+    sides = list(SIDES)
     for r in range(repeats):
-        order = list(SIDES) if r % 2 == 0 else list(reversed(SIDES))
+        order = sides[r % len(sides):] + sides[:r % len(sides)]  # each side first in turn
         for w in workloads:
             for side in order:
                 got = run(w, side, tmp / f"{w}-{side}-{r}")
@@ -82,27 +90,29 @@ def measure(workloads: list[str], repeats: int, tmp: Path) -> dict[str, dict[str
 
 def summarise(runs: dict[str, list[dict]]) -> dict:
     rate = {side: [r["samples_per_s"] for r in rs] for side, rs in runs.items()}
-    paired = [f / d for f, d in zip(rate["fixed"], rate["default"])]
-    return {"median": {side: statistics.median(v) for side, v in rate.items()},
-            "range": {side: (min(v), max(v)) for side, v in rate.items()},
-            "ratio": statistics.median(rate["fixed"]) / statistics.median(rate["default"]),
-            "paired": (min(paired), max(paired)),
-            "peak_rss_mib": {side: max(r["peak_rss_bytes"] for r in rs) / 2**20 for side, rs in runs.items()}}
+    out = {"median": {side: statistics.median(v) for side, v in rate.items()},
+           "range": {side: (min(v), max(v)) for side, v in rate.items()},
+           "ratio": {}, "paired": {},
+           "peak_rss_mib": {side: max(r["peak_rss_bytes"] for r in rs) / 2**20 for side, rs in runs.items()}}
+    for side, v in rate.items():  # against steady, each repeat with its own steady run
+        paired = [x / s for x, s in zip(v, rate["steady"])]
+        out["ratio"][side] = statistics.median(v) / statistics.median(rate["steady"])
+        out["paired"][side] = (min(paired), max(paired))
+    return out
 
 
 def render(summary: dict[str, dict], repeats: int) -> None:
-    table = Table(title=f"glibc malloc thresholds fixed (scaletrain's default) against glibc's dynamic ones, "
-                        f"{repeats} interleaved repeats each")
-    for col in ("workload", "fixed samples/s", "min-max", "default samples/s", "min-max", "fixed / default",
-                "paired", "peak RSS MiB fixed / default"):
+    table = Table(title=f"glibc malloc: scaletrain's steady and lean policies and glibc's own thresholds "
+                        f"(default), {repeats} interleaved repeats each")
+    for col in ("workload", "side", "samples/s", "min-max", "/ steady", "paired", "peak RSS MiB"):
         table.add_column(col, justify="right")
     for w, s in summary.items():
-        def side(name: str) -> list[str]:
-            lo, hi = s["range"][name]
-            return [f"{s['median'][name]:.1f}", f"{lo:.1f}-{hi:.1f}"]
-        table.add_row(w, *side("fixed"), *side("default"), f"{s['ratio']:.3f}",
-                      f"{s['paired'][0]:.3f}-{s['paired'][1]:.3f}",
-                      f"{s['peak_rss_mib']['fixed']:.0f} / {s['peak_rss_mib']['default']:.0f}")
+        for side in SIDES:
+            lo, hi = s["range"][side]
+            p_lo, p_hi = s["paired"][side]
+            fmt = ".1f" if s["median"][side] >= 10 else ".3f"
+            table.add_row(w, side, f"{s['median'][side]:{fmt}}", f"{lo:{fmt}}-{hi:{fmt}}", f"{s['ratio'][side]:.3f}",
+                          f"{p_lo:.3f}-{p_hi:.3f}", f"{s['peak_rss_mib'][side]:.0f}")
     console.print(table)
 
 

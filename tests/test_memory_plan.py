@@ -40,7 +40,7 @@ def test_peak_with_checkpointing_holds_inputs_and_one_block():
 def test_peak_inside_a_block_frees_what_backward_has_passed():
     b = BlockBytes("a", saved=100, input=10, largest=40, inner=70)
     assert b.backward_peak == 70 and peak([b, b]) == 100 + 70
-    assert b.scaled(0.5).backward_peak == 35 and replace(b, extra=2).backward_peak == 70 + 80
+    assert b.tiled(0.5).backward_peak == 35 and replace(b, tiled_inner=90).tiled(0.5).backward_peak == 45
 
 
 def test_peak_with_a_retaining_allocator_adds_the_small_blocks_high_water():
@@ -59,6 +59,9 @@ def test_inner_peak_from_the_layers():
                       "sgd", "fp32")
     assert all(b.inner is not None and TRANSIENT * b.largest <= b.inner <= b.saved + TRANSIENT * b.largest
                for b in mm.blocks)
+    # on tiles (comm/spatial/layers.py) a BatchNorm's or an activation's backward holds less than T x its output
+    assert all(b.tiled_inner is not None and b.tiled_inner <= b.saved + TRANSIENT * b.largest for b in mm.blocks)
+    assert any(b.tiled_inner < b.inner for b in mm.blocks)
 
 
 def _cfg(side: int, **extra):
@@ -104,7 +107,7 @@ def test_tiles_in_pipeline_stages_hold_less_than_the_pipeline_on_whole_images():
 def test_train_refuses_a_run_over_the_budget_naming_layouts_that_fit():
     from scaletrain.distributed.launch.preflight import validate
 
-    cfg = _cfg(1024, memory_per_device="1200MiB")
+    cfg = _cfg(1024, memory_per_device="1200MiB", allocator="steady")
     with pytest.raises(UserError) as e:
         validate(cfg)
     message = str(e.value)
@@ -114,6 +117,19 @@ def test_train_refuses_a_run_over_the_budget_naming_layouts_that_fit():
     with pytest.raises(UserError, match="no layout of these ranks fits: lower --image-size"):
         validate(_cfg(1024, memory_per_device="300MiB"))
     validate(_cfg(256, memory_per_device="4GiB"))  # fits: no refusal
+
+
+def test_auto_allocator_is_lean_under_a_budget(capsys):
+    """A CPU run with --memory-per-device runs lean (said in one line), whose resident peak is the live one the model
+    prices (a smaller plan than steady's, whose heap keeps what is freed); with no budget, steady."""
+    from scaletrain.distributed.launch.preflight import validate
+
+    assert _need(1024, allocator="lean").activations < _need(1024, allocator="steady").activations
+    assert validate(_cfg(1024, memory_per_device="8GiB")).launch.allocator == "lean"
+    assert "--allocator auto: lean" in capsys.readouterr().err
+    assert validate(_cfg(1024)).launch.allocator == "steady"
+    assert validate(_cfg(1024, memory_per_device="8GiB", allocator="steady")).launch.allocator == "steady"
+    assert "--allocator" not in capsys.readouterr().err
 
 
 def test_a_budget_that_is_not_a_size_is_refused():
@@ -213,12 +229,12 @@ def test_named_blocks_are_checked():
 
 @pytest.mark.slow
 def test_train_auto_checkpointing_fits_the_budget(tmp_path, run_cli):
-    """ResNet-18 at 1,600 px, batch 1, 2 ranks, 2 GiB: too much without checkpointing by the plan; auto picks
-    blocks, says which, and the run's measured peak stays within the budget."""
+    """ResNet-18 at 1,728 px, batch 1, 2 ranks, 2 GiB (so the lean allocator): too much without checkpointing by
+    the plan; auto picks blocks, says which, and the run's measured peak stays within the budget."""
     out = tmp_path / "auto"
     done = run_cli("train", "--model", "resnet18", "--dataset", "synthetic", "--synthetic-samples", "4",
                    "--batch-size", "1", "--epochs", "1", "--nproc", "2", "--threads", "1", "--no-progress",
-                   "--tensorboard", "off", "--image-size", "1600", "--memory-per-device", "2GiB",
+                   "--tensorboard", "off", "--image-size", "1728", "--memory-per-device", "2GiB",
                    "--checkpoint-activations", "auto", "--out", str(out))
     assert done.returncode == 0, done.stderr
     assert "--checkpoint-activations auto: stem" in done.stderr

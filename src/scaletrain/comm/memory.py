@@ -68,7 +68,7 @@ def _walks(cfg: TrainConfig, factory: Callable, sample_shape: tuple[int, ...], d
     layout's part: the dataset, the loader's batches, the process). _NoMeta when the model cannot run on meta."""
     checkpointed = chosen(cfg.model.checkpoint_activations)
     # on a CPU, glibc keeps what is freed below its mmap threshold (distributed/allocator.py): its high-water stays
-    retained = retained_below() if device_type == "cpu" else None
+    retained = retained_below(cfg.launch.allocator) if device_type == "cpu" else None
     cache = {} if cache is None else cache
 
     def walked(batch: int) -> ModelMemory:

@@ -30,6 +30,7 @@ DEVICES = ("auto", "cpu", "cuda")
 SWITCHES = ("on", "off")
 TENSORBOARD = ("auto", "on", "off")
 OFFLOADS = ("none", "activations", "params")
+ALLOCATORS = ("steady", "lean", "auto")  # distributed/allocator.py
 CHECKPOINTS = ("none", "blocks", "auto")
 
 
@@ -212,6 +213,12 @@ class LaunchConfig:
     """Memory one rank may use (e.g. 2GiB: of a GPU, or of the host per CPU rank): a run whose planned memory per
     rank is more is refused before it starts, naming the layouts of the same ranks that fit (docs/perf.md)."""
 
+    allocator: str = "auto"
+    """How a CPU rank's memory allocator keeps what a step frees: `steady` (glibc's heap keeps tensors under 32 MiB
+    for the next step: steady, fast steps, a resident peak above the live one), `lean` (tensors of 1 MiB and more
+    are given back when freed: the resident peak is the live one, steps slower by the kernel's fresh pages), or
+    `auto`: steady, unless --memory-per-device is met only with lean (docs/perf.md)."""
+
     progress: bool = True
     """Show progress on rank 0: a bar on a terminal; in a log (a SLURM job's output, nohup, a pipe) a line
     after the first step, then every 100 steps (10 s apart at least) or 30 s, whichever comes first."""
@@ -234,6 +241,7 @@ class LaunchConfig:
         check_address("local_addr", self.local_addr)
         if self.memory_per_device is not None:
             size_flag(self.memory_per_device, "--memory-per-device")
+        check_choice("allocator", self.allocator, ALLOCATORS)
         if self.nnodes > 1 and self.master_port is None:
             raise UserError("--nnodes > 1 needs --master-port (the same on every node) and --master-addr "
                             "(node 0's address)")

@@ -11,6 +11,15 @@ that depends on what the process did before cannot be measured, predicted or com
 (the CLI, each rank, the benchmarks) calls `settle()` first, as the `MALLOC_MMAP_THRESHOLD_` and
 `MALLOC_TRIM_THRESHOLD_` environment variables would at start-up.
 
+That is the `steady` policy. Its price is memory: what a step frees under 32 MiB stays with the process, and the
+heap's high-water grows over the first steps as freed holes of one size are not reused for another (ResNet-18
+on 2 tiles of a 1,920 px image, checkpointed: 1.1 GB live at the step's peak, 1.9 GB resident). The `lean` policy
+(`--allocator lean`) serves every allocation of 1 MiB and more from pages of its own and gives them back on
+free, so the resident peak is what is live; the price is the kernel's fresh pages, step after step (huge pages
+where the kernel allows them on request: `GLIBC_TUNABLES=glibc.malloc.hugetlb=1` in the ranks' environment,
+which glibc reads at a process's start). `auto` is steady unless a --memory-per-device budget is met only by
+lean (distributed/launch/preflight.py). docs/perf.md has the figures.
+
 Left alone: `SCALETRAIN_MALLOC=default` (glibc's own behaviour, e.g. to measure what this buys), thresholds
 the user set through those environment variables, and C libraries other than glibc (macOS, musl).
 """
@@ -21,8 +30,13 @@ import ctypes
 import os
 from typing import Any
 
-MMAP_THRESHOLD = 32 * 2**20  # glibc's largest: every tensor of a vision model's step below it reuses heap memory
-TRIM_THRESHOLD = 2**31 - 1  # mallopt takes an int: up to 2 GiB freed at the heap top is kept for the next step
+THRESHOLDS = {  # (mmap, trim) threshold in bytes of each policy
+    # glibc's largest mmap threshold: every tensor of a vision model's step below it reuses heap memory; mallopt
+    # takes an int: up to 2 GiB freed at the heap top is kept for the next step
+    "steady": (32 * 2**20, 2**31 - 1),
+    "lean": (2**20, 2**20),  # 1 MiB and more: pages of its own, returned on free (and the heap's top with them)
+}
+HUGE_PAGES = "glibc.malloc.hugetlb=1"  # the lean policy's ranks: its fresh pages as huge pages where allowed
 M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3  # mallopt's parameter numbers (malloc.h)
 OPT_OUT = "SCALETRAIN_MALLOC"
 USER_VARIABLES = ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_")
@@ -30,25 +44,46 @@ USER_VARIABLES = ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_")
 _settled: dict[str, Any] | None = None
 
 
-def settle() -> dict[str, Any]:
-    """Fix the thresholds in this process (once; later calls return the first call's record): what was done,
-    for summary.json's placement."""
+def settle(policy: str | None = None) -> dict[str, Any]:
+    """Fix the thresholds of `policy` (steady or lean; auto, unresolved, is steady; None: what this process has,
+    steady at first) in this process, again only when the policy changes: what was done, for summary.json's
+    placement."""
     global _settled
-    if _settled is None:
-        _settled = _apply()
+    if policy is None and _settled is not None:
+        return _settled
+    policy = _policy(policy or "steady")
+    if _settled is None or _settled.get("allocator", "steady") != policy:
+        _settled = _apply(policy)
     return _settled
 
 
-def retained_below() -> int | None:
+def retained_below(policy: str = "steady") -> int | None:
     """The size under which a rank's freed memory stays with its process (glibc's heap below the mmap threshold,
-    with the trim threshold past what a step frees) when its ranks fix the thresholds, else None (unknown)."""
-    if _glibc() is None or os.environ.get(OPT_OUT, "").strip().lower() == "default" or \
-            any(os.environ.get(name) for name in USER_VARIABLES):
+    with the trim threshold past what a step frees) when its ranks fix the thresholds of `policy`, else None
+    (unknown)."""
+    if _left_alone():
         return None
-    return MMAP_THRESHOLD
+    return THRESHOLDS[_policy(policy)][0]
 
 
-def _apply() -> dict[str, Any]:
+def rank_environment(policy: str) -> dict[str, str]:
+    """What a rank's environment needs at its start for `policy` (glibc reads its tunables only then): lean's huge
+    pages, unless the user gave GLIBC_TUNABLES or opted out."""
+    if _policy(policy) != "lean" or _left_alone() or os.environ.get("GLIBC_TUNABLES"):
+        return {}
+    return {"GLIBC_TUNABLES": HUGE_PAGES}
+
+
+def _policy(policy: str) -> str:
+    return "steady" if policy == "auto" else policy
+
+
+def _left_alone() -> bool:
+    return _glibc() is None or os.environ.get(OPT_OUT, "").strip().lower() == "default" or \
+        any(os.environ.get(name) for name in USER_VARIABLES)
+
+
+def _apply(policy: str) -> dict[str, Any]:
     libc = _glibc()
     if libc is None:
         return {"malloc": "not glibc: left as it is"}
@@ -57,11 +92,13 @@ def _apply() -> dict[str, Any]:
     given = [name for name in USER_VARIABLES if os.environ.get(name)]
     if given:
         return {"malloc": f"glibc, as set by {' and '.join(given)}"}
-    ok = libc.mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD) == 1 and libc.mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD) == 1
+    mmap, trim = THRESHOLDS[policy]
+    ok = libc.mallopt(M_MMAP_THRESHOLD, mmap) == 1 and libc.mallopt(M_TRIM_THRESHOLD, trim) == 1
     if not ok:
         return {"malloc": "glibc refused the thresholds: left as it is"}
-    return {"malloc": "glibc, thresholds fixed", "mmap_threshold_bytes": MMAP_THRESHOLD,
-            "trim_threshold_bytes": TRIM_THRESHOLD}
+    huge = HUGE_PAGES in os.environ.get("GLIBC_TUNABLES", "")
+    return {"malloc": "glibc, thresholds fixed", "allocator": policy, "mmap_threshold_bytes": mmap,
+            "trim_threshold_bytes": trim, **({"huge_pages": True} if huge else {})}
 
 
 def _glibc() -> ctypes.CDLL | None:

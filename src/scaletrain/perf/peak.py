@@ -12,8 +12,16 @@ gradient of k's output and of the tensor being computed are alive beside them:
 (with checkpointing each block keeps only its input until backward reaches it, then runs its forward again:
 its own saved tensors are back, alone; inside a block, backward frees a layer's saved tensors once past it).
 T = 2 + WORKSPACE: the gradients of a layer's output and input, and the convolution kernels' own workspace.
-A block that runs on spatial tiles is `scaled` to a tile's share, with `extra` transients (the padded copies
-its halo exchange builds). Bytes are at the traced precision; perf/memory.activations_at converts them.
+A block that runs on spatial tiles is `tiled` to a tile's share: its inner peak is then that of the tiled
+layers' own backward (comm/spatial/layers.py), layer kind by kind (`tiled_inner`):
+
+    convolution      the output's gradient, the workspace, the padded tile made again and the input's gradient
+                     (1 + WORKSPACE) x out + 2 x in
+    BatchNorm        the output's gradient (the input's is made in the memory it saved)       1 x out
+    max pooling      the padded tile, the maxima's positions (int64), then the gradients     in + out + 2 x out
+    anything else    the gradients of its output and input                                  2 x out
+
+Bytes are at the traced precision; perf/memory.activations_at converts them.
 """
 
 from __future__ import annotations
@@ -35,17 +43,19 @@ class BlockBytes:
     # backward's peak inside the block: over its layers j, the saved tensors of layers up to j (the later ones'
     # are freed by then) and T x layer j's output; None: taken as saved + T x largest
     inner: int | None = None
-    extra: int = 0  # more transients, in units of `largest` (a tile's padded copies)
+    # the same on spatial tiles (whole images' bytes: `tiled` takes a tile's share); None: not known
+    tiled_inner: int | None = None
 
     @property
     def backward_peak(self) -> int:
-        inner = self.saved + TRANSIENT * self.largest if self.inner is None else self.inner
-        return inner + self.extra * self.largest
+        return self.saved + TRANSIENT * self.largest if self.inner is None else self.inner
 
-    def scaled(self, share: float) -> "BlockBytes":
+    def tiled(self, share: float) -> "BlockBytes":
+        """The block as a tile's rank holds it: a `share` of every tensor, its backward the tiled layers'."""
+        inner = self.tiled_inner if self.tiled_inner is not None else self.inner
         return replace(self, saved=int(self.saved * share), input=int(self.input * share),
-                       largest=int(self.largest * share),
-                       inner=None if self.inner is None else int(self.inner * share))
+                       largest=int(self.largest * share), inner=None if inner is None else int(inner * share),
+                       tiled_inner=None)
 
 
 WORKSPACE = 2
@@ -63,14 +73,27 @@ def block_bytes(graph: LayerGraph, blocks: list[Block], input_bytes: int) -> lis
         entering = sum(blocks[i].out_bytes for i in b.inputs) if b.inputs else input_bytes
         layers = [by_id[i] for i in b.nodes if i in by_id]
         largest = max((n.out_bytes for n in layers), default=0)
-        held, inner = 0, 0
+        held, inner, tiled = 0, 0, 0
         for n in layers:
             held += n.saved_bytes if n.saved_bytes is not None else 0
             inner = max(inner, held + TRANSIENT * n.out_bytes)
+            came = sum(by_id[i].out_bytes for i in n.inputs if i in by_id) or entering
+            tiled = max(tiled, held + _tiled_transient(n.kind, came, n.out_bytes))
         exact = all(n.saved_bytes is not None for n in layers)
         out.append(BlockBytes(b.name, b.saved_bytes, entering, largest, b.param_bytes, b.flops,
-                              inner if exact else None))
+                              inner if exact else None, tiled if exact else None))
     return out
+
+
+def _tiled_transient(kind: str, came: int, out: int) -> int:
+    """What the tiled version of a layer of this kind holds in its backward beside the saved tensors (above)."""
+    if kind == "Conv2d":
+        return (1 + WORKSPACE) * out + 2 * came
+    if kind == "BatchNorm2d":
+        return out
+    if kind == "MaxPool2d":
+        return came + 3 * out
+    return 2 * out
 
 
 def peak(blocks: list[BlockBytes], checkpointed: bool | frozenset[str] = False,

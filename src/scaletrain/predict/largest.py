@@ -9,7 +9,7 @@ width its tiles do not divide, is stepped over). Meta-device walks only: no memo
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable
 
 from scaletrain import fmt
@@ -31,9 +31,11 @@ class Largest:
     side: int | None  # None: not even STEP fits
     bytes: int | None  # memory per rank at that side
     why: str | None = None  # a layout these ranks cannot take, or none fits
+    allocator: str | None = None  # the CPU allocator policy it takes (distributed/allocator.py); None: a GPU's
 
     def to_dict(self) -> dict:
-        return {"layout": self.flags, "largest_side": self.side, "bytes_per_rank": self.bytes, "why": self.why}
+        return {"layout": self.flags, "largest_side": self.side, "bytes_per_rank": self.bytes, "why": self.why,
+                "allocator": self.allocator}
 
 
 def largest_sides(cfg: TrainConfig, build: Callable[[TrainConfig, int], Callable], channels: int, budget: int,
@@ -42,11 +44,14 @@ def largest_sides(cfg: TrainConfig, build: Callable[[TrainConfig, int], Callable
     """For the request and each alternative layout (comm/memory.alternatives), its largest side within `budget`;
     `build(cfg, side)` gives the model factory at a side."""
     runtime = memory.runtime_bytes(device_type)
-    cfg = cfg.replace(memory_per_device=str(budget))  # (a pipeline's stages are split within it)
+    # on a CPU, a run with a budget and `--allocator auto` runs lean (distributed/launch/preflight.planned)
+    policy = None if device_type != "cpu" else "lean" if cfg.launch.allocator == "auto" else cfg.launch.allocator
+    # (a pipeline's stages are split within the budget)
+    cfg = cfg.replace(memory_per_device=str(budget), allocator=policy or "steady")
     layouts = [("as given", cfg), *memory.alternatives(cfg)]
     out = []
     for i, (flags, layout) in enumerate(layouts):
-        out.append(_largest(flags, layout, build, channels, budget, device_type, runtime))
+        out.append(replace(_largest(flags, layout, build, channels, budget, device_type, runtime), allocator=policy))
         progress(flags, i + 1, len(layouts))
     return out
 
@@ -96,12 +101,13 @@ def _largest(flags: str, cfg: TrainConfig, build, channels: int, budget: int, de
 def largest_table(rows: list[Largest], budget: str, what: str) -> Grid:
     base = rows[0].side if rows and rows[0].side else None
     grid = Grid(f"largest image side within {budget} per rank ({what})",
-                ["layout", "largest side", "memory per rank", "x as given"], text_columns=(0,))
+                ["layout", "largest side", "memory per rank", "x as given", "allocator"], text_columns=(0, 4))
     for r in rows:
         if r.side is None:
-            grid.rows.append([r.flags, "-", r.why or "-", "-"])
+            grid.rows.append([r.flags, "-", r.why or "-", "-", "-"])
             continue
-        grid.rows.append([r.flags, f"{r.side:,}", fmt.size(r.bytes), f"{r.side / base:.2f}" if base else "-"])
+        grid.rows.append([r.flags, f"{r.side:,}", fmt.size(r.bytes), f"{r.side / base:.2f}" if base else "-",
+                          r.allocator or "-"])
     grid.note = ("the memory model: meta-device walks, nothing allocated (docs/perf.md); measured against real runs "
                  "in docs/spatial.md")
     return grid

@@ -44,7 +44,7 @@ def run(cfg: TrainConfig, rank: RankInfo) -> dict[str, Any] | None:
     from scaletrain.train.build import build_data_and_model
     from scaletrain.train.loop import Trainer
 
-    settle()  # a rank is a fresh process: glibc's thresholds fixed before its first step
+    settle(cfg.launch.allocator)  # a rank is a fresh process: glibc's thresholds fixed before its first step
     with made_in(cfg.model.precision), closing(registry.create(cfg, rank)) as strategy:
         if strategy.role == SERVER:
             strategy.serve(build_data_and_model(cfg)[1])

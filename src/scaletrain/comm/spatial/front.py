@@ -12,7 +12,6 @@ layer, before any process starts.
 from __future__ import annotations
 
 import copy
-import dataclasses
 from dataclasses import dataclass
 from typing import Callable
 
@@ -285,9 +284,9 @@ def tile_front(model: nn.Module, front: Front, tiles: Tiles) -> list[nn.Paramete
 
 
 def tile_blocks(cfg, mm, factory, sample_shape) -> tuple[list, int]:
-    """The blocks' bytes (perf/peak.BlockBytes) as a tile's rank holds them: the front's a tile's share, plus the
-    padded copy of its tile that each tiled layer's halo exchange builds (forward, and again in backward); and the
-    tile a rank slices out of the whole batch it reads."""
+    """The blocks' bytes (perf/peak.BlockBytes) as a tile's rank holds them: the front's a tile's share, with the
+    tiled layers' own backward (the padded tiles their halo exchanges build again, perf/peak.py); and the tile a
+    rank slices out of the whole batch it reads."""
     model = factory()
     until = cfg.spatial.until
     if cfg.layout.stages > 1:  # the tiles' pipelines gather between two blocks
@@ -304,5 +303,5 @@ def tile_blocks(cfg, mm, factory, sample_shape) -> tuple[list, int]:
         first = name.split(".")[0].split("+")[0]
         return first in order and order.index(first) <= last
 
-    blocks = [dataclasses.replace(b.scaled(1 / cfg.spatial.tiles), extra=2) if in_front(b.name) else b for b in mm.blocks]
+    blocks = [b.tiled(1 / cfg.spatial.tiles) if in_front(b.name) else b for b in mm.blocks]
     return blocks, mm.input_bytes // cfg.spatial.tiles

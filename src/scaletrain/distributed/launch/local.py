@@ -14,6 +14,7 @@ import uuid
 from scaletrain.comm.registry import strategy_class
 from scaletrain.config import TrainConfig
 from scaletrain.distributed import failure
+from scaletrain.distributed.allocator import rank_environment
 from scaletrain.distributed.launch import spawned
 from scaletrain.distributed.launch.outcome import print_resume_hint, print_summary, rank_namer
 from scaletrain.errors import UserError
@@ -40,7 +41,8 @@ def launch_local(cfg: TrainConfig, run: RunDir, port: int) -> int:
         watchdog = failure.Watchdog(err_dir)
         try:
             with no_exit_barrier(strategy_class(cfg.strategy.name).tolerates_dead_workers), \
-                    recording_restarts(err_dir, run, cfg), preemption_requests(run), spawned.errors_to(err_dir):
+                    recording_restarts(err_dir, run, cfg), preemption_requests(run), \
+                    spawned.errors_to(err_dir, **rank_environment(cfg.launch.allocator)):
                 elastic_launch(launch_cfg, worker_main)(cfg.to_dict(), err_dir)
         except ChildFailedError as e:
             exitcodes = {rank: f.exitcode for rank, f in e.failures.items()}

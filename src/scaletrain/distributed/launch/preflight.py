@@ -27,8 +27,9 @@ from scaletrain.units import size_flag
 def validate(cfg: TrainConfig) -> TrainConfig:
     """Every check of a training request that needs no run directory: the launch's shape, the device,
     the data, the model, the batch against the data. Writes nothing; `study` runs it for every point. Returns
-    the request with `--checkpoint-activations auto` resolved (the blocks it checkpoints)."""
+    the request with the settings left to auto that the memory decides resolved (planned())."""
     cfg.check_launch()
+    requested = cfg
     device_type = check_device_request(cfg.launch.device, cfg.launch.nproc, cfg.model.precision)
     if cfg.model.sync_bn and device_type != "cuda":
         raise UserError("--sync-bn needs CUDA (PyTorch's SyncBatchNorm has no CPU kernel): drop --sync-bn")
@@ -75,11 +76,11 @@ def validate(cfg: TrainConfig) -> TrainConfig:
                         "starts one agent per rank (a dead worker is tolerated, not restarted): drop --max-restarts")
     shape = (data.in_channels, data.image_size, data.image_size)
     strategy.check_model(cfg, factory, shape)
-    if cfg.launch.memory_per_device:  # settings left to auto that the memory decides (e.g. --spatial-until)
-        budget = size_flag(cfg.launch.memory_per_device, "--memory-per-device")
-        cfg = strategy.resolve(cfg, factory, shape, lambda c: memory.within(
-            (memory.per_rank(c, factory, shape, device_type) or footprint.Footprint()).total, budget))
-    cfg = checkpointing(cfg, factory, shape, device_type)
+    cfg = planned(cfg, strategy, factory, shape, device_type)
+    if requested.model.checkpoint_activations == "auto":
+        chosen = cfg.model.checkpoint_activations
+        print(f"note: --checkpoint-activations auto: {'no block' if chosen == 'none' else chosen} (the fewest "
+              "blocks that bring the plan within the memory per rank)", file=sys.stderr)
     need = memory.per_rank(cfg, factory, shape, device_type)
     if need is None:
         factory()  # a model the meta device cannot run: build it for real, to see that it builds
@@ -91,20 +92,34 @@ def validate(cfg: TrainConfig) -> TrainConfig:
     return cfg
 
 
+def planned(cfg: TrainConfig, strategy, factory, shape: tuple[int, ...], device_type: str) -> TrainConfig:
+    """The settings left to auto that the memory decides: the allocator's (a CPU run with --memory-per-device runs
+    lean, said in one line: steady's heap grows past what is live by what the model cannot price, e.g. +900 MiB
+    on 2 tiles of a 1,920 px image, docs/perf.md; else steady), then the strategy's (e.g. --spatial-until) and
+    checkpointing's."""
+    budget = size_flag(cfg.launch.memory_per_device, "--memory-per-device") if cfg.launch.memory_per_device else 0
+    if cfg.launch.allocator == "auto":
+        lean = bool(budget) and device_type == "cpu"
+        cfg = cfg.replace(allocator="lean" if lean else "steady")
+        if lean:
+            print(f"note: --allocator auto: lean (what a step frees goes back to the system, so the resident peak "
+                  f"is the live one that --memory-per-device {cfg.launch.memory_per_device} is planned against; "
+                  "steps are slower: docs/perf.md)", file=sys.stderr)
+    if budget:
+        cfg = strategy.resolve(cfg, factory, shape, lambda c: memory.within(
+            (memory.per_rank(c, factory, shape, device_type) or footprint.Footprint()).total, budget))
+    return checkpointing(cfg, factory, shape, device_type)
+
+
 def checkpointing(cfg: TrainConfig, factory, shape: tuple[int, ...], device_type: str) -> TrainConfig:
-    """The blocks --checkpoint-activations names must be the model's; `auto` becomes the blocks it takes (said in
-    one line)."""
+    """The blocks --checkpoint-activations names must be the model's; `auto` becomes the blocks it takes."""
     from scaletrain.train.recompute import plan_units
 
     value = cfg.model.checkpoint_activations
     if value in ("none", "blocks"):
         return cfg
     if value == "auto":
-        cfg = memory.resolve_checkpointing(cfg, factory, shape, device_type)
-        chosen = cfg.model.checkpoint_activations
-        print(f"note: --checkpoint-activations auto: {'no block' if chosen == 'none' else chosen} (the fewest "
-              "blocks that bring the plan within the memory per rank)", file=sys.stderr)
-        return cfg
+        return memory.resolve_checkpointing(cfg, factory, shape, device_type)
     with torch.device("meta"):
         plan_units(factory(), shape, value)  # a name that is no block: refused, naming the blocks
     return cfg

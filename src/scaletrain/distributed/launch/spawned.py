@@ -23,18 +23,25 @@ LAUNCH_ERRORS = "SCALETRAIN_LAUNCH_ERRORS"
 """The launcher's folder of rank error records (distributed/failure.py), for a worker that has no rank yet."""
 
 
+def errors_to(err_dir: str, **more: str) -> contextlib.AbstractContextManager:
+    """While the agent starts workers: they inherit where a failure before their start is recorded (and the
+    environment variables `more`)."""
+    return inherited({LAUNCH_ERRORS: err_dir, **more})
+
+
 @contextlib.contextmanager
-def errors_to(err_dir: str) -> Iterator[None]:
-    """While the agent starts workers: they inherit where a failure before their start is recorded."""
-    previous = os.environ.get(LAUNCH_ERRORS)
-    os.environ[LAUNCH_ERRORS] = err_dir
+def inherited(variables: dict[str, str]) -> Iterator[None]:
+    """These environment variables set while the agent starts workers (which inherit them), as before after."""
+    previous = {name: os.environ.get(name) for name in variables}
+    os.environ.update(variables)
     try:
         yield
     finally:
-        if previous is None:
-            os.environ.pop(LAUNCH_ERRORS, None)
-        else:
-            os.environ[LAUNCH_ERRORS] = previous
+        for name, value in previous.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 def importing_main_in_worker() -> bool:
