@@ -2,14 +2,17 @@
 images, 2 ranks (4 for 2 x 2 tiles), batch 1 per replica (a pipeline needs a micro-batch per stage: batch 2 as 2
 micro-batches of 1).
 
-    .venv/bin/python benchmarks/largest_side.py [--budget 2GiB] [--fit 1024,1536] [--out DIR]   # about 30 min
+    .venv/bin/python benchmarks/largest_side.py [--budget 2GiB] [--fit 1024,1536] [--allocator lean] [--out DIR]
+    # about 30 min
 
 For each layout, `scaletrain train` (the real launcher) runs a few steps at the two `--fit` sides; its peak
 resident memory (max over ranks, the profiler's) is a + b x side^2 (a: the process, weights, optimizer; b: the
 activations per pixel), which gives the side that meets the budget, rounded down to a multiple of 64. That side
-is then trained and its peak measured (<= the budget: the side stands; above: 64 less, again). The memory model
-(`scaletrain predict --image-size max`) is shown beside it. Writes DIR/largest-side.json; docs/spatial.md keeps
-the dated results."""
+is then trained and its peak measured: within the budget, 64 px more is tried (up to 2 more times) until a side
+is over; above it, 64 px less, again. Every run uses `--allocator` (lean by default: what a run given
+--memory-per-device uses, whose resident peak is its live one; steady: every other run's default). The memory
+model (`scaletrain predict --image-size max`) is shown beside it. Writes DIR/largest-side.json; docs/spatial.md
+keeps the dated results."""
 
 from __future__ import annotations
 
@@ -68,16 +71,24 @@ def largest(layout: str, budget: int, fit: list[int], out: Path) -> dict:
     b = (p1 - p0) / (s1 ** 2 - s0 ** 2)
     a = p0 - b * s0 ** 2
     side = int(math.sqrt(max(0.0, (budget - a) / b)) // STEP * STEP)
-    for _ in range(3):
+    best, direction = None, 0
+    for _ in range(4):
         r = train(out / f"{layout.replace(' ', '_')}-{side}", layout, side)
         runs.append(r)
         print(f"  {layout} at {side}: " + (f"{r['peak_bytes'] / 2**20:,.0f} MiB" if "peak_bytes" in r
                                           else r["error"]), flush=True)
-        if "peak_bytes" in r and r["peak_bytes"] <= budget:
-            return {"runs": runs, "a_bytes": a, "b_bytes_per_px": b, "largest_side": side,
-                    "peak_bytes": r["peak_bytes"]}
-        side -= STEP
-    return {"runs": runs, "a_bytes": a, "b_bytes_per_px": b, "error": "no side confirmed"}
+        fits = "peak_bytes" in r and r["peak_bytes"] <= budget
+        if fits:
+            best = r
+        if direction == 0:
+            direction = STEP if fits else -STEP
+        if (direction > 0) != fits:  # going up and over, or going down and within: the edge is found
+            break
+        side += direction
+    if best is None:
+        return {"runs": runs, "a_bytes": a, "b_bytes_per_px": b, "error": "no side confirmed"}
+    return {"runs": runs, "a_bytes": a, "b_bytes_per_px": b, "largest_side": best["side"],
+            "peak_bytes": best["peak_bytes"]}
 
 
 def size(text: str) -> int:
@@ -93,8 +104,10 @@ def main() -> None:
     p.add_argument("--budget", default="2GiB")
     p.add_argument("--fit", default="1024,1536")
     p.add_argument("--layouts", default=",".join(LAYOUTS))
+    p.add_argument("--allocator", default="lean", choices=["lean", "steady"])
     p.add_argument("--out", type=Path, default=None)
     a = p.parse_args()
+    RUN.extend(["--allocator", a.allocator])
     budget, fit = size(a.budget), [int(s) for s in a.fit.split(",")]
     for flags in LAYOUTS.values():
         if "--memory-per-device" in flags:
@@ -121,8 +134,8 @@ def main() -> None:
         ratio = f"{r['largest_side'] / base:.2f}" if base else "-"
         print(f"{layout:28s}{r['largest_side']:7d}{r['peak_bytes'] / 2**20:8,.0f} MiB{ratio:>7s}"
               f"{r['a_bytes'] / 2**20:10,.0f} + {r['b_bytes_per_px']:5.0f}")
-    (out / "largest-side.json").write_text(json.dumps({"budget_bytes": budget, "fit": fit, "results": results},
-                                                      indent=1))
+    (out / "largest-side.json").write_text(json.dumps({"budget_bytes": budget, "fit": fit, "allocator": a.allocator,
+                                                       "results": results}, indent=1))
     print(f"wrote {out / 'largest-side.json'}")
 
 
