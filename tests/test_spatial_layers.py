@@ -85,3 +85,57 @@ def test_every_tiled_layer_equals_the_whole_image(ranks, grid, sides):
         assert len(worst) == len(_layers(4))
         bad = {name: e for name, e in worst.items() if e > 1e-10}
         assert not bad, (rank, bad)
+
+
+def _compare_stem(rank: int, world: int, grid: tuple[int, int], sides: tuple[int, int]) -> float:
+    """Convolution 7x7/2, BatchNorm, ReLU and max pooling 3/2 fused (comm/spatial/stem.py) against the four layers on
+    the whole image: output, input gradient, every weight's gradient (summed over the tiles), running statistics,
+    two training steps (the second shifted by the first's running mean) and evaluation."""
+    import torch
+    import torch.distributed as dist
+    from torch import nn
+
+    from scaletrain.comm.spatial.geometry import TileGrid
+    from scaletrain.comm.spatial.halo import Tiles
+    from scaletrain.comm.spatial.layers import tiled
+
+    with group() as g:
+        tiles = Tiles(TileGrid(*grid), rank, tuple(range(world)), g)
+        torch.manual_seed(0)
+        whole = nn.Sequential(nn.Conv2d(3, 8, 7, 2, 3, bias=False), nn.BatchNorm2d(8), nn.ReLU(inplace=True),
+                              nn.MaxPool2d(3, 2, 1)).double()
+        nn.init.normal_(whole[1].weight), nn.init.normal_(whole[1].bias)
+        copy_ = copy.deepcopy(whole)
+        conv, bn, pool = (tiled(str(i), copy_[i], tiles) for i in (0, 1, 3))
+        conv.fuse(bn, pool)
+        mine = nn.Sequential(conv, bn, nn.Identity(), pool)
+        errors = []
+        for _ in range(2):
+            x = torch.randn(2, 3, *sides, dtype=torch.float64)
+            full_x = x.clone().requires_grad_()
+            out = whole(full_x)
+            weights = torch.randn_like(out)
+            (out * weights).sum().backward()
+            rows, cols = tiles.grid.split(x.shape[2], x.shape[3], rank)
+            tile_x = x[:, :, rows, cols].clone().requires_grad_()
+            tile_out = mine(tile_x)
+            out_rows, out_cols = tiles.grid.split(out.shape[2], out.shape[3], rank)
+            (tile_out * weights[:, :, out_rows, out_cols]).sum().backward()
+            errors += [_relative(tile_out, out[:, :, out_rows, out_cols].detach()),
+                       _relative(tile_x.grad, full_x.grad[:, :, rows, cols])]
+            for p_whole, p_mine in zip(whole.parameters(), mine.parameters()):
+                summed = p_mine.grad.clone()
+                dist.all_reduce(summed, group=g)
+                errors.append(_relative(summed, p_whole.grad))
+                p_whole.grad = p_mine.grad = None
+            errors += [_relative(b_mine.double(), b_whole.double())
+                       for b_whole, b_mine in zip(whole.buffers(), mine.buffers())]
+        whole.eval(), mine.eval()
+        errors.append(_relative(mine(x[:, :, rows, cols]), whole(x)[:, :, out_rows, out_cols]))
+    return max(errors)
+
+
+@pytest.mark.parametrize("grid, sides", [("1x2", (10, 16)), ("2x1", (16, 9)), ("2x2", (16, 24))])
+def test_a_fused_stem_equals_its_four_layers_on_the_whole_image(ranks, grid, sides):
+    r, c = GRIDS[grid]
+    assert max(ranks.run(_compare_stem, r * c, (r, c), sides)) < 1e-10

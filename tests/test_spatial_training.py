@@ -55,6 +55,34 @@ def test_two_tiles_follow_one_process_with_the_same_global_batch(one, tmp_path, 
     assert "halo" in s2["phases_mean_s"]
 
 
+# ResNet-18's ImageNet stem (7x7/2 convolution, BatchNorm, ReLU, 3x3/2 max pooling) runs fused on tiles
+STEM = ["--model", "resnet18", "--stem", "imagenet", "--dataset", "synthetic", "--synthetic-samples", "12",
+        "--image-size", "64", "--batch-size", "4", "--epochs", "1", "--lr", "0.05", "--no-augment", "--seed", "5",
+        "--tensorboard", "off", *FP64]
+
+
+@pytest.mark.slow  # ResNet-18 in float64, 3 times
+@pytest.mark.equivalence
+def test_a_fused_stem_trains_as_one_process_does_with_and_without_checkpointing(tmp_path, ranks):
+    import multirank
+
+    one = tmp_path / "one"
+    multirank.train(ranks, *STEM, "--nproc", "1", "--out", str(one), timeout=300)
+    for extra in ([], ["--checkpoint-activations", "blocks"]):
+        run = tmp_path / ("tiles" + "-".join(extra))
+        multirank.train(ranks, *STEM, *extra, "--strategy", "spatial", "--spatial", "2", "--nproc", "2",
+                        "--spatial-until", "layer2", "--out", str(run), timeout=300)
+        s = summary(run)
+        assert s["spatial"]["fused_stems"] == [["stem.0", "stem.1", "stem.2", "stem.3"]]
+        # the stem's pooling sends its forward halos again in its own backward; its convolution, on the image,
+        # no gradient; checkpointing leaves the stem to itself and recomputes layer1 and layer2's blocks
+        assert s["spatial"]["halo_bytes_per_step"] == s["spatial"]["halo_bytes_per_step_theory"] > 0
+        if extra:
+            assert "stem" not in s["checkpointed_blocks"] and "layer1.0" in s["checkpointed_blocks"]
+        assert losses(run) == pytest.approx(losses(one), rel=EXACT["rtol"])
+        assert_same_weights(one, run)
+
+
 @pytest.mark.slow  # 4 ranks on 2 cores
 @pytest.mark.equivalence
 def test_four_tiles_follow_one_process(one, tmp_path, ranks):

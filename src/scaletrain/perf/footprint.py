@@ -95,7 +95,8 @@ def model_memory(factory, batch_size: int, sample_shape: tuple[int, ...], optimi
     at = [BlockBytes(b.name, activations_at(b.saved, precision), activations_at(b.input, precision),
                      activations_at(b.largest, precision), b.params // TRACED_BYTES * size, b.flops,
                      None if b.inner is None else activations_at(b.inner, precision),
-                     None if b.tiled_inner is None else activations_at(b.tiled_inner, precision))
+                     None if b.tiled_inner is None else activations_at(b.tiled_inner, precision), b.layers,
+                     None if b.stem_inner is None else activations_at(b.stem_inner, precision))
           for b in block_bytes(graph, blocks, entering)]
     params = sum(p.numel() for p in model.parameters()) * size
     return ModelMemory(at, params, batch_size * math.prod(sample_shape) * size, optimizer, checkpointed,

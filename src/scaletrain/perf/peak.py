@@ -21,6 +21,8 @@ layers' own backward (comm/spatial/layers.py), layer kind by kind (`tiled_inner`
     max pooling      the padded tile, the maxima's positions (int64), then the gradients     in + out + 2 x out
     anything else    the gradients of its output and input                                  2 x out
 
+and a block that is a fused stem (convolution, BatchNorm, ReLU, max pooling: comm/spatial/stem.py) keeps only its
+input and peaks at `stem_inner` in its backward.
 Bytes are at the traced precision; perf/memory.activations_at converts them.
 """
 
@@ -45,17 +47,25 @@ class BlockBytes:
     inner: int | None = None
     # the same on spatial tiles (whole images' bytes: `tiled` takes a tile's share); None: not known
     tiled_inner: int | None = None
+    layers: tuple[str, ...] = ()  # its layers' module paths
+    # a block that is a convolution, BatchNorm, ReLU and max pooling run fused on tiles (comm/spatial/stem.py):
+    # its backward's peak, beside the input it keeps (None: not such a block)
+    stem_inner: int | None = None
 
     @property
     def backward_peak(self) -> int:
         return self.saved + TRANSIENT * self.largest if self.inner is None else self.inner
 
-    def tiled(self, share: float) -> "BlockBytes":
-        """The block as a tile's rank holds it: a `share` of every tensor, its backward the tiled layers'."""
+    def tiled(self, share: float, fused: bool = False) -> "BlockBytes":
+        """The block as a tile's rank holds it: a `share` of every tensor, its backward the tiled layers' (`fused`:
+        the fused stem's, which keeps only its input)."""
         inner = self.tiled_inner if self.tiled_inner is not None else self.inner
-        return replace(self, saved=int(self.saved * share), input=int(self.input * share),
+        saved = self.saved
+        if fused and self.stem_inner is not None:
+            inner, saved = self.stem_inner, self.input
+        return replace(self, saved=int(saved * share), input=int(self.input * share),
                        largest=int(self.largest * share), inner=None if inner is None else int(inner * share),
-                       tiled_inner=None)
+                       tiled_inner=None, stem_inner=None)
 
 
 WORKSPACE = 2
@@ -81,8 +91,20 @@ def block_bytes(graph: LayerGraph, blocks: list[Block], input_bytes: int) -> lis
             tiled = max(tiled, held + _tiled_transient(n.kind, came, n.out_bytes))
         exact = all(n.saved_bytes is not None for n in layers)
         out.append(BlockBytes(b.name, b.saved_bytes, entering, largest, b.param_bytes, b.flops,
-                              inner if exact else None, tiled if exact else None))
+                              inner if exact else None, tiled if exact else None,
+                              tuple(n.target for n in layers if n.op == "call_module"), _stem_inner(layers, entering)))
     return out
+
+
+def _stem_inner(layers: list, entering: int) -> int | None:
+    """A fused stem's backward (comm/spatial/stem.py), with the input it keeps: the convolution's output U
+    normalised and the pooling's padded input, then the maxima's int64 positions (2 x the pooling's output P),
+    then the gradient made in the pooling's place, then the convolution's backward (its workspace and padded input)
+    beside the output gradient: input + max(2 U + 2 P, (1 + WORKSPACE) U + input)."""
+    if [n.kind for n in layers] != ["Conv2d", "BatchNorm2d", "ReLU", "MaxPool2d"]:
+        return None
+    u, p = layers[0].out_bytes, layers[3].out_bytes
+    return entering + max(2 * u + 2 * p, (1 + WORKSPACE) * u + entering)
 
 
 def _tiled_transient(kind: str, came: int, out: int) -> int:

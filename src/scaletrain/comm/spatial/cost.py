@@ -17,7 +17,7 @@ import math
 
 import torch
 
-from scaletrain.comm.spatial.front import halo_bytes_per_sample, plan_front
+from scaletrain.comm.spatial.front import checkpointed_units, forward_runs, halo_bytes_per_sample, plan_front
 from scaletrain.comm.spatial.geometry import TileGrid, square_grid
 from scaletrain.comm.spatial.halo import Tiles
 from scaletrain.comm.spatial.layers import tiled
@@ -59,13 +59,13 @@ def spatial_cost(pricing):
     element = 8 if cfg.model.precision == "fp64" else 4
     rows = pricing.link("ps")  # point-to-point messages (a pipeline's too)
     alpha, beta = pricing.link("allreduce")
-    recomputed = _recomputed(cfg, model, shape)
+    recomputed = _recomputed(cfg, model, shape, front)
     layers = {name: tiled(name, model.get_submodule(name), Tiles(grid, 0, tuple(range(s)))) for name in front.layers}
     every = [Tiles(grid, t, tuple(range(s))) for t in range(s)]
     sent = max(halo_bytes_per_sample(layers.__getitem__, front, t, element, recomputed) for t in every) * batch
     windows = [name for name, _ in front.inputs if any(w for pair in layers[name].widths for w in pair)]
     cuts = (grid.rows > 1) + (grid.cols > 1)
-    exchanges = sum(cuts * (2 + recomputed(name)) for name in windows)
+    exchanges = sum(cuts * (1 + (name not in front.on_image) + recomputed(name)) for name in windows)
     halo_s = exchanges * rows[0] + sent * rows[1]
     norms = [m for m in layers.values() if type(m).__name__ == "SpatialBatchNorm2d"]
     norm_s = sum(alphabeta.predict(alpha, beta, s, 2 * m.weight.numel() * element) for m in norms)
@@ -87,13 +87,14 @@ def spatial_cost(pricing):
     return Cost(exposed, comm, phases=phases, memory=held)
 
 
-def _recomputed(cfg, model, shape):
-    """Whether activation checkpointing runs a layer's forward again (its halos then go twice)."""
+def _recomputed(cfg, model, shape, front):
+    """How many more times a layer's forward runs in backward (its halos then go again): under activation
+    checkpointing, and a fused stem's pooling (front.forward_runs)."""
     value = cfg.model.checkpoint_activations
-    if value in ("none", "auto"):  # (auto: as resolved by the launcher; priced without the repeat)
-        return lambda name: False
-    from scaletrain.train.recompute import plan_units
+    units = []
+    if value not in ("none", "auto"):  # (auto: as resolved by the launcher; priced without the repeat)
+        from scaletrain.train.recompute import plan_units
 
-    with torch.device("meta"):
-        units = plan_units(model, shape, value)
-    return lambda name: any(u.covers(name) for u in units)
+        with torch.device("meta"):
+            units = checkpointed_units(plan_units(model, shape, value), front, model)
+    return forward_runs(front, units)

@@ -44,6 +44,13 @@ class Front:
     on_image: tuple[str, ...] = ()
     """The window layers whose input depends on no parameter (the image, or weightless layers on it): no gradient
     flows back through them, so their backward exchanges no halo gradient."""
+    stems: tuple[tuple[str, str, str, str], ...] = ()
+    """Convolution, BatchNorm, ReLU and max pooling in a row that run fused (comm/spatial/stem.py): each output read
+    by the next alone, each module called once."""
+
+    def fused_pools(self) -> frozenset[str]:
+        """The pooling layers of fused stems: their forward (and its halos) runs again in their backward."""
+        return frozenset(chain[3] for chain in self.stems)
 
 
 def _graph(model: nn.Module, sample_shape: tuple[int, ...]) -> LayerGraph:
@@ -137,7 +144,31 @@ def plan_front(model: nn.Module, until: str, grid: TileGrid, sample_shape: tuple
         raise UserError(f"layer {shared[0]} runs both before and after the end of {until}: end the front before it")
     end = graph.nodes[last]
     return Front(tuple(layers), until, tuple(inputs), end.name, tuple(end.shape[1:]) if end.shape else (),
-                 _on_image(graph, last))
+                 _on_image(graph, last), _stems(model, graph, last))
+
+
+STEM = (nn.Conv2d, nn.BatchNorm2d, nn.ReLU, nn.MaxPool2d)
+
+
+def _stems(model: nn.Module, graph: LayerGraph, last: int) -> tuple[tuple[str, str, str, str], ...]:
+    """The front's chains that run as one fused stem (Front.stems)."""
+    users: dict[int, int] = {}
+    calls: dict[str, int] = {}
+    for n in graph.nodes:
+        for i in n.inputs:
+            users[i] = users.get(i, 0) + 1
+        if n.op == "call_module":
+            calls[n.target] = calls.get(n.target, 0) + 1
+    nodes = graph.nodes[:last + 1]
+    out = []
+    for i in range(len(nodes) - 3):
+        chain = nodes[i:i + 4]
+        if not all(n.op == "call_module" and type(model.get_submodule(n.target)) is kind and calls[n.target] == 1
+                   for n, kind in zip(chain, STEM)):
+            continue
+        if all(b.inputs == [a.id] and users.get(a.id) == 1 for a, b in zip(chain, chain[1:])):
+            out.append(tuple(n.target for n in chain))
+    return tuple(out)
 
 
 def _on_image(graph: LayerGraph, last: int) -> tuple[str, ...]:
@@ -185,17 +216,17 @@ def front_ends(model: nn.Module, sample_shape: tuple[int, ...]) -> list[str]:
 
 
 def halo_bytes_per_sample(layer_of: Callable[[str], nn.Module], front: Front, tiles: Tiles, element_size: int,
-                          recomputed: Callable[[str], bool] = lambda name: False) -> int:
+                          recomputed: Callable[[str], int] = lambda name: 0) -> int:
     """What one sample's training step sends from this tile in halos and their gradients, from the geometry alone:
     per window layer and cut dimension, the tile before gets `after` rows in forward and `before` rows of
     gradient in backward, the tile after the other way round, across the tile's width (its row-padded height,
-    for columns on a 2-D grid), all channels. A layer whose forward runs again in backward (`recomputed`: under
-    activation checkpointing) sends its forward halos twice; one on the image (`Front.on_image`) sends no
-    gradient back."""
+    for columns on a 2-D grid), all channels. A layer whose forward runs again in backward (`recomputed`: how many
+    more times, forward_runs) sends its forward halos that many times more; one on the image (`Front.on_image`)
+    sends no gradient back."""
     total = 0
     for name, (c, height, width) in front.inputs:
         layer = layer_of(name)  # its tiled version
-        again = recomputed(name)
+        again = int(recomputed(name))
         graded = name not in front.on_image
         (br, ar), (bc, ac) = layer.widths
         h, w = height // tiles.grid.rows, width // tiles.grid.cols
@@ -274,13 +305,35 @@ def tile_front(model: nn.Module, front: Front, tiles: Tiles) -> list[nn.Paramete
     boundary module's output; the front's parameters, whose gradients are each tile's part of the whole's."""
     params: list[nn.Parameter] = []
     for name in front.layers:
-        parent_name, _, attr = name.rpartition(".")
-        parent = model.get_submodule(parent_name) if parent_name else model
-        layer = tiled(name, getattr(parent, attr), tiles)
-        setattr(parent, attr, layer)
+        layer = tiled(name, model.get_submodule(name), tiles)
+        _put(model, name, layer)
         params += [p for p in layer.parameters() if p.requires_grad and all(p is not q for q in params)]
+    for conv, bn, relu, pool in front.stems:  # run as one (comm/spatial/stem.py); the ReLU is the stem's own
+        model.get_submodule(conv).fuse(model.get_submodule(bn), model.get_submodule(pool))
+        _put(model, relu, nn.Identity())
     model.get_submodule(front.until).register_forward_hook(lambda _m, _i, out: gather(out, tiles))
     return params
+
+
+def checkpointed_units(units: list, front: Front, model: nn.Module) -> list:
+    """Of activation checkpointing's units (train/recompute.Unit), those to checkpoint: a unit whose every layer is
+    in a fused stem is left out (the stem keeps only its input and runs its forward again in its own backward;
+    checkpointing it would run that forward a third time)."""
+    fused = {name for chain in front.stems for name in chain}
+    leaves = [name for name, m in model.named_modules() if name and next(m.children(), None) is None]
+    return [u for u in units if not all(name in fused for name in leaves if u.covers(name))]
+
+
+def forward_runs(front: Front, units: list) -> Callable[[str], int]:
+    """How many more times a front layer's forward (and its halos) runs in backward: once under a checkpointed unit,
+    once more for a fused stem's pooling (halo_bytes_per_sample's `recomputed`)."""
+    pools = front.fused_pools()
+    return lambda name: int(any(u.covers(name) for u in units)) + (name in pools)
+
+
+def _put(model: nn.Module, name: str, module: nn.Module) -> None:
+    parent_name, _, attr = name.rpartition(".")
+    setattr(model.get_submodule(parent_name) if parent_name else model, attr, module)
 
 
 def tile_blocks(cfg, mm, factory, sample_shape) -> tuple[list, int]:
@@ -303,5 +356,7 @@ def tile_blocks(cfg, mm, factory, sample_shape) -> tuple[list, int]:
         first = name.split(".")[0].split("+")[0]
         return first in order and order.index(first) <= last
 
-    blocks = [b.tiled(1 / cfg.spatial.tiles) if in_front(b.name) else b for b in mm.blocks]
+    stems = [set(chain) for chain in front.stems] if cfg.layout.stages == 1 else []  # (tile_front fuses them)
+    blocks = [b.tiled(1 / cfg.spatial.tiles, fused=set(b.layers) in stems) if in_front(b.name) else b
+              for b in mm.blocks]
     return blocks, mm.input_bytes // cfg.spatial.tiles

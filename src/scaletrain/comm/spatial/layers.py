@@ -23,6 +23,7 @@ from torch import nn
 
 from scaletrain.comm.spatial.geometry import Window, check_side, halo, why_not_tiled
 from scaletrain.comm.spatial.halo import H, Halo, Tiles, halo_op
+from scaletrain.comm.spatial.stem import StemFn
 from scaletrain.errors import UserError
 
 
@@ -151,9 +152,36 @@ class SpatialConv2d(_Windowed):
         self.weight = conv.weight
         self.bias = conv.bias
         self.op = ConvOp(conv.stride, self.padding, conv.groups)
+        self.stem: tuple = ()  # (BatchNorm, max pooling) it runs with, fused (comm/spatial/stem.py); a tuple: not
+        # registered again as submodules
+
+    def fuse(self, bn: "SpatialBatchNorm2d", pool: "SpatialMaxPool2d") -> None:
+        """Run this convolution, `bn`, a ReLU and `pool` as one (comm/spatial/stem.py); they pass their input on."""
+        self.stem = (bn, pool)
+        bn.fused = pool.fused = True
+
+    @property
+    def conv(self) -> "SpatialConv2d":
+        return self
+
+    @property
+    def bn(self) -> "SpatialBatchNorm2d":
+        return self.stem[0]
+
+    @property
+    def pool(self) -> "SpatialMaxPool2d":
+        return self.stem[1]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.run(x, self.op, self.weight, self.bias)
+        if not self.stem:
+            return self.run(x, self.op, self.weight, self.bias)
+        bn, pool = self.stem
+        if not bn.training and bn.running_mean is not None:  # evaluation: the four layers one by one
+            return pool.run(F.relu(bn.normalise(self.run(x, self.op, self.weight, self.bias))), pool.op)
+        for side, window, cut, what in zip(x.shape[H:], self.windows, self.cut, ("height", "width")):
+            if cut:
+                check_side(self.name, window, side, what)
+        return StemFn.apply(x, self.weight, self.bias, bn.weight, bn.bias, self)
 
 
 class _SpatialPool(_Windowed):
@@ -171,6 +199,10 @@ class _SpatialPool(_Windowed):
 
 class SpatialMaxPool2d(_SpatialPool):
     fill = float("-inf")
+    fused = False  # a fused stem's convolution runs it (comm/spatial/stem.py): it passes its input on
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x if self.fused else self.run(x, self.op)
 
 
 class SpatialAvgPool2d(_SpatialPool):
@@ -204,18 +236,27 @@ class _WholeImageNorm(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dy):
         x_hat, weight, invstd = ctx.saved_tensors
-        dims = (0, 2, 3)
-        sum_dy = dy.sum(dims)
-        sum_dy_xhat = _sum_of_products(dy, x_hat)
-        d_weight = None if weight is None else sum_dy_xhat.clone()
-        d_bias = sum_dy.clone() if ctx.has_bias else None
-        sums = _sum_over_tiles(torch.stack([sum_dy, sum_dy_xhat]), ctx.tiles) / ctx.count
-        shape = (1, -1, 1, 1)
-        scale = invstd.to(dy.dtype) if weight is None else weight * invstd.to(dy.dtype)
         # dx in x_hat's own memory (its last use; a second backward through this graph is refused by autograd's
         # check of saved tensors, not computed wrong): no third tile-sized tensor beside dy and x_hat
-        dx = x_hat.mul_(sums[1].view(shape).neg()).add_(dy).sub_(sums[0].view(shape)).mul_(scale.view(shape))
+        d_weight, d_bias, dx = norm_backward(dy, x_hat, weight, invstd, ctx.count, ctx.tiles, weight is not None,
+                                             ctx.has_bias)
         return dx, d_weight, d_bias, None, None, None, None
+
+
+def norm_backward(dy: torch.Tensor, x_hat: torch.Tensor, weight, invstd: torch.Tensor, count: int, tiles: Tiles,
+                  want_weight: bool, want_bias: bool) -> tuple:
+    """(d weight, d bias, dx) of y = weight x_hat + bias over the whole image held as tiles: sum(dy) and
+    sum(dy x_hat) all-reduced over the tiles; dx is written into x_hat's memory."""
+    dims = (0, 2, 3)
+    sum_dy = dy.sum(dims)
+    sum_dy_xhat = _sum_of_products(dy, x_hat)
+    d_weight = sum_dy_xhat.clone() if want_weight and weight is not None else None
+    d_bias = sum_dy.clone() if want_bias else None
+    sums = _sum_over_tiles(torch.stack([sum_dy, sum_dy_xhat]), tiles) / count
+    shape = (1, -1, 1, 1)
+    scale = invstd.to(dy.dtype) if weight is None else weight * invstd.to(dy.dtype)
+    dx = x_hat.mul_(sums[1].view(shape).neg()).add_(dy).sub_(sums[0].view(shape)).mul_(scale.view(shape))
+    return d_weight, d_bias, dx
 
 
 def _sum_of_products(a: torch.Tensor, b: torch.Tensor, chunk_bytes: int = 2**23) -> torch.Tensor:
@@ -234,30 +275,49 @@ class SpatialBatchNorm2d(nn.Module):
         self.name, self.tiles = name, tiles
         self.weight, self.bias = bn.weight, bn.bias
         self.eps, self.momentum, self.track_running_stats = bn.eps, bn.momentum, bn.track_running_stats
+        self.fused = False
         for buffer in ("running_mean", "running_var", "num_batches_tracked"):
             self.register_buffer(buffer, getattr(bn, buffer))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.fused:  # a fused stem's convolution ran it (comm/spatial/stem.py)
+            return x
+        return self.normalise(x)
+
+    def normalise(self, x: torch.Tensor) -> torch.Tensor:
         if not self.training and self.running_mean is not None:
             return F.batch_norm(x, self.running_mean, self.running_var, self.weight, self.bias, False, 0.0, self.eps)
-        # statistics in float32 at least, shifted by a value every tile shares so that the sum of squares does
-        # not cancel: the running mean (zero before the first step)
+        mean, invstd, count = self.statistics(x)
+        return _WholeImageNorm.apply(x, self.weight, self.bias, mean, invstd, count, self.tiles)
+
+    def statistics(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, int]:
+        """(mean, 1 / std, count) of the whole image's values per channel, the running statistics tracked."""
+        # in float32 at least, shifted by a value every tile shares so that the sum of squares does not cancel:
+        # the running mean (zero before the first step); a band of rows at a time (no tile-sized temporary)
         acc = torch.float64 if x.dtype == torch.float64 else torch.float32
         with torch.no_grad():
             shift = (self.running_mean if self.running_mean is not None else x.new_zeros(x.size(1))).to(acc)
-            centred = torch.sub(x.detach().to(acc), shift.view(1, -1, 1, 1))
-            sums = centred.sum((0, 2, 3))
-            local = torch.cat([sums, centred.square_().sum((0, 2, 3))])
-            del centred
-            total = _sum_over_tiles(local, self.tiles)
             c = x.size(1)
+            local = torch.zeros(2 * c, dtype=acc, device=x.device)
+            rows = max(1, 2**23 // max(1, x[:, :, :1].numel() * x.element_size()))
+            for r in range(0, x.size(2), rows):
+                centred = torch.sub(x.detach().narrow(2, r, min(rows, x.size(2) - r)).to(acc), shift.view(1, -1, 1, 1))
+                local[:c] += centred.sum((0, 2, 3))
+                local[c:] += centred.square_().sum((0, 2, 3))
+            total = _sum_over_tiles(local, self.tiles)
             count = x.size(0) * x.size(2) * x.size(3) * self.tiles.grid.tiles  # tiles are equal: no device sync
             mean_shifted = total[:c] / count
             var = (total[c:2 * c] / count - mean_shifted.square()).clamp_min(0)
             mean = shift + mean_shifted
             invstd = (var + self.eps).rsqrt()
             self._track(mean, var, count)
-        return _WholeImageNorm.apply(x, self.weight, self.bias, mean, invstd, count, self.tiles)
+        return mean, invstd, count
+
+    def backward_in_place(self, dy: torch.Tensor, x_hat: torch.Tensor, weight, invstd: torch.Tensor,
+                          want_weight: bool, want_bias: bool) -> tuple:
+        """norm_backward for a tile of this layer's input shape (the fused stem's)."""
+        count = x_hat.size(0) * x_hat.size(2) * x_hat.size(3) * self.tiles.grid.tiles
+        return norm_backward(dy, x_hat, weight, invstd, count, self.tiles, want_weight, want_bias)
 
     def _track(self, mean: torch.Tensor, var: torch.Tensor, count: int) -> None:
         """The running statistics as nn.BatchNorm2d keeps them (the variance unbiased over the whole count)."""

@@ -16,8 +16,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from scaletrain.comm.spatial.front import (TileInput, front_ends, gather_after, halo_bytes_per_sample, plan_front,
-                                          tile_blocks, tile_front)
+from scaletrain.comm.spatial.front import (TileInput, checkpointed_units, forward_runs, front_ends, gather_after,
+                                          halo_bytes_per_sample, plan_front, tile_blocks, tile_front)
 from scaletrain.comm.spatial.geometry import TileGrid, square_grid
 from scaletrain.comm.spatial.halo import Tiles
 from scaletrain.comm.strategy import Strategy
@@ -119,8 +119,9 @@ class Spatial(Strategy):
         return TileInput(model, self.tiles)
 
     def checkpoint_blocks(self, model: nn.Module, units: list) -> list[str]:
-        self.recomputed = list(units)  # their tiled layers exchange their forward halos again in backward
-        return super().checkpoint_blocks(model, units)
+        # their tiled layers exchange their forward halos again in backward; a fused stem recomputes itself
+        self.recomputed = checkpointed_units(units, self.front, model)
+        return super().checkpoint_blocks(model, self.recomputed)
 
     def forward_backward(self, x, y, loss_of, optimizer, scaler, prof) -> torch.Tensor:
         with self.tiles.training_step(prof, self.trained, len(x)):
@@ -167,10 +168,11 @@ class Spatial(Strategy):
             return {}
         t = self.trained
         theory = halo_bytes_per_sample(self.model.get_submodule, self.front, self.tiles, _element_size(self.model),
-                                       lambda name: any(u.covers(name) for u in self.recomputed))
+                                       forward_runs(self.front, self.recomputed))
         return {"spatial": {"tiles": self.grid.tiles, "grid": [self.grid.rows, self.grid.cols],
                             "replicas": self.replicas, "until": self.front.until,
                             "tiled_layers": len(self.front.layers),
+                            "fused_stems": [list(chain) for chain in self.front.stems],
                             "halo_bytes_per_step": t["halo_bytes"] / t["steps"] if t["steps"] else None,
                             "halo_bytes_per_step_theory": theory * t["samples"] / t["steps"] if t["steps"] else None}}
 
