@@ -52,16 +52,16 @@ def test_peak_with_a_retaining_allocator_adds_the_small_blocks_high_water():
 
 def test_inner_peak_from_the_layers():
     """ResNet-20's blocks on the meta device: inside each, the peak over its layers is at most all its saved
-    tensors with T x its largest output, and at least its largest layer's transients."""
+    tensors with T x its largest output, and at least the two gradients of its largest output."""
     from scaletrain.perf.footprint import model_memory
 
     mm = model_memory(lambda: build_model("resnet20", num_classes=10, in_channels=1, image_size=32), 4, (1, 32, 32),
                       "sgd", "fp32")
-    assert all(b.inner is not None and TRANSIENT * b.largest <= b.inner <= b.saved + TRANSIENT * b.largest
+    assert all(b.inner is not None and 2 * b.largest <= b.inner <= b.saved + TRANSIENT * b.largest
                for b in mm.blocks)
-    # on tiles (comm/spatial/layers.py) a BatchNorm's or an activation's backward holds less than T x its output
-    assert all(b.tiled_inner is not None and b.tiled_inner <= b.saved + TRANSIENT * b.largest for b in mm.blocks)
-    assert any(b.tiled_inner < b.inner for b in mm.blocks)
+    # on tiles (comm/spatial/layers.py) a convolution's backward makes its padded input again
+    assert all(b.tiled_inner is not None and b.inner <= b.tiled_inner <= b.saved + TRANSIENT * b.largest
+               for b in mm.blocks)
 
 
 def _cfg(side: int, **extra):

@@ -7,11 +7,17 @@ gradient of k's output and of the tensor being computed are alive beside them:
 
     without checkpointing   peak = max_k ( saved_0 + ... + saved_k-1  +  inner_k )
     with checkpointing      peak = max_k ( input_0 + ... + input_k  +  inner_k )
-    inner_k                      = max over block k's layers j ( saved by its layers up to j  +  T x out_j )
+    inner_k                      = max over block k's layers j ( saved by its layers up to j  +  transient_j )
 
 (with checkpointing each block keeps only its input until backward reaches it, then runs its forward again:
 its own saved tensors are back, alone; inside a block, backward frees a layer's saved tensors once past it).
-T = 2 + WORKSPACE: the gradients of a layer's output and input, and the convolution kernels' own workspace.
+transient_j is what layer j's backward makes beside them, by its kind (in: its input's bytes, out: its output's):
+
+    convolution      the gradients of its output and input, and the kernels' workspace   (1 + WORKSPACE) out + in
+    max/avg pooling  the gradients of its output and input                                out + in
+    BatchNorm, ReLU and other pointwise layers, additions                                 2 x out
+    any other kind   T x out, T = 2 + WORKSPACE
+
 A block that runs on spatial tiles is `tiled` to a tile's share: its inner peak is then that of the tiled
 layers' own backward (comm/spatial/layers.py), layer kind by kind (`tiled_inner`):
 
@@ -19,7 +25,7 @@ layers' own backward (comm/spatial/layers.py), layer kind by kind (`tiled_inner`
                      (1 + WORKSPACE) x out + 2 x in
     BatchNorm        the output's gradient (the input's is made in the memory it saved)       1 x out
     max pooling      the padded tile, the maxima's positions (int64), then the gradients     in + out + 2 x out
-    anything else    the gradients of its output and input                                  2 x out
+    anything else    as above
 
 and a block that is a fused stem (convolution, BatchNorm, ReLU, max pooling: comm/spatial/stem.py) keeps only its
 input and peaks at `stem_inner` in its backward.
@@ -86,8 +92,8 @@ def block_bytes(graph: LayerGraph, blocks: list[Block], input_bytes: int) -> lis
         held, inner, tiled = 0, 0, 0
         for n in layers:
             held += n.saved_bytes if n.saved_bytes is not None else 0
-            inner = max(inner, held + TRANSIENT * n.out_bytes)
             came = sum(by_id[i].out_bytes for i in n.inputs if i in by_id) or entering
+            inner = max(inner, held + _transient(n.kind, came, n.out_bytes))
             tiled = max(tiled, held + _tiled_transient(n.kind, came, n.out_bytes))
         exact = all(n.saved_bytes is not None for n in layers)
         out.append(BlockBytes(b.name, b.saved_bytes, entering, largest, b.param_bytes, b.flops,
@@ -107,6 +113,23 @@ def _stem_inner(layers: list, entering: int) -> int | None:
     return entering + max(2 * u + 2 * p, (1 + WORKSPACE) * u + entering)
 
 
+POINTWISE = frozenset({"ReLU", "ReLU6", "LeakyReLU", "GELU", "SiLU", "Sigmoid", "Tanh", "Hardswish", "Dropout",
+                       "relu", "gelu", "silu", "sigmoid", "tanh", "dropout"})
+"""Layers and functions whose backward makes one gradient of their output's size."""
+
+
+def _transient(kind: str, came: int, out: int) -> int:
+    """What a layer of this kind holds in its backward beside the saved tensors (torch's own kernels): the
+    gradient of its output and that of its input, and a convolution's workspace; T x out for a kind not listed."""
+    if kind == "Conv2d":
+        return (1 + WORKSPACE) * out + came
+    if kind in ("BatchNorm2d", "add", "iadd") or kind in POINTWISE:
+        return 2 * out
+    if kind in ("MaxPool2d", "AvgPool2d"):
+        return came + out
+    return TRANSIENT * out
+
+
 def _tiled_transient(kind: str, came: int, out: int) -> int:
     """What the tiled version of a layer of this kind holds in its backward beside the saved tensors (above)."""
     if kind == "Conv2d":
@@ -115,7 +138,7 @@ def _tiled_transient(kind: str, came: int, out: int) -> int:
         return out
     if kind == "MaxPool2d":
         return came + 3 * out
-    return 2 * out
+    return _transient(kind, came, out)
 
 
 def peak(blocks: list[BlockBytes], checkpointed: bool | frozenset[str] = False,
