@@ -135,6 +135,7 @@ class StemFn(torch.autograd.Function):
                 if b is not None:
                     y.add_(b)
                 gy.masked_fill_(y <= 0, 0)
+            del gy, xh, y  # (the loop's views would keep the gradient alive through the convolution's backward)
             # through the BatchNorm of the whole image (SpatialBatchNorm2d's backward): dz in x_hat's memory
             d_bn_weight, d_bn_bias, dz = bn.backward_in_place(grad, x_hat, bn_weight, invstd, needs[3], needs[4])
             del grad

@@ -105,6 +105,10 @@ def planned(cfg: TrainConfig, strategy, factory, shape: tuple[int, ...], device_
             print(f"note: --allocator auto: lean (what a step frees goes back to the system, so the resident peak "
                   f"is the live one that --memory-per-device {cfg.launch.memory_per_device} is planned against; "
                   "steps are slower: docs/perf.md)", file=sys.stderr)
+    elif budget and device_type == "cpu" and cfg.launch.allocator == "steady":
+        print(f"note: --allocator steady: glibc's heap may grow past the live peak that --memory-per-device "
+              f"{cfg.launch.memory_per_device} is planned against (docs/perf.md); --allocator lean keeps to it",
+              file=sys.stderr)
     if budget:
         cfg = strategy.resolve(cfg, factory, shape, lambda c: memory.within(
             (memory.per_rank(c, factory, shape, device_type) or footprint.Footprint()).total, budget))
