@@ -176,7 +176,9 @@ class SpatialConv2d(_Windowed):
         if not self.stem:
             return self.run(x, self.op, self.weight, self.bias)
         bn, pool = self.stem
-        if not bn.training and bn.running_mean is not None:  # evaluation: the four layers one by one
+        # evaluation, or under autocast (whose precision the fused backward would not keep): the four layers one by
+        # one
+        if (not bn.training and bn.running_mean is not None) or torch.is_autocast_enabled(x.device.type):
             return pool.run(F.relu(bn.normalise(self.run(x, self.op, self.weight, self.bias))), pool.op)
         for side, window, cut, what in zip(x.shape[H:], self.windows, self.cut, ("height", "width")):
             if cut:
