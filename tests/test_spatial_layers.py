@@ -33,9 +33,34 @@ def _relative(a, b) -> float:
     return float((a - b).abs().max()) / scale
 
 
-def _compare_layers(rank: int, world: int, grid: tuple[int, int], sides: tuple[int, int]) -> dict[str, float]:
+def _step_errors(whole, mine, x, tiles, g) -> list[float]:
+    """One forward and backward of `whole` on the image x and of `mine` on this rank's tile of it, with the same
+    weighted loss: relative errors of the output, the input's gradient and each weight's gradient (summed over the
+    tiles); the gradients are cleared after."""
     import torch
     import torch.distributed as dist
+
+    full_x = x.clone().requires_grad_()
+    out = whole(full_x)
+    weights = torch.randn_like(out)
+    (out * weights).sum().backward()
+    rows, cols = tiles.grid.split(x.shape[2], x.shape[3], tiles.index)
+    tile_x = x[:, :, rows, cols].clone().requires_grad_()
+    tile_out = mine(tile_x)
+    out_rows, out_cols = tiles.grid.split(out.shape[2], out.shape[3], tiles.index)
+    (tile_out * weights[:, :, out_rows, out_cols]).sum().backward()
+    errors = [_relative(tile_out, out[:, :, out_rows, out_cols].detach()),
+              _relative(tile_x.grad, full_x.grad[:, :, rows, cols])]
+    for p_whole, p_mine in zip(whole.parameters(), mine.parameters()):
+        summed = p_mine.grad.clone()
+        dist.all_reduce(summed, group=g)
+        errors.append(_relative(summed, p_whole.grad))
+        p_whole.grad = p_mine.grad = None
+    return errors
+
+
+def _compare_layers(rank: int, world: int, grid: tuple[int, int], sides: tuple[int, int]) -> dict[str, float]:
+    import torch
 
     from scaletrain.comm.spatial.geometry import TileGrid
     from scaletrain.comm.spatial.halo import Tiles
@@ -52,21 +77,8 @@ def _compare_layers(rank: int, world: int, grid: tuple[int, int], sides: tuple[i
                 x = x.relu()
             whole = copy.deepcopy(layer)
             mine = tiled(name, copy.deepcopy(layer), tiles)
-            full_x = x.clone().requires_grad_()
-            out = whole(full_x)
-            weights = torch.randn_like(out)
-            (out * weights).sum().backward()
+            errors = _step_errors(whole, mine, x, tiles, g)
             rows, cols = tiles.grid.split(x.shape[2], x.shape[3], rank)
-            tile_x = x[:, :, rows, cols].clone().requires_grad_()
-            tile_out = mine(tile_x)
-            out_rows, out_cols = tiles.grid.split(out.shape[2], out.shape[3], rank)
-            (tile_out * weights[:, :, out_rows, out_cols]).sum().backward()
-            errors = [_relative(tile_out, out[:, :, out_rows, out_cols].detach()),
-                      _relative(tile_x.grad, full_x.grad[:, :, rows, cols])]
-            for p_whole, p_mine in zip(whole.parameters(), mine.parameters()):
-                summed = p_mine.grad.clone()
-                dist.all_reduce(summed, group=g)
-                errors.append(_relative(summed, p_whole.grad))
             for b_whole, b_mine in zip(whole.buffers(), mine.buffers()):
                 errors.append(_relative(b_mine.double(), b_whole.double()))
             if isinstance(layer, torch.nn.BatchNorm2d):  # evaluation: the running statistics, tile by tile
@@ -92,7 +104,6 @@ def _compare_stem(rank: int, world: int, grid: tuple[int, int], sides: tuple[int
     the whole image: output, input gradient, every weight's gradient (summed over the tiles), running statistics,
     two training steps (the second shifted by the first's running mean) and evaluation."""
     import torch
-    import torch.distributed as dist
     from torch import nn
 
     from scaletrain.comm.spatial.geometry import TileGrid
@@ -112,26 +123,14 @@ def _compare_stem(rank: int, world: int, grid: tuple[int, int], sides: tuple[int
         errors = []
         for _ in range(2):
             x = torch.randn(2, 3, *sides, dtype=torch.float64)
-            full_x = x.clone().requires_grad_()
-            out = whole(full_x)
-            weights = torch.randn_like(out)
-            (out * weights).sum().backward()
-            rows, cols = tiles.grid.split(x.shape[2], x.shape[3], rank)
-            tile_x = x[:, :, rows, cols].clone().requires_grad_()
-            tile_out = mine(tile_x)
-            out_rows, out_cols = tiles.grid.split(out.shape[2], out.shape[3], rank)
-            (tile_out * weights[:, :, out_rows, out_cols]).sum().backward()
-            errors += [_relative(tile_out, out[:, :, out_rows, out_cols].detach()),
-                       _relative(tile_x.grad, full_x.grad[:, :, rows, cols])]
-            for p_whole, p_mine in zip(whole.parameters(), mine.parameters()):
-                summed = p_mine.grad.clone()
-                dist.all_reduce(summed, group=g)
-                errors.append(_relative(summed, p_whole.grad))
-                p_whole.grad = p_mine.grad = None
+            errors += _step_errors(whole, mine, x, tiles, g)
             errors += [_relative(b_mine.double(), b_whole.double())
                        for b_whole, b_mine in zip(whole.buffers(), mine.buffers())]
         whole.eval(), mine.eval()
-        errors.append(_relative(mine(x[:, :, rows, cols]), whole(x)[:, :, out_rows, out_cols]))
+        out = whole(x)
+        rows, cols = tiles.grid.split(x.shape[2], x.shape[3], rank)
+        out_rows, out_cols = tiles.grid.split(out.shape[2], out.shape[3], rank)
+        errors.append(_relative(mine(x[:, :, rows, cols]), out[:, :, out_rows, out_cols]))
     return max(errors)
 
 
