@@ -49,8 +49,14 @@ def test_settled_a_step_sized_allocation_reuses_heap_memory():
     assert got["mmapped"] == 0
 
 
-def test_lean_gives_a_step_sized_allocation_pages_of_its_own():
-    got = _probe("lean", **allocator.rank_environment("lean"))
+def test_lean_gives_a_step_sized_allocation_pages_of_its_own(monkeypatch):
+    for name in ("GLIBC_TUNABLES", allocator.OPT_OUT, *allocator.USER_VARIABLES):
+        monkeypatch.delenv(name, raising=False)
+    assert allocator.rank_environment("lean") == {"GLIBC_TUNABLES": allocator.HUGE_PAGES}
+    assert allocator.rank_environment("steady") == allocator.rank_environment("auto") == {}
+    monkeypatch.setenv("GLIBC_TUNABLES", "glibc.malloc.arena_max=2")
+    assert allocator.rank_environment("lean") == {}  # the user's own tunables win
+    got = _probe("lean", GLIBC_TUNABLES=allocator.HUGE_PAGES)
     assert got["record"] == {"malloc": "glibc, thresholds fixed", "allocator": "lean", "mmap_threshold_bytes": 2**20,
                              "trim_threshold_bytes": 2**20, "huge_pages": True}
     assert got["mmapped"] >= 8 << 20
