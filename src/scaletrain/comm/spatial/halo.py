@@ -152,6 +152,39 @@ def _unpad(g: torch.Tensor, dim: int, before: int, after: int, tiles: Tiles) -> 
     return inner
 
 
+def bands(x: torch.Tensor, chunk_bytes: int = 2**23):
+    """Row bands of an NCHW tensor (views), each about `chunk_bytes`: an element-wise pass over a tile's channels a
+    band at a time makes temporaries of that size, not of the tile's."""
+    rows = max(1, chunk_bytes // max(1, x[:, :, :1].numel() * x.element_size()))
+    for r in range(0, x.size(H), rows):
+        yield x.narrow(H, r, min(rows, x.size(H) - r))
+
+
+def pad(x: torch.Tensor, tiles: Tiles, widths: Halo, fill: float) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    """x padded with its halos (rows, then columns of the row-padded tile) and the strips that came in, in order."""
+    padded, strips = x, []
+    for dim, (before, after) in zip((H, W), widths):
+        pair = _strips(padded, dim, before, after, fill, tiles)
+        strips += [t for t in pair if t is not None]
+        padded = _join(padded, dim, *pair)
+    return padded, strips
+
+
+def padded_again(x: torch.Tensor, strips: list[torch.Tensor], widths: Halo) -> torch.Tensor:
+    """The padded tile made again from x and the strips `pad` returned (no exchange)."""
+    rest = iter(strips)
+    for dim, (before, after) in zip((H, W), widths):
+        x = _join(x, dim, next(rest) if before else None, next(rest) if after else None)
+    return x
+
+
+def unpadded(g: torch.Tensor, widths: Halo, tiles: Tiles) -> torch.Tensor:
+    """The adjoint of `pad`: columns, then rows (_unpad), the halos' gradients sent back to their owners."""
+    for dim, (before, after) in reversed(list(zip((H, W), widths))):
+        g = _unpad(g, dim, before, after, tiles)
+    return g
+
+
 class HaloOp(torch.autograd.Function):
     """`op` (a window layer: conv, pool) on the tile padded with its halos, keeping for backward only the tile and
     its halo strips, not the padded copy: the layer before keeps the tile already, and a second, padded copy of
@@ -161,14 +194,9 @@ class HaloOp(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x: torch.Tensor, tiles: Tiles, widths: Halo, fill: float, op, *params):
-        padded, strips = x, []
-        for dim, (before, after) in zip((H, W), widths):
-            pair = _strips(padded, dim, before, after, fill, tiles)
-            strips.append(pair)
-            padded = _join(padded, dim, *pair)
+        padded, strips = pad(x, tiles, widths, fill)
         ctx.tiles, ctx.widths, ctx.op = tiles, widths, op
-        ctx.present = [(top is not None, bottom is not None) for top, bottom in strips]
-        ctx.save_for_backward(x, *[t for pair in strips for t in pair if t is not None], *params)
+        ctx.save_for_backward(x, *strips, *params)
         ctx.params = len(params)
         return op.forward(padded, *params)
 
@@ -177,21 +205,12 @@ class HaloOp(torch.autograd.Function):
         saved = list(ctx.saved_tensors)
         params = saved[len(saved) - ctx.params:] if ctx.params else []
         x, strips = saved[0], saved[1:len(saved) - ctx.params]
-
-        def padded() -> torch.Tensor:
-            out, rest = x, iter(strips)
-            for dim, (has_top, has_bottom) in zip((H, W), ctx.present):
-                out = _join(out, dim, next(rest) if has_top else None, next(rest) if has_bottom else None)
-            return out
-
         # the input's gradient only where it is wanted: the first layer's input is the image (and then no halo
         # gradient is exchanged either: every tile runs the same layers, so all of them skip it alike)
         needs = ctx.needs_input_grad
-        grads = ctx.op.backward(g, padded, *params, needs=(needs[0], *needs[5:]))
-        g_in = grads[0]
-        if g_in is not None:
-            for dim, (before, after) in reversed(list(zip((H, W), ctx.widths))):
-                g_in = _unpad(g_in, dim, before, after, ctx.tiles)
+        grads = ctx.op.backward(g, lambda: padded_again(x, strips, ctx.widths), *params,
+                                needs=(needs[0], *needs[5:]))
+        g_in = grads[0] if grads[0] is None else unpadded(grads[0], ctx.widths, ctx.tiles)
         return (g_in, None, None, None, None, *grads[1:])
 
 

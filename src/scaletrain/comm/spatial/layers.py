@@ -22,7 +22,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from scaletrain.comm.spatial.geometry import Window, check_side, halo, why_not_tiled
-from scaletrain.comm.spatial.halo import H, Halo, Tiles, halo_op
+from scaletrain.comm.spatial.halo import H, Halo, Tiles, bands, halo_op
 from scaletrain.comm.spatial.stem import StemFn
 from scaletrain.errors import UserError
 
@@ -79,10 +79,14 @@ class _Windowed(nn.Module):
 
     def run(self, x: torch.Tensor, op, *params) -> torch.Tensor:
         """`op` on the tile padded with its halos (or the fill at the image's edge)."""
+        self.check(x)
+        return halo_op(x, self.tiles, self.widths, self.fill, op, *params)
+
+    def check(self, x: torch.Tensor) -> None:
+        """One line naming the layer when the tile is too short for its halos."""
         for side, window, cut, what in zip(x.shape[H:], self.windows, self.cut, ("height", "width")):
             if cut:
                 check_side(self.name, window, side, what)
-        return halo_op(x, self.tiles, self.widths, self.fill, op, *params)
 
     def extra_repr(self) -> str:
         grid = self.tiles.grid
@@ -180,9 +184,7 @@ class SpatialConv2d(_Windowed):
         # one
         if (not bn.training and bn.running_mean is not None) or torch.is_autocast_enabled(x.device.type):
             return pool.run(F.relu(bn.normalise(self.run(x, self.op, self.weight, self.bias))), pool.op)
-        for side, window, cut, what in zip(x.shape[H:], self.windows, self.cut, ("height", "width")):
-            if cut:
-                check_side(self.name, window, side, what)
+        self.check(x)
         return StemFn.apply(x, self.weight, self.bias, bn.weight, bn.bias, self)
 
 
@@ -261,12 +263,10 @@ def norm_backward(dy: torch.Tensor, x_hat: torch.Tensor, weight, invstd: torch.T
     return d_weight, d_bias, dx
 
 
-def _sum_of_products(a: torch.Tensor, b: torch.Tensor, chunk_bytes: int = 2**23) -> torch.Tensor:
+def _sum_of_products(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """sum(a * b) over all dimensions but channels (1) of two NCHW tensors, a band of rows at a time: the product
     of whole tiles would be a temporary as large as a layer's activations."""
-    rows = max(1, chunk_bytes // max(1, a[:, :, :1].numel() * a.element_size()))
-    return sum((a.narrow(2, r, min(rows, a.size(2) - r)) * b.narrow(2, r, min(rows, a.size(2) - r))).sum((0, 2, 3))
-               for r in range(0, a.size(2), rows))
+    return sum((x * y).sum((0, 2, 3)) for x, y in zip(bands(a), bands(b)))
 
 
 class SpatialBatchNorm2d(nn.Module):
@@ -301,9 +301,8 @@ class SpatialBatchNorm2d(nn.Module):
             shift = (self.running_mean if self.running_mean is not None else x.new_zeros(x.size(1))).to(acc)
             c = x.size(1)
             local = torch.zeros(2 * c, dtype=acc, device=x.device)
-            rows = max(1, 2**23 // max(1, x[:, :, :1].numel() * x.element_size()))
-            for r in range(0, x.size(2), rows):
-                centred = torch.sub(x.detach().narrow(2, r, min(rows, x.size(2) - r)).to(acc), shift.view(1, -1, 1, 1))
+            for band in bands(x.detach()):
+                centred = torch.sub(band.to(acc), shift.view(1, -1, 1, 1))
                 local[:c] += centred.sum((0, 2, 3))
                 local[c:] += centred.square_().sum((0, 2, 3))
             total = _sum_over_tiles(local, self.tiles)

@@ -21,17 +21,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from scaletrain.comm.spatial.halo import H, W, Tiles, _join, _strips, _unpad
-
-CHUNK_BYTES = 2**23  # an element-wise pass over a tile's channels goes a band of rows at a time (8 MiB temporaries)
-
-
-def _bands(x: torch.Tensor):
-    """Row bands of an NCHW tensor, each about CHUNK_BYTES."""
-    rows = max(1, CHUNK_BYTES // max(1, x[:, :, :1].numel() * x.element_size()))
-    for r in range(0, x.size(H), rows):
-        yield x.narrow(H, r, min(rows, x.size(H) - r))
-
+from scaletrain.comm.spatial.halo import H, W, Tiles, _strips, bands, pad, padded_again, unpadded
 
 def _channel(v: torch.Tensor | None, like: torch.Tensor) -> torch.Tensor | None:
     return None if v is None else v.to(like.dtype).view(1, -1, 1, 1)
@@ -72,16 +62,6 @@ def _padded_pool_input(x_hat: torch.Tensor, weight, bias, pool) -> torch.Tensor:
     return padded
 
 
-def _conv_input(x: torch.Tensor, strips: list, conv) -> torch.Tensor:
-    present = iter(strips)
-    padded = x
-    for dim, (before, after) in zip((H, W), conv.widths):
-        top = next(present) if before else None
-        bottom = next(present) if after else None
-        padded = _join(padded, dim, top, bottom)
-    return padded
-
-
 def _pool(padded: torch.Tensor, pool, indices: bool = False):
     op = pool.op
     return F.max_pool2d(padded, op.kernel, op.stride, op.padding, return_indices=indices)
@@ -91,12 +71,7 @@ class StemFn(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, conv_weight, conv_bias, bn_weight, bn_bias, stem):
         conv, bn, pool = stem.conv, stem.bn, stem.pool
-        strips = []
-        padded = x
-        for dim, (before, after) in zip((H, W), conv.widths):
-            pair = _strips(padded, dim, before, after, conv.fill, conv.tiles)
-            strips += [t for t in pair if t is not None]
-            padded = _join(padded, dim, *pair)
+        padded, strips = pad(x, conv.tiles, conv.widths, conv.fill)
         z = conv.op.forward(padded, conv_weight, conv_bias)
         del padded
         mean, invstd, _ = bn.statistics(z)
@@ -115,7 +90,7 @@ class StemFn(torch.autograd.Function):
         needs = ctx.needs_input_grad
         with torch.no_grad():
             # the forward again, to the maxima's positions (the convolution's halos were kept: no exchange)
-            z = conv.op.forward(_conv_input(x, strips, conv), conv_weight, conv_bias)
+            z = conv.op.forward(padded_again(x, strips, conv.widths), conv_weight, conv_bias)
             x_hat = z.sub_(_channel(mean, z)).mul_(_channel(invstd, z))
             padded = _padded_pool_input(x_hat, bn_weight, bn_bias, pool)
             shape = padded.shape
@@ -126,11 +101,10 @@ class StemFn(torch.autograd.Function):
             grad = torch.zeros(shape, dtype=g.dtype, device=g.device)
             grad.view(n, c, -1).scatter_add_(2, where.view(n, c, -1), g.reshape(n, c, -1))
             del where
-            for dim, (before, after) in reversed(list(zip((H, W), pool.widths))):
-                grad = _unpad(grad, dim, before, after, pool.tiles)
+            grad = unpadded(grad, pool.widths, pool.tiles)
             # through the ReLU, in place: zero where weight x_hat + bias <= 0
             w, b = _channel(bn_weight, x_hat), _channel(bn_bias, x_hat)
-            for gy, xh in zip(_bands(grad), _bands(x_hat)):
+            for gy, xh in zip(bands(grad), bands(x_hat)):
                 y = xh * w if w is not None else xh.clone()
                 if b is not None:
                     y.add_(b)
@@ -140,8 +114,7 @@ class StemFn(torch.autograd.Function):
             d_bn_weight, d_bn_bias, dz = bn.backward_in_place(grad, x_hat, bn_weight, invstd, needs[3], needs[4])
             del grad
             gx, d_conv_weight, d_conv_bias = conv.op.backward(
-                dz, lambda: _conv_input(x, strips, conv), conv_weight, conv_bias, needs=(needs[0], *needs[1:3]))
+                dz, lambda: padded_again(x, strips, conv.widths), conv_weight, conv_bias, needs=(needs[0], *needs[1:3]))
         if gx is not None:
-            for dim, (before, after) in reversed(list(zip((H, W), conv.widths))):
-                gx = _unpad(gx, dim, before, after, conv.tiles)
+            gx = unpadded(gx, conv.widths, conv.tiles)
         return gx, d_conv_weight, d_conv_bias, d_bn_weight, d_bn_bias, None
