@@ -17,4 +17,4 @@ class FlatAfterBackward(Strategy):
         grads = sum(pricing.grads)
         seconds = alphabeta.predict(alpha, beta, pricing.setting.trainers, grads)
         return Cost(seconds, {"bytes_per_step": grads, "buckets": 1, "comm_total_s": seconds, "comm_hidden_s": 0.0,
-                              "overlap_ratio": 0.0}, memory={"buckets": 0}, extra={"flat": {"bytes": grads}})
+                              "overlap_ratio": 0.0}, extra={"flat": {"bytes": grads}})

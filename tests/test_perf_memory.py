@@ -3,6 +3,8 @@ on a rank's parameter copies and on what an activation takes at each precision."
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -11,7 +13,8 @@ from scaletrain.config import build_config
 from scaletrain.models.registry import build_model
 from scaletrain.perf.footprint import model_memory
 from scaletrain.perf.memory import OPTIMIZER_STATE, activations_at, data_parallel_copies
-from scaletrain.predict.points import predict_config
+from scaletrain.comm.memory import per_rank
+from scaletrain.predict.points import data_facts, model_factory, predict_config, sample_shape
 from scaletrain.predict.predictor import Predictor
 
 
@@ -34,8 +37,31 @@ def test_the_preflight_check_and_predict_count_the_same_parameter_copies(optimiz
     assert preflight == 4 * params * data_parallel_copies(optimizer)
     cfg = build_config({}, {"model": "lenet5", "nproc": 2, "batch_size": 32, "optimizer": optimizer})
     mem = predict_config(Predictor(fake_calibration(), NETWORK), cfg)["memory_bytes"]
-    assert mem["parameters"] + mem["gradients"] + mem["optimizer"] + mem["buckets"] == preflight
-    assert mem["optimizer"] == 4 * params * OPTIMIZER_STATE[optimizer]
+    assert mem["params"] == preflight == 4 * params * (3 + OPTIMIZER_STATE[optimizer])
+
+
+@pytest.mark.parametrize("flags", [{"strategy": "allreduce"}, {"strategy": "ring"}, {"strategy": "fsdp"},
+                                   {"strategy": "ps-sync", "nproc": 3},
+                                   {"strategy": "allreduce", "checkpoint_activations": "blocks"},
+                                   {"strategy": "spatial", "spatial": 2, "model": "resnet18", "image_size": 64},
+                                   {"strategy": "allreduce", "dataset": "digits", "image_size": 32}])
+def test_predict_holds_each_layout_to_the_preflight_checks_memory_model(flags):
+    """One memory model: the memory per rank `predict` prints is, part by part, what `train
+    --memory-per-device` plans for the same request (comm/memory.per_rank, the strategy's own `memory`)."""
+    flags = {"model": "lenet5", "nproc": 2, "batch_size": 8, "dataset": "synthetic", "image_size": 32} | flags
+    cfg = build_config({}, flags)
+    point = predict_config(Predictor(fake_calibration(), NETWORK), cfg)
+    facts = data_facts(cfg.data.dataset, cfg.data.image_size, cfg.data.synthetic_samples,
+                       cfg.data.synthetic_classes)
+    want = per_rank(cfg, model_factory(cfg, facts), sample_shape(facts), "cpu")
+    assert point["memory_bytes"] == dataclasses.asdict(want)
+    assert point["peak_memory_bytes"] == want.total > want.runtime > 0
+    state = 4 * sum(p.numel() for p in model_factory(cfg, facts)().parameters())
+    held = {"allreduce": 4, "ring": 4, "ps-sync": 2}  # weights, gradients, momentum, DDP's bucket copy; ps: no state
+    if cfg.strategy.name in held:
+        assert want.params == held[cfg.strategy.name] * state
+    if cfg.data.dataset == "digits":
+        assert want.dataset == 1797 * 32 * 32 * 4
 
 
 def test_predict_halves_the_activations_under_bf16():

@@ -158,22 +158,6 @@ def test_ranks_sharing_cores_stretch_compute():
     assert M.compute_stretch(testbed, 0.0, 0.1) == pytest.approx(1.5)
 
 
-def test_memory_counts_every_part():
-    s = M.Setting(batch_size=8, nproc=2, cores=2, optimizer="adamw", workers=2)
-    mem = M.memory(s, params=1000, activation_bytes=5000, batch_input_bytes=100, baseline_bytes=7)
-    assert mem == {"parameters": 4000, "gradients": 4000, "optimizer": 8000, "activations": 5000, "buckets": 0,
-                   "loader": 500, "baseline": 7}
-    # the strategy changes what it holds: DDP's buckets a flat copy of the gradients, a parameter server's
-    # workers no optimizer state
-    ops = _costs([0.01], [4000])
-    net = {"intra": {k: {"alpha_s": 1e-4, "beta_s_per_byte": 1e-9} for k in ("allreduce", "ps")}, "inter": None}
-    ddp = M.predict_step(ops, s, M.Loop(), net, lambda t, n: 0.0, memory_bytes=mem)["memory_bytes"]
-    assert ddp == {**mem, "buckets": 4000}
-    ps = M.Setting(batch_size=8, nproc=3, cores=2, optimizer="adamw", strategy="ps-sync", servers=1)
-    assert M.predict_step(ops, ps, M.Loop(), net, lambda t, n: 0.0, memory_bytes=mem)["memory_bytes"] == \
-        {**mem, "optimizer": 0}
-
-
 @pytest.mark.parametrize("phases, eff, want", [
     ({"data_wait": 0.5, "comm_exposed": 0.1}, 1.0, "input"),
     ({"data_wait": 0.0, "comm_exposed": 0.3}, 1.0, "communication"),

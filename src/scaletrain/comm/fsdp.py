@@ -38,8 +38,7 @@ class Fsdp(Strategy):
     def cost(cls, pricing):
         """Per step each unit's parameters all-gathered twice (before forward, before backward) and its
         gradients reduce-scattered once, on CPU between the units' compute (none of it hidden): inside
-        forward and backward, where the profiler measures them. Parameters, gradients and optimizer state
-        in 1/world shards, plus one unit gathered."""
+        forward and backward, where the profiler measures them."""
         from scaletrain.predict.pricing import Cost
 
         s, cfg = pricing.setting, pricing.cfg
@@ -48,7 +47,6 @@ class Fsdp(Strategy):
         f, b = collective_seconds(units, s.world, alpha, beta)
         comm = {"bytes_per_step": int(1.5 * sum(units) * 2 * (s.world - 1) / s.world), "buckets": len(units),
                 "comm_total_s": f + b, "comm_hidden_s": 0.0, "overlap_ratio": 0.0 if s.world > 1 else None}
-        memory = {k: pricing.memory.get(k, 0) // s.world for k in ("parameters", "gradients", "optimizer")}
         if getattr(pricing.predictor, "hardware", None) is not None and units:
             pricing.predictor.notes.append(
                 f"--strategy fsdp on a data sheet: FSDP's host work per unit and step (its hooks, the copies into "
@@ -56,8 +54,7 @@ class Fsdp(Strategy):
                 f"{HOST_UNIT_NOTE_S * 1e3:.1f} ms per unit (docs/predict-validation.md): {cfg.model.name}'s "
                 f"{len(units)} units may add up to {HOST_UNIT_NOTE_S * len(units) * 1e3:.0f} ms to each step")
         return Cost(0.0, comm, phases={"forward": pricing.phases["forward"] + f,
-                                       "backward": pricing.phases["backward"] + b},
-                    memory={**memory, "buckets": max(units)})
+                                       "backward": pricing.phases["backward"] + b})
 
     @classmethod
     def memory(cls, cfg: TrainConfig, memory_at, factory, sample_shape):

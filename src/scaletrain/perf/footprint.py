@@ -20,7 +20,7 @@ import torch
 from scaletrain import fmt
 from scaletrain.errors import UserError
 from scaletrain.perf.blocks import group
-from scaletrain.perf.memory import TRACED_BYTES, activations_at, data_parallel_copies
+from scaletrain.perf.memory import PARTS, TRACED_BYTES, activations_at, data_parallel_copies
 from scaletrain.perf.peak import BlockBytes, block_bytes, peak
 from scaletrain.perf.precision import param_bytes
 from scaletrain.perf.walk import walk
@@ -44,8 +44,7 @@ class Footprint:
         return self.params + self.activations + self.dataset + self.batches + self.runtime
 
     def parts(self) -> dict[str, int]:
-        return {"parameters and optimizer state": self.params, "activations": self.activations,
-                "dataset in memory": self.dataset, "batches": self.batches, "the process": self.runtime}
+        return {PARTS[k]: v for k, v in vars(self).items()}
 
 
 @dataclass(frozen=True)

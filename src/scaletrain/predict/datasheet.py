@@ -152,8 +152,5 @@ class DatasheetPredictor:
     def device_memory(self) -> int:
         return self.hardware.memory_bytes
 
-    def baseline_bytes(self) -> int:
-        return 0
-
     def memory_kind(self) -> str:
         return self.hardware.kind

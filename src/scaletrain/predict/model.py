@@ -1,4 +1,4 @@
-"""The performance model: one training step's phases, memory and limit for one configuration, as pure
+"""The performance model: one training step's phases and limit for one configuration, as pure
 functions of the model's ops, the calibration's laws and the run's settings (docs/predict.md).
 
 No torch.distributed and no printing here: `points.py` builds the inputs (tracing the model, fitting
@@ -27,11 +27,9 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from scaletrain.config.layout import Layout
-from scaletrain.perf.memory import state_per_parameter
 from scaletrain.predict.pricing import BUCKET_CAPS_MB, NO_COMM, link  # noqa: F401 (re-exported)
 
 PHASES = ("data_wait", "h2d", "forward", "backward", "comm_exposed", "optimizer", "other")
-PREFETCH = 2  # DataLoader's prefetch_factor: batches in flight per worker
 
 
 @dataclass
@@ -144,14 +142,13 @@ def compute_stretch(s: Setting, loader_cpu_s: float, compute_s: float) -> float:
 
 def predict_step(ops: list[OpCost], s: Setting, loop: Loop, network: dict[str, Any],
                  optimizer_s: Callable[[int, int], float], loss_s: tuple[float, float] = (0.0, 0.0),
-                 loader_first_batch_s: float = 0.0, handoff_s: float = 0.0,
-                 memory_bytes: dict[str, int] | None = None, **context: Any) -> dict[str, Any]:
-    """The step's phases (seconds), its communication, memory per rank and the numbers the limit is named from.
+                 loader_first_batch_s: float = 0.0, handoff_s: float = 0.0, **context: Any) -> dict[str, Any]:
+    """The step's phases (seconds), its communication and the numbers the limit is named from.
 
     `optimizer_s(tensors, numel)` is the optimizer's calibrated law at this point's threads. The strategy
     prices its own communication (`Strategy.cost`, predict/pricing.py), from the compute phases computed here;
-    `context` (cfg, facts, predictor) is what it may read beyond them; `memory_bytes` (model.memory) what every
-    rank holds before the strategy changes it."""
+    `context` (cfg, facts, predictor) is what it may read beyond them. Memory per rank is the one memory model's
+    (comm/memory.per_rank, through the strategy's own `memory`: predict/points.rank_memory)."""
     from scaletrain.predict.pricing import Pricing
 
     grads = [g for op in ops for g in op.grad_bytes]
@@ -164,7 +161,7 @@ def predict_step(ops: list[OpCost], s: Setting, loop: Loop, network: dict[str, A
     stretch = compute_stretch(s, loader_cpu, fwd + bwd + opt)
     fwd, bwd, opt = fwd * stretch, bwd * stretch, opt * stretch
     compute = {"h2d": loop.h2d_s, "forward": fwd, "backward": bwd, "optimizer": opt, "other": loop.other_s}
-    pricing = Pricing(s, ops, loop, network, optimizer_s, dict(compute), stretch, dict(memory_bytes or {}), **context)
+    pricing = Pricing(s, ops, loop, network, optimizer_s, dict(compute), stretch, **context)
     cost = strategy.cost(pricing) if s.trainers >= 1 else None
     phases = {"data_wait": 0.0, **compute, "comm_exposed": cost.comm_exposed_s if cost else 0.0}
     if cost is not None:
@@ -182,22 +179,9 @@ def predict_step(ops: list[OpCost], s: Setting, loop: Loop, network: dict[str, A
         parallel = s.workers if s.cpu_compute else max(1, min(s.workers, s.cores // max(1, s.nproc)))
         data_wait = max(handoff_s, loader_cpu * stretch / parallel - busy + handoff_s)
     phases["data_wait"] = data_wait
-    memory = {**(memory_bytes or {}), **(cost.memory if cost else {})}
     return {"phases_s": phases, "step_time_s": sum(phases.values()), "comm": cost.comm if cost else dict(NO_COMM),
-            "stretch": stretch, "memory_bytes": memory, "extra": cost.extra if cost else {},
+            "stretch": stretch, "extra": cost.extra if cost else {},
             "epoch_start_s": loader_first_batch_s if s.workers else 0.0}
-
-
-def memory(s: Setting, params: int, activation_bytes: int, batch_input_bytes: int,
-           baseline_bytes: int = 0) -> dict[str, int]:
-    """Peak bytes per rank before the strategy's own (predict/pricing.Cost.memory: DDP's buckets, a shard, a
-    stage): parameters, gradients, optimizer state (fp32), the activations autograd keeps for backward, the
-    loader's batches in flight, and the process's resident baseline (interpreter, torch, the loop) as
-    calibrated."""
-    p = 4 * params
-    return {"parameters": p, "gradients": p, "optimizer": state_per_parameter(s.optimizer) * p,
-            "activations": activation_bytes, "buckets": 0,
-            "loader": batch_input_bytes * (1 + PREFETCH * s.workers), "baseline": baseline_bytes}
 
 
 def limit(phases: dict[str, float], batch_efficiency: float) -> tuple[str, str]:

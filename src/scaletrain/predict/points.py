@@ -13,11 +13,11 @@ import torch
 
 
 from scaletrain.errors import UserError
-from scaletrain.perf.memory import activations_at
 from scaletrain.predict import model as M
 from scaletrain.predict.ops import Workload
 from scaletrain.predict.predictor import LARGE_BATCH, Predictor, cal_workload
 
+NO_MEMORY_NOTE = "memory per rank not estimated: the model cannot run on the meta device (its walk needs real tensors)"
 AUTO_CAP_NOTE = ("--bucket-cap-mb auto: each point priced at the bucket cap auto would choose there "
                  "(comm.best_bucket_cap_mb; DDP's default when none is better)")
 
@@ -146,16 +146,10 @@ def predict_config(p: Predictor, cfg, *, shared_cores: int | None = None, cores:
     handoff, startup = p.handoff()
     loop = p.loop(cfg.launch.nproc)
     opt_law = p.optimizer_law(cfg.optim.optimizer, threads)
-    act = activations_at(w.activation_bytes, cfg.model.precision)
-    sample_bytes = 4 * facts["channels"] * facts["image_size"] ** 2
-    baseline = p.baseline_bytes()
-    mem = M.memory(s, w.params, act, sample_bytes * cfg.optim.batch_size, max(0, baseline - _refnet_memory(p))
-                   if baseline else 0)
-
     def step_at(setting: M.Setting) -> dict[str, Any]:
         return M.predict_step(ops, setting, loop, p.network, opt_law, loss, loader_first_batch_s=startup +
                               setting.sample_s * cfg.optim.batch_size, handoff_s=handoff if cfg.data.workers else 0.0,
-                              memory_bytes=mem, cfg=cfg, facts=facts, predictor=p)
+                              cfg=cfg, facts=facts, predictor=p)
 
     step = step_at(s)
     if auto_cap and step["comm"].get("best_bucket_cap_mb") is not None:
@@ -163,11 +157,12 @@ def predict_config(p: Predictor, cfg, *, shared_cores: int | None = None, cores:
         s.bucket_cap_mb = step["comm"]["best_bucket_cap_mb"]
         step = step_at(s)
     steps = facts["samples"] // (cfg.optim.batch_size * s.trainers)
-    mem = step["memory_bytes"]
+    mem = rank_memory(cfg, facts, p.memory_kind())  # (after the strategy's cost: its refusal names the basis)
     eff = batch_efficiency(p, cfg, facts, ops, threads)
     lim, note = M.limit(step["phases_s"], eff)
+    peak = sum(mem.values()) if mem else None
     check = plausibility(w, step["phases_s"], p.peak_flops(cfg.model.precision), steps, p.hardware,
-                         sum(mem.values()), p.device_memory(), oversubscribed(s))
+                         peak or 0, p.device_memory(), oversubscribed(s))
     per_op = [{"name": op.name, "kind": op.kind, "source": c.source, "forward_s": c.forward_s,
                "backward_s": c.backward_s} for op, c in zip(w.ops, ops) if op.kind != "view"]
     sources = {}
@@ -177,11 +172,11 @@ def predict_config(p: Predictor, cfg, *, shared_cores: int | None = None, cores:
     return {"setting": s, "phases_s": step["phases_s"], "step_time_s": step["step_time_s"],
             "steps_per_epoch": steps, "epoch_time_s": steps * step["step_time_s"] + step["epoch_start_s"],
             "samples_per_s": cfg.optim.batch_size * s.trainers / step["step_time_s"],
-            "peak_memory_bytes": sum(mem.values()), "memory_bytes": mem, "memory_kind": p.memory_kind(),
+            "peak_memory_bytes": peak, "memory_bytes": mem, "memory_kind": p.memory_kind(),
             "comm": step["comm"], "layers": {k: sources.get(k, 0) for k in ("measured", "regression", "roofline")},
             "limit": lim, "limit_note": note, "batch_efficiency": eff, "threads": threads,
             "stretch": step["stretch"], "plausibility": check,
-            "notes": list(w.notes) + ([AUTO_CAP_NOTE] if auto_cap else []),
+            "notes": list(w.notes) + ([AUTO_CAP_NOTE] if auto_cap else []) + ([] if mem else [NO_MEMORY_NOTE]),
             "image_size": facts["image_size"], "ops": per_op, **step["extra"]}
 
 
@@ -191,15 +186,10 @@ def recomputed_share(cfg, facts: dict[str, Any]) -> float:
     if cfg.model.checkpoint_activations == "none":
         return 0.0
     from scaletrain.comm.memory import resolve_checkpointing
-    from scaletrain.models.registry import build_model
     from scaletrain.perf.footprint import model_memory
     from scaletrain.train.recompute import plan_units
 
-    def factory():
-        return build_model(cfg.model.name, num_classes=facts["classes"], in_channels=facts["channels"],
-                           image_size=facts["image_size"], stem=cfg.model.stem, width=cfg.model.width)
-
-    shape = (facts["channels"], facts["image_size"], facts["image_size"])
+    factory, shape = model_factory(cfg, facts), sample_shape(facts)
     value = resolve_checkpointing(cfg, factory, shape, "cpu").model.checkpoint_activations
     mm = model_memory(factory, 1, shape, cfg.optim.optimizer, cfg.model.precision)
     if mm is None or value == "none":
@@ -210,23 +200,35 @@ def recomputed_share(cfg, facts: dict[str, Any]) -> float:
     return sum(b.flops for b in mm.blocks if b.name in again) / total if total else 0.0
 
 
-def _refnet_memory(p: Predictor) -> int:
-    cal = p.cal["loop"]
-    return _refnet_bytes(cal["image_size"], cal["batch_size"])
+def model_factory(cfg, facts: dict[str, Any]):
+    """A function that builds the point's model (on whatever device is current)."""
+    from scaletrain.models.registry import build_model
+
+    def factory():
+        return build_model(cfg.model.name, num_classes=facts["classes"], in_channels=facts["channels"],
+                           image_size=facts["image_size"], stem=cfg.model.stem, width=cfg.model.width)
+
+    return factory
 
 
-@functools.lru_cache(maxsize=8)
-def _refnet_bytes(image_size: int, batch: int) -> int:
-    """The memory model's bytes of the calibration's reference run (the reference network at its batch)."""
-    import torch
+def sample_shape(facts: dict[str, Any]) -> tuple[int, int, int]:
+    return facts["channels"], facts["image_size"], facts["image_size"]
 
-    from scaletrain.predict import refnet
 
-    with torch.device("meta"):  # as the point's own workload: the bytes autograd saves (perf/saved.py)
-        net = refnet.build(10, 3, image_size)
-    w = cal_workload(net, (3, image_size, image_size), batch)
-    s = M.Setting(batch_size=batch)
-    return sum(M.memory(s, w.params, w.activation_bytes, 4 * 3 * image_size ** 2 * batch).values())
+_WALKS: dict[tuple, dict] = {}  # the model's memory walks per model, kept for the process (a sweep walks once)
+
+
+def rank_memory(cfg, facts: dict[str, Any], memory_kind: str) -> dict[str, int]:
+    """Bytes one rank of the point's layout holds at its step's peak, by part: the one memory model that the
+    pre-flight check and `--image-size max` read (comm/memory.per_rank: the strategy's layout, the allocator's
+    retained heap on a CPU, the dataset, the loader's batches, the process); {} when the model cannot run on the
+    meta device."""
+    from scaletrain.comm.memory import per_rank
+
+    key = (cfg.model.name, cfg.model.stem, cfg.model.width, facts["classes"], facts["channels"])
+    device = "cuda" if memory_kind == "cuda" else "cpu"
+    fp = per_rank(cfg, model_factory(cfg, facts), sample_shape(facts), device, cache=_WALKS.setdefault(key, {}))
+    return {} if fp is None else dataclasses.asdict(fp)
 
 
 def batch_efficiency(p: Predictor, cfg, facts, ops: list[M.OpCost], threads: int) -> float:

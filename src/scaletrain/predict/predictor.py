@@ -89,9 +89,6 @@ class Predictor:
     def device_memory(self) -> int | None:
         return self.cal["device"].get("memory_bytes")
 
-    def baseline_bytes(self) -> int:
-        return (self.cal.get("memory") or {}).get("baseline_rss_bytes") or 0
-
     def memory_kind(self) -> str:
         return "cuda" if self.cal["device"]["type"] == "cuda" else "rss"
 

@@ -1,7 +1,7 @@
 """The cost seam: what a strategy prices its step from (`Pricing`), what it answers (`Cost`), and the
 pricing every gradient-bucket strategy shares (`ddp_buckets`). Each strategy answers for its own cost in its
 own module (`Strategy.cost(pricing)`, found through comm/registry.py), exactly as it answers for training:
-model.py computes the step's compute phases and the memory every rank holds, asks the strategy, and adds
+model.py computes the step's compute phases, asks the strategy, and adds
 the loader's wait; it names no strategy (docs/predict.md, "The cost seam")."""
 
 from __future__ import annotations
@@ -26,7 +26,6 @@ class Pricing:
     optimizer_s: Callable[[int, int], float]  # the optimizer's law: (tensors, elements) -> seconds
     phases: dict[str, float]  # forward, backward, optimizer (the local update), h2d, other: compute so far
     stretch: float  # compute's stretch from shared cores (model.compute_stretch)
-    memory: dict[str, int] = field(default_factory=dict)  # per rank before the strategy (model.memory)
     cfg: Any = None  # the TrainConfig (pipelines and FSDP read the model and their settings); None in unit tests
     facts: dict[str, Any] = field(default_factory=dict)  # the data's samples, classes, channels, image size
     predictor: Any = None  # the basis's predictor (a pipeline prices its blocks with it)
@@ -48,13 +47,12 @@ class Pricing:
 @dataclass
 class Cost:
     """A strategy's answer: its exposed communication, what it says of its traffic (prediction.json `comm`),
-    phases it replaces or adds (a pipeline's forward, bubble, p2p ...), memory entries it replaces (a shard,
-    a stage), and anything else it reports (`extra`, merged into the point)."""
+    phases it replaces or adds (a pipeline's forward, bubble, p2p ...) and anything else it reports (`extra`,
+    merged into the point). Its memory per rank is its `Strategy.memory` (comm/memory.py), not priced here."""
 
     comm_exposed_s: float = 0.0
     comm: dict[str, Any] = field(default_factory=lambda: dict(NO_COMM))
     phases: dict[str, float] = field(default_factory=dict)
-    memory: dict[str, int] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -79,12 +77,11 @@ def strategy_of(name: str):
 
 def ddp_buckets(pr: Pricing, fit: str) -> Cost:
     """DDP's gradient buckets (perf/buckets.py): each reduced as soon as backward has filled it, one at a time,
-    at the `fit` collective's alpha-beta over the trainers; what outlasts backward is exposed. Buckets hold a
-    flat copy of the gradients (memory `buckets`)."""
+    at the `fit` collective's alpha-beta over the trainers; what outlasts backward is exposed."""
     s = pr.setting
     grads = pr.grads
     if s.trainers < 2 or not grads:
-        return Cost(memory={"buckets": 0})
+        return Cost()
     # gradients in the order backward produces them: ops in reverse, each op's parameters in reverse
     ready, sizes, elapsed = [], [], 0.0
     for op in reversed(pr.ops):
@@ -103,7 +100,7 @@ def ddp_buckets(pr: Pricing, fit: str) -> Cost:
             "comm_hidden_s": result["comm_hidden_s"], "overlap_ratio": result["overlap_ratio"],
             "best_bucket_cap_mb": best_cap, "best_overlap_ratio": best["overlap_ratio"],
             "best_comm_exposed_s": best["comm_exposed_s"] + residual}
-    return Cost(result["comm_exposed_s"] + residual, comm, memory={"buckets": sum(grads)})
+    return Cost(result["comm_exposed_s"] + residual, comm)
 
 
 def reduce_seconds(s, alpha_beta: tuple[float, float]) -> Callable[[int], float]:

@@ -14,6 +14,7 @@ from typing import Any
 from rich.console import Console
 
 from scaletrain import fmt
+from scaletrain.perf.memory import PARTS
 from scaletrain.report import plots
 from scaletrain.report.html import Section, page, write_page
 from scaletrain.report.output import check_report_dir, writing
@@ -29,10 +30,6 @@ SERIES_FREE = ("nproc", "nnodes", "batch_size")
 """What changes along one speedup line (the lead's rule: speedups are relative within a series)."""
 NAMED = ("model", "dataset", "precision", "compress", "ps_servers", "image_size", "threads")
 """Settings named under the table when the same for every point (with the axes given one value)."""
-MEMORY_PARTS = ("parameters", "gradients", "optimizer", "activations", "buckets", "stage", "loader", "baseline")
-MEMORY_HEADS = {"optimizer": "optimizer state", "buckets": "bucket memory", "loader": "loader memory",
-                "stage": "largest pipeline stage",
-                "baseline": "process baseline"}
 
 
 def _setting(point: dict[str, Any], key: str) -> Any:
@@ -155,10 +152,10 @@ def phases_table(prediction: dict[str, Any]) -> Grid:
 
 def comm_memory_table(prediction: dict[str, Any]) -> Grid:
     points = prediction.get("points") or []
-    parts = [m for m in MEMORY_PARTS if any(m in (p.get("memory_bytes") or {}) for p in points)]
-    g = Grid("predicted communication and memory per point",
+    parts = list(dict.fromkeys(k for p in points for k in (p.get("memory_bytes") or {})))
+    g = Grid("predicted communication and memory per rank",
              ["point", "bytes sent/step", "buckets", "comm time", "hidden", "overlap",
-              *[MEMORY_HEADS.get(m, m) for m in parts], "peak memory"])
+              *[PARTS.get(m, m) for m in parts], "peak memory"])
     for p in points:
         c, mem = p.get("comm") or {}, p.get("memory_bytes") or {}
         buckets = c.get("buckets")

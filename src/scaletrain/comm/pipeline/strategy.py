@@ -64,7 +64,7 @@ class Pipeline(Strategy):
     def cost(cls, pricing):
         """The stages' forward, backward, p2p and bubble as the schedule plays them on the split the run would
         choose (predict/pipeline.py), the mean stage's optimizer, each stage's gradients all-reduced over the
-        replicas after backward (exposed), and the largest stage's memory. Per-block laws: a calibration only."""
+        replicas after backward (exposed). Per-block laws: a calibration only."""
         from scaletrain.predict import pipeline as PP
         from scaletrain.predict.pricing import Cost
 
@@ -83,12 +83,9 @@ class Pipeline(Strategy):
         transfers = sum(st["transfer_s"] for st in pp["split"]["stages"]) * cfg.pipeline.microbatches
         comm = {"bytes_per_step": 0, "buckets": 0, "comm_total_s": transfers + exposed, "comm_hidden_s": 0.0,
                 "overlap_ratio": None}
-        peak = max(pp["split"]["stages"], key=lambda st: st["memory_bytes"])
-        memory = {"parameters": 0, "gradients": 0, "optimizer": 0, "activations": 0, "buckets": 0,
-                  "stage": peak["memory_bytes"]}
         phases = {"forward": pp["forward"], "backward": pp["backward"], "bubble": pp["bubble"], "p2p": pp["p2p"],
                   "optimizer": pricing.optimizer_s(tensors, int(mean_params // 4)) + pricing.loop.optimizer_s}
-        return Cost(exposed, comm, phases=phases, memory=memory, extra={"pipeline": pp})
+        return Cost(exposed, comm, phases=phases, extra={"pipeline": pp})
 
     @classmethod
     def memory(cls, cfg: TrainConfig, memory_at, factory, sample_shape):

@@ -3,8 +3,7 @@
 ps-sync: every worker pushes its gradient to the servers, each applies the update on its shard and sends it
 back: 2 alpha + 2 W x (its shard) x beta on the busiest server link, plus the apply.
 ps-async: a worker's own push and pull; the server link is shared, so a worker also waits for its share of
-the others' traffic once that exceeds its own compute. The workers keep no optimizer state (the servers do)
-and no gradient buckets."""
+the others' traffic once that exceeds its own compute."""
 
 from __future__ import annotations
 
@@ -28,4 +27,4 @@ def price(pr: Pricing, synchronous: bool) -> Cost:
         exposed = max(own + apply, server_busy - pr.phases["forward"] - pr.phases["backward"])
     comm = {"bytes_per_step": int(servers * push), "buckets": servers, "comm_total_s": exposed,
             "comm_hidden_s": 0.0, "overlap_ratio": 0.0 if workers else None}
-    return Cost(exposed + pr.residual_s, comm, memory={"optimizer": 0, "buckets": 0})
+    return Cost(exposed + pr.residual_s, comm)

@@ -41,6 +41,16 @@ class ParameterServer(Strategy):
 
         return price(pricing, cls.synchronous)
 
+    @classmethod
+    def memory(cls, cfg: TrainConfig, memory_at, factory, sample_shape):
+        """A worker (the fullest rank: a server holds only its shard and the shard's optimizer state): the
+        weights and their gradients, no optimizer state (its optimizer is never stepped) and no gradient buckets;
+        the activations as a data-parallel rank's."""
+        from scaletrain.perf.footprint import Footprint
+
+        mm = memory_at(cfg.optim.batch_size)
+        return Footprint(params=2 * mm.param_bytes, activations=mm.activations())
+
     @staticmethod
     def check_resume(cfg: TrainConfig, world_size: int) -> None:
         saved_state(cfg, world_size)  # shards and data order depend on the layout: refused before launching

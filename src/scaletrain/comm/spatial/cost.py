@@ -7,8 +7,8 @@ geometry the tiles run on (docs/spatial.md, docs/predict.md "Spatial tiles"):
 - `halo`: per window layer and cut dimension one exchange each way (again for a recomputed layer), each the
   point-to-point link's alpha plus the bytes the geometry says this tile sends (the busiest tile's) times beta;
 - `gather`: the front's output all-gathered over the tiles, (S - 1) (alpha + a tile's bytes x beta);
-- `comm_exposed`: the front's gradients summed over the tiles, then every gradient averaged over the replicas;
-- memory per rank: the one memory model's (comm/memory.py) activations for the layout.
+- `comm_exposed`: the front's gradients summed over the tiles, then every gradient averaged over the replicas.
+Memory per rank is the one memory model's (SpatialTiles.memory, comm/memory.py).
 """
 
 from __future__ import annotations
@@ -26,8 +26,7 @@ from scaletrain.perf import alphabeta
 
 
 def spatial_cost(pricing):
-    from scaletrain.comm import memory
-    from scaletrain.models.registry import build_model
+    from scaletrain.predict.points import model_factory, sample_shape
     from scaletrain.predict.pricing import Cost
 
     cfg, facts, ops = pricing.cfg, pricing.facts, pricing.ops
@@ -36,14 +35,9 @@ def spatial_cost(pricing):
                         "measure it with scaletrain train, or predict the tiles without --stages")
     s = cfg.spatial.tiles
     grid = TileGrid(*square_grid(s))
-    shape = (facts["channels"], facts["image_size"], facts["image_size"])
-
-    def factory():
-        return build_model(cfg.model.name, num_classes=facts["classes"], in_channels=facts["channels"],
-                           image_size=facts["image_size"], stem=cfg.model.stem, width=cfg.model.width)
-
+    shape = sample_shape(facts)
     with torch.device("meta"):
-        model = factory()
+        model = model_factory(cfg, facts)()
     front = plan_front(model, cfg.spatial.until, grid, shape)
     names = [o.name for o in ops]
     if front.last not in names:
@@ -82,9 +76,7 @@ def spatial_cost(pricing):
     comm = {"bytes_per_step": sent + tile_out * (s - 1) + front_grads, "buckets": 0,
             "comm_total_s": halo_s + gather_s + exposed + 2 * norm_s, "comm_hidden_s": 0.0, "overlap_ratio": 0.0,
             "halo_bytes_per_step": sent}
-    planned = memory.per_rank(cfg, factory, shape, "cpu", runtime=0)
-    held = {"activations": planned.activations, "buckets": 0} if planned is not None else {"buckets": 0}
-    return Cost(exposed, comm, phases=phases, memory=held)
+    return Cost(exposed, comm, phases=phases)
 
 
 def _recomputed(cfg, model, shape, front):
