@@ -11,14 +11,17 @@ from scaletrain.cli import main
 
 def test_commbench_measures_both_strategies(tmp_path, capsys):
     """The command's smoke test: `scaletrain commbench` in this process, its ranks launched as a user's are."""
-    assert main(["commbench", "--nproc", "2", "--sizes", "1K,256K", "--seconds", "0.05", "--out", str(tmp_path)]) == 0
+    assert main(["commbench", "--nproc", "2", "--strategies", "allreduce,ring,halo", "--sizes", "1K,256K",
+                 "--seconds", "0.05", "--out", str(tmp_path)]) == 0
     printed = capsys.readouterr().out
     data = json.loads((tmp_path / "commbench.json").read_text())
     rows = {(r["strategy"], r["size"]): r for r in data["rows"]}
-    assert set(rows) == {(s, n) for s in ("allreduce", "ring") for n in (1024, 256 * 1024)}
+    assert set(rows) == {(s, n) for s in ("allreduce", "ring", "halo") for n in (1024, 256 * 1024)}
     assert rows[("ring", 262144)]["bytes_per_rank"] == 262144  # 2 (P-1)/P x S with P = 2
+    assert rows[("halo", 262144)]["bytes_per_rank"] == 262144  # to the one neighbour
+    assert rows[("halo", 1024)]["compute_s"] > 0 and rows[("halo", 1024)]["iters"] >= 3
     assert all(r["time_s"] > 0 and r["busbw"] == r["algbw"] for r in data["rows"])  # P = 2: factor 1
-    assert set(data["fits"]) == {"allreduce", "ring"} and "alpha" in printed
+    assert set(data["fits"]) == {"allreduce", "ring", "halo"} and "alpha" in printed
 
 
 BAD_REQUESTS = [(("--strategies", "tree"), "unknown tree"), (("--nproc", "1"), "at least 2 ranks"),

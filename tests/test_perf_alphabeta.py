@@ -37,6 +37,9 @@ def test_factors_for_an_all_reduce_and_a_parameter_server():
     assert predict(1e-5, 1e-9, 4, 1000, "ps") == pytest.approx(2e-5 + 6e-6)
     _, busbw = bandwidths(1000, 1e-3, 4, "ps")
     assert busbw == pytest.approx(6e6)
+    # a halo swap: one step, S bytes each way with a neighbour, whatever the ranks
+    assert [(latency_steps(p, "halo"), bus_factor(p, "halo")) for p in (2, 4)] == [(1, 1), (1, 1)]
+    assert predict(1e-3, 1e-9, 4, 1000, "halo") == pytest.approx(1e-3 + 1e-6)
 
 
 def test_each_strategy_gets_its_own_fit():

@@ -229,3 +229,32 @@ def test_predict_prices_the_tiles_with_the_halo_bytes_the_run_counts(tmp_path, c
                  "--out", str(tmp_path / "q")]) == 2
     err = capsys.readouterr().err.strip()
     assert "predict does not price tiles in pipeline stages yet" in err and err.count("\n") == 0, err
+
+
+def test_predict_prices_each_halo_exchange_at_the_calibrations_halo_fit(tmp_path, capsys):
+    """A halo exchange between ranks that compute between exchanges costs commbench's `halo` fit (their skew
+    included), not the idle point-to-point latency; a calibration without that fit is priced at the latter and
+    says so."""
+    from predict_fixtures import fake_calibration
+    from scaletrain.predict import calibration
+
+    def halo_phase(name: str, fits: dict) -> tuple[dict, list[str]]:
+        cal = fake_calibration()
+        cal["network"]["fits"] = fits
+        path = calibration.save(cal, tmp_path / f"{name}.json")
+        assert main(["predict", "--calibration", str(path), "--model", "resnet20", "--dataset", "digits",
+                     "--image-size", "8", "--batch-size", "64", "--nproc", "2", "--strategy", "spatial",
+                     "--out", str(tmp_path / name)]) == 0
+        capsys.readouterr()
+        prediction = json.loads((tmp_path / name / "prediction.json").read_text())
+        return prediction["points"][0], prediction["notes"]
+
+    idle = {k: {"alpha_s": 1e-4, "beta_s_per_byte": 1e-9} for k in ("allreduce", "ring", "ps")}
+    loaded, notes = halo_phase("halo", {**idle, "halo": {"alpha_s": 2e-3, "beta_s_per_byte": 3e-9}})
+    sent = loaded["comm"]["halo_bytes_per_step"]
+    # 13 exchanges: the stem's convolution forward only (on the image), six 3x3 convolutions forward and back
+    assert loaded["phases_s"]["halo"] == pytest.approx(13 * 2e-3 + sent * 3e-9)
+    assert not any("no halo fit" in n for n in notes)
+    old, notes = halo_phase("old", idle)
+    assert old["phases_s"]["halo"] == pytest.approx(13 * 1e-4 + sent * 1e-9)
+    assert any("no halo fit" in n and "calibrate again" in n for n in notes)

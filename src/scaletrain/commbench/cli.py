@@ -13,7 +13,7 @@ from scaletrain.command import Command
 from scaletrain.errors import UserError
 
 DEFAULT_SIZES = "1K,4K,16K,64K,256K,1M,4M,16M,64M"
-STRATEGIES = ("allreduce", "ring", "ps")
+STRATEGIES = ("allreduce", "ring", "ps", "halo")
 RANK_BYTES = 200 << 20
 """Memory of one rank before its buffers: Python, torch and gloo loaded (about 230 MiB resident here)."""
 RANKS_PER_CORE = 8
@@ -26,7 +26,8 @@ def add_commbench_args(p: argparse.ArgumentParser) -> None:
                      "bus bandwidth (as nccl-tests defines them), bytes sent per rank, and the alpha-beta "
                      "model fitted to it (docs/commbench.md).")
     p.add_argument("--strategies", default="allreduce,ring",
-                   help="comma list of allreduce, ring, ps (one parameter server, the last rank; default: allreduce,ring)")
+                   help="comma list of allreduce, ring, ps (one parameter server, the last rank), halo (neighbours "
+                        "swap, computing between swaps; default: allreduce,ring)")
     p.add_argument("--sizes", default=DEFAULT_SIZES, help=f"comma list of message sizes, each once, at least 4 bytes "
                                                           f"(default: {DEFAULT_SIZES})")
     p.add_argument("--nproc", default=None, help="comma list of processes per node (default: 2..cores, at least 2)")

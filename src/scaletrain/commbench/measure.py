@@ -1,8 +1,15 @@
-"""The commbench worker: times each strategy's all-reduce at each size; rank 0 writes the rows."""
+"""The commbench worker: times each strategy's all-reduce at each size; rank 0 writes the rows.
+
+`halo` is not an all-reduce: every rank swaps `size` bytes with each neighbour in a line of ranks (as spatial
+tiles swap their border rows), after HALO_COMPUTE_S of computing alone (the same work on every rank), and the
+time is the swap's alone, averaged over the ranks: what one exchange costs between ranks that compute between
+exchanges, their skew included (on shared cores it is several times the idle latency: docs/commbench.md)."""
 
 from __future__ import annotations
 
 from typing import Any
+
+import time
 
 import torch
 import torch.distributed as dist
@@ -33,7 +40,13 @@ def worker_main(strategies: list[str], sizes: list[int], seconds: float, out: st
         shutdown()
 
 
+HALO_COMPUTE_S = 0.01
+"""Compute between two halo swaps: a convolution layer's share of a tile's step at a few hundred pixels."""
+
+
 def _measure(strategy: str, size: int, seconds: float, device: torch.device, ring_groups: Any) -> dict[str, Any]:
+    if strategy == "halo":
+        return _measure_halo(size, seconds, device)
     world, rank = current_world_size(), current_rank()
     buf = torch.ones(size // 4, dtype=torch.float32, device=device)
 
@@ -77,3 +90,61 @@ def _ps_round(buf: torch.Tensor, inbox: list[torch.Tensor], rank: int, server: i
     total = torch.stack(inbox).sum(0)
     for work in [dist.isend(total, dst=w) for w in range(len(inbox))]:
         work.wait()
+
+
+def _measure_halo(size: int, seconds: float, device: torch.device) -> dict[str, Any]:
+    world, rank = current_world_size(), current_rank()
+    peers = [p for p in (rank - 1, rank + 1) if 0 <= p < world]
+    sends = [torch.ones(size // 4, dtype=torch.float32, device=device) for _ in peers]
+    receives = [torch.empty_like(t) for t in sends]
+    work = _compute(HALO_COMPUTE_S, device)
+
+    def swap() -> float:
+        work()
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        ops = [dist.P2POp(dist.isend, t, p) for p, t in zip(peers, sends)] + \
+              [dist.P2POp(dist.irecv, t, p) for p, t in zip(peers, receives)]
+        for w in dist.batch_isend_irecv(ops):
+            w.wait()
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        return time.perf_counter() - t0
+
+    for _ in range(2):  # warm-up: connections, allocations
+        swap()
+    iters = int(largest(max(3, min(100, int(seconds / HALO_COMPUTE_S))), device))
+    dist.barrier()
+    mine = sum(swap() for _ in range(iters)) / iters
+    total = torch.tensor([mine], dtype=torch.float64, device=device)
+    dist.all_reduce(total)
+    return {"strategy": "halo", "world": world, "size": size, "iters": iters, "time_s": float(total.item()) / world,
+            "compute_s": HALO_COMPUTE_S, "bytes_per_rank": largest(size * len(peers), device)}
+
+
+def _compute(seconds: float, device: torch.device):
+    """A function that computes for about `seconds` on this device, the same work on every rank (the most
+    repeats any rank needs)."""
+    a = torch.randn(256, 256, device=device)
+
+    def once() -> None:
+        torch.mm(a, a)
+
+    for _ in range(3):
+        once()
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(10):
+        once()
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    each = max((time.perf_counter() - t0) / 10, 1e-7)
+    repeats = int(largest(max(1, round(seconds / each)), device))
+
+    def work() -> None:
+        for _ in range(repeats):
+            once()
+
+    return work

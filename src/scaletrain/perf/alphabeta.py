@@ -10,6 +10,9 @@ rank sends are perf/wire.py's.
 `ps` (one parameter server among the P ranks, P-1 workers push S bytes and pull S bytes back) has the
 same definitions with its own factors: 2 steps, and the server's link carries 2 (P-1) x S bytes, so
     busbw = algbw x 2 (P-1)        t = 2 alpha + 2 (P-1) x S x beta
+
+`halo` (neighbours swap S bytes each way, computing between swaps: commbench/measure.py) is one step:
+    busbw = algbw                  t = alpha + S x beta
 """
 
 from __future__ import annotations
@@ -20,12 +23,13 @@ import numpy as np
 
 
 def bus_factor(world: int, strategy: str = "allreduce") -> float:
-    """Bytes through the busiest link per byte reduced: 2 (P-1)/P for all-reduce, 2 (P-1) for a server."""
-    return 2 * (world - 1) if strategy == "ps" else 2 * (world - 1) / world
+    """Bytes through the busiest link per byte reduced: 2 (P-1)/P for all-reduce, 2 (P-1) for a server, 1 for a
+    halo swap (S bytes each way with a neighbour)."""
+    return {"ps": 2 * (world - 1), "halo": 1}.get(strategy, 2 * (world - 1) / world)
 
 
 def latency_steps(world: int, strategy: str = "allreduce") -> int:
-    return 2 if strategy == "ps" else 2 * (world - 1)
+    return {"ps": 2, "halo": 1}.get(strategy, 2 * (world - 1))
 
 
 def bandwidths(size: int, seconds: float, world: int, strategy: str = "allreduce") -> tuple[float, float]:

@@ -6,7 +6,8 @@ What it measures, in order (told to `progress` as it goes: a bar on a terminal, 
   optimizer  optimizer.step() of each --optimizer over parameter sets of several sizes and counts
   loader     seconds per sample of each dataset kind (an image folder written from digits at several
              sizes, digits, synthetic), and loader worker start-up and hand-over
-  network    commbench between 2 local ranks: the alpha-beta of allreduce, ring and a parameter server
+  network    commbench between 2 local ranks: the alpha-beta of allreduce, ring, a parameter server and a halo
+             swap between neighbours that compute between swaps
   loop       real `scaletrain train` runs of the reference networks (predict/refnet.py): each of the three on
              1 rank (3 times each: one run varies ~10% here), the mixed one on 2 ranks at two batch sizes:
              what a training step adds to its ops' isolated times per group of ops, the exposed
@@ -288,7 +289,7 @@ def fit_loader(rows: list[dict[str, Any]]) -> dict[str, list[float]]:
 # ------------------------------------------------------------------ network
 def _network(work: Path, quick: bool) -> dict[str, Any]:
     sizes = "4K,64K,1M,4M" if quick else "4K,64K,256K,1M,4M,16M"
-    cmd = [sys.executable, "-m", "scaletrain", "commbench", "--nproc", "2", "--strategies", "allreduce,ring,ps",
+    cmd = [sys.executable, "-m", "scaletrain", "commbench", "--nproc", "2", "--strategies", "allreduce,ring,ps,halo",
            "--sizes", sizes, "--seconds", "0.1" if quick else "0.3", "--out", str(work)]
     result = _run(cmd)
     if result.returncode != 0 or not (work / COMMBENCH).is_file():

@@ -5,7 +5,8 @@ geometry the tiles run on (docs/spatial.md, docs/predict.md "Spatial tiles"):
   front's share of each is its ops' calibrated times over the model's (the ops up to the front's last node);
   its BatchNorm layers add one all-reduce of their statistics each way (2 C values over the tiles);
 - `halo`: per window layer and cut dimension one exchange each way (again for a recomputed layer), each the
-  point-to-point link's alpha plus the bytes the geometry says this tile sends (the busiest tile's) times beta;
+  halo fit's alpha (commbench's `halo`: a swap between neighbours that compute between swaps, their skew
+  included) plus the bytes the geometry says this tile sends (the busiest tile's) times its beta;
 - `gather`: the front's output all-gathered over the tiles, (S - 1) (alpha + a tile's bytes x beta);
 - `comm_exposed`: the front's gradients summed over the tiles, then every gradient averaged over the replicas.
 Memory per rank is the one memory model's (SpatialTiles.memory, comm/memory.py).
@@ -51,7 +52,7 @@ def spatial_cost(pricing):
 
     batch = cfg.optim.batch_size
     element = 8 if cfg.model.precision == "fp64" else 4
-    rows = pricing.link("ps")  # point-to-point messages (a pipeline's too)
+    rows = pricing.link(halo_fit(pricing))
     alpha, beta = pricing.link("allreduce")
     recomputed = _recomputed(cfg, model, shape, front)
     layers = {name: tiled(name, model.get_submodule(name), Tiles(grid, 0, tuple(range(s)))) for name in front.layers}
@@ -77,6 +78,21 @@ def spatial_cost(pricing):
             "comm_total_s": halo_s + gather_s + exposed + 2 * norm_s, "comm_hidden_s": 0.0, "overlap_ratio": 0.0,
             "halo_bytes_per_step": sent}
     return Cost(exposed, comm, phases=phases)
+
+
+NO_HALO_FIT = ("the calibration has no halo fit (commbench's neighbour swap between computing ranks; calibrations "
+               "before 2026-11-27): spatial halos are priced at the idle point-to-point latency, several times too "
+               "low where ranks share cores (docs/predict.md); calibrate again")
+
+
+def halo_fit(pricing) -> str:
+    """The network fit a halo exchange is priced with: `halo` where the basis has it, else the idle
+    point-to-point (`ps`), said in a note."""
+    if "halo" in pricing.network.get("intra", {}):
+        return "halo"
+    if pricing.predictor is not None and getattr(pricing.predictor, "hardware", None) is None:
+        pricing.predictor.notes.append(NO_HALO_FIT)
+    return "ps"
 
 
 def _recomputed(cfg, model, shape, front):
