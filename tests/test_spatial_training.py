@@ -258,3 +258,36 @@ def test_predict_prices_each_halo_exchange_at_the_calibrations_halo_fit(tmp_path
     old, notes = halo_phase("old", idle)
     assert old["phases_s"]["halo"] == pytest.approx(13 * 1e-4 + sent * 1e-9)
     assert any("no halo fit" in n and "calibrate again" in n for n in notes)
+
+
+def test_predict_prices_the_fused_stems_recompute_and_the_flat_messages_copies(tmp_path, capsys, monkeypatch):
+    """ResNet-18's ImageNet stem runs fused on the tiles (comm/spatial/stem.py): it keeps only its input, so its
+    forward runs again in backward, on the tile; the front's gradients go as one flat message, copied in and
+    out."""
+    from predict_fixtures import NETWORK, fake_calibration
+    from scaletrain.comm.spatial import front as front_module
+    from scaletrain.config import build_config
+    from scaletrain.perf import alphabeta
+    from scaletrain.predict.points import predict_config
+    from scaletrain.predict.predictor import Predictor
+
+    p = Predictor(fake_calibration(), NETWORK)
+    flags = {"model": "resnet18", "stem": "imagenet", "dataset": "synthetic", "image_size": 64, "batch_size": 4,
+             "nproc": 2, "threads": 1}
+    cfg = build_config({}, {**flags, "strategy": "spatial", "spatial": 2})
+    fused = predict_config(p, cfg)
+    whole = predict_config(p, build_config({}, {**flags, "strategy": "allreduce"}))
+    monkeypatch.setattr(front_module, "_stems", lambda *a: ())  # as if the stem ran as four layers
+    four = predict_config(p, cfg)
+    stem = {"stem_0", "stem_1", "stem_2", "stem_3"}
+    share = sum(o["forward_s"] for o in fused["ops"] if o["name"] in stem) / sum(o["forward_s"] for o in fused["ops"])
+    assert 0 < share < 1
+    assert fused["phases_s"]["backward"] - four["phases_s"]["backward"] == \
+        pytest.approx(whole["phases_s"]["forward"] * share / 2)  # the stem's forward, on a tile: again
+    assert fused["phases_s"]["forward"] == four["phases_s"]["forward"]
+    grads = fused["comm"]["bytes_per_step"] - fused["comm"]["halo_bytes_per_step"] \
+        - 4 * 512 * 2 * 2 * 4 // 2  # less the halos and the gathered half of layer4's output (4 x 512 x 2 x 2)
+    fit = NETWORK["intra"]["allreduce"]
+    assert fused["phases_s"]["comm_exposed"] == pytest.approx(
+        alphabeta.predict(fit["alpha_s"], fit["beta_s_per_byte"], 2, grads) + 2 * p.copy_s(grads, 1))
+    assert p.copy_s(4 * 10**6, 1) > p.copy_s(4 * 10**4, 1) > 0

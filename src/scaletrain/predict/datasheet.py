@@ -115,6 +115,11 @@ class DatasheetPredictor:
         t = roofline_time(0, 3 * 2 * batch * classes * 4, self.hardware, precision, kernels=3)
         return t, t
 
+    def copy_s(self, nbytes: int, threads: int) -> float:
+        """Seconds to copy `nbytes` once on the device: read and written at its memory bandwidth."""
+        return roofline_time(0, 2 * nbytes, self.hardware, "fp32" if self.hardware.supports("fp32") else
+                             next(iter(self.hardware.peak_flops)))
+
     def optimizer_law(self, name: str, threads: int, now: bool = True):
         hw, passes = self.hardware, OPTIMIZER_PASSES.get(name, 5)
 

@@ -311,6 +311,13 @@ class Predictor:
         return (max(forward_s - h["forward_s"], min(forward_s, h["chain_forward_s"])),
                 max(backward_s - h["backward_s"], min(backward_s, h["chain_backward_s"])))
 
+    def copy_s(self, nbytes: int, threads: int) -> float:
+        """Seconds to copy `nbytes` of fp32 once (a pass over memory): an element-wise op's law at that many
+        elements, as it costs in a chain."""
+        lt = self.times("fp32", threads)
+        f = self.in_chain(*lt.times("eltwise", {"elements": max(1, nbytes // 4), "inputs": 1})[:2], threads)[0]
+        return self.speed(threads) * f
+
     def loss_s(self, batch: int, classes: int, precision: str, threads: int, now: bool = True) -> tuple[float, float]:
         lt = self.times(precision, threads)
         f, b = self.in_chain(*lt.times("eltwise", {"elements": batch * classes, "inputs": 1})[:2], threads)

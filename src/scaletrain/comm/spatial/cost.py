@@ -8,7 +8,9 @@ geometry the tiles run on (docs/spatial.md, docs/predict.md "Spatial tiles"):
   halo fit's alpha (commbench's `halo`: a swap between neighbours that compute between swaps, their skew
   included) plus the bytes the geometry says this tile sends (the busiest tile's) times its beta;
 - `gather`: the front's output all-gathered over the tiles, (S - 1) (alpha + a tile's bytes x beta);
-- `comm_exposed`: the front's gradients summed over the tiles, then every gradient averaged over the replicas.
+- a fused stem (Conv2d -> BatchNorm2d -> ReLU -> MaxPool2d, plain fp32/fp64) runs its forward again in backward;
+- `comm_exposed`: the front's gradients summed over the tiles, then every gradient averaged over the replicas,
+  each one flat message: the all-reduce plus the gradients copied in and out (a memory pass each way).
 Memory per rank is the one memory model's (SpatialTiles.memory, comm/memory.py).
 """
 
@@ -67,12 +69,25 @@ def spatial_cost(pricing):
     tile_out = batch * element * math.prod(front.out_shape) // s
     gather_s = (s - 1) * (alpha + tile_out * beta)
     front_grads = sum(g for o in ops[:end] for g in o.grad_bytes)
-    exposed = alphabeta.predict(alpha, beta, s, front_grads)
+    threads = pricing.setting.rank_threads
+
+    def flat_all_reduce(nbytes: int, ranks: int) -> float:
+        # one message: the gradients copied into it and back out (distributed/group.all_reduce_flat)
+        return alphabeta.predict(alpha, beta, ranks, nbytes) + 2 * pricing.predictor.copy_s(nbytes, threads)
+
+    exposed = flat_all_reduce(front_grads, s)
     replicas = max(1, cfg.layout.replicas)
     if replicas > 1:
-        exposed += alphabeta.predict(alpha, beta, replicas, sum(pricing.grads))
+        exposed += flat_all_reduce(sum(pricing.grads), replicas)
+    # a fused stem keeps only its input: its forward runs again in its backward, on the tile (comm/spatial/stem.py;
+    # under autocast the four layers run one by one and keep their own)
+    fused = {name.replace(".", "_") for chain in front.stems for name in chain} \
+        if cfg.model.precision in ("fp32", "fp64") else set()
+    total_forward = sum(o.forward_s for o in ops)
+    stem_again = sum(o.forward_s for o in ops if o.name in fused) / total_forward if total_forward else 0.0
     phases = {"forward": pricing.phases["forward"] * (1 - share("forward_s") * (1 - 1 / s)) + norm_s,
-              "backward": pricing.phases["backward"] * (1 - share("backward_s") * (1 - 1 / s)) + norm_s,
+              "backward": pricing.phases["backward"] * (1 - share("backward_s") * (1 - 1 / s)) + norm_s
+              + pricing.phases["forward"] * stem_again / s,
               "halo": halo_s, "gather": gather_s}
     comm = {"bytes_per_step": sent + tile_out * (s - 1) + front_grads, "buckets": 0,
             "comm_total_s": halo_s + gather_s + exposed + 2 * norm_s, "comm_hidden_s": 0.0, "overlap_ratio": 0.0,
