@@ -69,3 +69,10 @@ def test_predict_halves_the_activations_under_bf16():
     fp32, bf16 = (predict_config(p, build_config({}, {"model": "lenet5", "batch_size": 32, "precision": prec}))
                   for prec in ("fp32", "bf16"))
     assert bf16["memory_bytes"]["activations"] * 2 == fp32["memory_bytes"]["activations"]
+
+
+def test_fresh_pages_are_measured_as_a_rate():
+    from scaletrain.distributed.pages import measure
+
+    m = measure(rounds=3, size=8 * 2**20)
+    assert m["seconds_per_byte"] >= 0 and len(m["fresh_s"]) == len(m["kept_s"]) == 3 and min(m["fresh_s"]) > 0

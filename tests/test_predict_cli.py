@@ -171,6 +171,9 @@ def test_calibrate_quick_then_predict_a_study_run_it_and_validate(tmp_path):
     data = json.loads(cal.read_text())
     assert data["layers"] and data["network"]["fits"] and all("error" not in x for x in data["loop"]["runs"])
     assert {r["model"] for r in data["loop"]["runs"]} == {"refnet", "plain", "memory"}
+    assert set(data["network"]["fits"]) == {"allreduce", "ring", "ps", "halo"}
+    pages = data["memory"]["fresh_pages"]  # (lean's huge pages can cost next to nothing)
+    assert pages["steady"]["seconds_per_byte"] > 0 and pages["lean"]["seconds_per_byte"] >= 0
     assert set(data["probe"]["mean_s"]) == {str(t) for t in data["threads"]} == set(data["probe"]["loop_mean_s"])
     study = tmp_path / "study"
     r = run("study", "--model", "lenet5", "--nproc", "1,2", "--dataset", "synthetic", "--synthetic-samples", "1024",

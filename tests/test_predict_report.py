@@ -76,3 +76,16 @@ def test_the_terminal_table(tmp_path):
     for pid_row in ("compute", "communication", "100.0 ms", "140.0 ms"):
         assert pid_row in out
     assert "Communication limits scaling first" in out
+
+
+def test_a_calibrations_network_model_shows_each_exchanges_fit():
+    """A calibration fits each exchange inside the node on its own (allreduce, ps, halo, ...): each gets its row."""
+    from scaletrain.predict.report import basis_tables
+
+    pred = prediction("calibration")
+    pred["network"] = {"intra": {"allreduce": {"alpha_s": 6e-4, "beta_s_per_byte": 5e-10},
+                                 "halo": {"alpha_s": 1.5e-3, "beta_s_per_byte": 7e-10}},
+                       "inter": {"alpha_s": 5e-5, "beta_s_per_byte": 1e-9}, "source": "calibration (local commbench)"}
+    rows = {r[0]: r for r in basis_tables(pred)[0].rows}
+    assert set(rows) == {"intra-node allreduce", "intra-node halo", "inter-node"}
+    assert rows["intra-node halo"][1] != rows["intra-node allreduce"][1] and "-" not in rows["intra-node halo"][2]

@@ -291,3 +291,30 @@ def test_predict_prices_the_fused_stems_recompute_and_the_flat_messages_copies(t
     assert fused["phases_s"]["comm_exposed"] == pytest.approx(
         alphabeta.predict(fit["alpha_s"], fit["beta_s_per_byte"], 2, grads) + 2 * p.copy_s(grads, 1))
     assert p.copy_s(4 * 10**6, 1) > p.copy_s(4 * 10**4, 1) > 0
+
+
+def test_the_flat_message_pays_its_fresh_pages_under_the_policy_the_run_takes():
+    """The front's gradients (ResNet-18: 44.7 MB) go in one message made anew each step: above the allocator's mmap
+    threshold its pages are fresh each time (distributed/pages.py), at the calibrated rate of the policy the run takes
+    (steady; lean when a CPU run has a --memory-per-device budget); a calibration without the measure prices none."""
+    from predict_fixtures import NETWORK, fake_calibration
+    from scaletrain.config import build_config
+    from scaletrain.predict.points import predict_config
+    from scaletrain.predict.predictor import Predictor
+
+    flags = {"model": "resnet18", "stem": "imagenet", "dataset": "synthetic", "image_size": 64, "batch_size": 4,
+             "nproc": 2, "threads": 1, "strategy": "spatial", "spatial": 2}
+    cal = fake_calibration()
+    plain = Predictor(cal, NETWORK)
+    paged = Predictor({**cal, "memory": {"fresh_pages": {"steady": {"seconds_per_byte": 3e-10},
+                                                         "lean": {"seconds_per_byte": 1e-10}}}}, NETWORK)
+    for extra, rate in (({}, 3e-10), ({"memory_per_device": "8GiB"}, 1e-10)):
+        cfg = build_config({}, {**flags, **extra})
+        before, after = predict_config(plain, cfg), predict_config(paged, cfg)
+        grads = before["comm"]["bytes_per_step"] - before["comm"]["halo_bytes_per_step"] - 4 * 512 * 2 * 2 * 4 // 2
+        assert grads > 32 * 2**20
+        assert after["phases_s"]["comm_exposed"] - before["phases_s"]["comm_exposed"] == pytest.approx(rate * grads)
+    assert paged.fresh_s(2**20 - 4, build_config({}, {"memory_per_device": "8GiB"})) == 0.0  # under lean's 1 MiB
+    assert paged.fresh_s(2**20, build_config({}, {"memory_per_device": "8GiB"})) == pytest.approx(1e-10 * 2**20)
+    assert paged.fresh_s(2**20, build_config({}, {})) == 0.0  # steady: the heap's memory, reused
+

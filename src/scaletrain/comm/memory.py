@@ -14,7 +14,7 @@ from typing import Callable
 
 from scaletrain.comm.registry import strategy_class
 from scaletrain.config import TrainConfig
-from scaletrain.distributed.allocator import retained_below
+from scaletrain.distributed.allocator import resolved, retained_below
 from scaletrain.errors import UserError
 from scaletrain.perf.footprint import (Footprint, ModelMemory, available_bytes, dataset_bytes, model_memory,
                                       runtime_bytes)
@@ -68,7 +68,8 @@ def _walks(cfg: TrainConfig, factory: Callable, sample_shape: tuple[int, ...], d
     layout's part: the dataset, the loader's batches, the process). _NoMeta when the model cannot run on meta."""
     checkpointed = chosen(cfg.model.checkpoint_activations)
     # on a CPU, glibc keeps what is freed below its mmap threshold (distributed/allocator.py): its high-water stays
-    retained = retained_below(cfg.launch.allocator) if device_type == "cpu" else None
+    policy = resolved(cfg.launch.allocator, bool(cfg.launch.memory_per_device), device_type)
+    retained = retained_below(policy) if policy else None
     cache = {} if cache is None else cache
 
     def walked(batch: int) -> ModelMemory:

@@ -42,6 +42,8 @@ def worker_main(strategies: list[str], sizes: list[int], seconds: float, out: st
 
 HALO_COMPUTE_S = 0.01
 """Compute between two halo swaps: a convolution layer's share of a tile's step at a few hundred pixels."""
+HALO_ROUNDS = 30
+"""Swaps timed at least, whatever --seconds says: with 10 the fitted latency moved 0.6-1.9 ms between runs here."""
 
 
 def _measure(strategy: str, size: int, seconds: float, device: torch.device, ring_groups: Any) -> dict[str, Any]:
@@ -114,7 +116,8 @@ def _measure_halo(size: int, seconds: float, device: torch.device) -> dict[str, 
 
     for _ in range(2):  # warm-up: connections, allocations
         swap()
-    iters = int(largest(max(3, min(100, int(seconds / HALO_COMPUTE_S))), device))
+    # at least HALO_ROUNDS: one swap's wait is heavy-tailed (a rank descheduled now and then)
+    iters = int(largest(max(HALO_ROUNDS, min(100, int(seconds / HALO_COMPUTE_S))), device))
     dist.barrier()
     mine = sum(swap() for _ in range(iters)) / iters
     total = torch.tensor([mine], dtype=torch.float64, device=device)

@@ -74,6 +74,14 @@ def rank_environment(policy: str) -> dict[str, str]:
     return {"GLIBC_TUNABLES": HUGE_PAGES}
 
 
+def resolved(policy: str, budget: bool, device_type: str) -> str | None:
+    """The policy a run of `policy` takes: `auto` is lean for a CPU run with a --memory-per-device budget, else
+    steady (distributed/launch/preflight.planned); None on a GPU, whose tensors glibc does not hold."""
+    if device_type != "cpu":
+        return None
+    return ("lean" if budget else "steady") if policy == "auto" else policy
+
+
 def _policy(policy: str) -> str:
     return "steady" if policy == "auto" else policy
 

@@ -113,6 +113,8 @@ def calibrate(*, quick: bool, device: torch.device, cores: int, work_dir: Path,
     loader = _loader(work_dir / "loader", quick, tick)
     network = _network(work_dir / "commbench", quick)
     tick("network")
+    pages = _fresh_pages()
+    tick("fresh pages")
     loop = _loop(work_dir, quick, tick)
     after_loop = probe.measure(p["threads"], device)
     torch.set_num_threads(max(p["threads"]))
@@ -126,7 +128,7 @@ def calibrate(*, quick: bool, device: torch.device, cores: int, work_dir: Path,
             "network": network,
             "loop": {"runs": loop, "refnet": REFNET, "nets": {k: f"scaletrain.predict.refnet:{v}"
                                                                  for k, v in refnet.NETS.items()}, **LOOP_RUN},
-            "memory": {"baseline_rss_bytes": loop[0].get("peak_memory_bytes")},
+            "memory": {"baseline_rss_bytes": loop[0].get("peak_memory_bytes"), "fresh_pages": pages},
             "probe": _probe_summary(probes, [after_grid, after_loop])}
 
 
@@ -152,19 +154,24 @@ def _refnet_ops():
 def steady_allocator() -> None:
     """Keep glibc from mapping and unmapping large buffers on every call (and trimming the heap), so each op
     is timed as in a training process whose allocator has settled, not with page faults that depend on which
-    shapes ran before it (they made single timings 6-9x apart here)."""
-    import ctypes
-    import ctypes.util
+    shapes ran before it (they made single timings 6-9x apart here): the `steady` policy."""
+    settle("steady")
 
-    name = ctypes.util.find_library("c")
-    if not name:
-        return
-    try:
-        libc = ctypes.CDLL(name)
-        libc.mallopt(-1, 1 << 31)  # M_TRIM_THRESHOLD: 2 GiB
-        libc.mallopt(-3, 1 << 25)  # M_MMAP_THRESHOLD: 32 MiB, glibc's largest
-    except (OSError, AttributeError):
-        pass
+
+def _fresh_pages() -> dict[str, Any]:
+    """Seconds per byte of fresh pages under each CPU allocator policy (distributed/pages.py), each measured in a process
+    started with the policy's environment; {} where it could not be measured."""
+    from scaletrain.distributed.allocator import rank_environment
+    from scaletrain.distributed.env import child_env
+
+    out = {}
+    for policy in ("steady", "lean"):
+        env = {**child_env(), **rank_environment(policy)}
+        done = subprocess.run([sys.executable, "-m", "scaletrain.distributed.pages", policy], capture_output=True,
+                              text=True, env=env, timeout=300)
+        if done.returncode == 0 and done.stdout.strip():
+            out[policy] = json.loads(done.stdout.strip().splitlines()[-1])
+    return out
 
 
 def _device_info(device: torch.device, cores: int) -> dict[str, Any]:
@@ -287,15 +294,33 @@ def fit_loader(rows: list[dict[str, Any]]) -> dict[str, list[float]]:
 
 
 # ------------------------------------------------------------------ network
+HALO_LAUNCHES = 3
+"""Separate launches of commbench's halo swap, whose fit is their median: one launch's latency moved 0.6-1.9 ms
+here from one launch to the next (both ranks alike: how the two processes land on the cores), far more than
+within a launch."""
+
+
 def _network(work: Path, quick: bool) -> dict[str, Any]:
     sizes = "4K,64K,1M,4M" if quick else "4K,64K,256K,1M,4M,16M"
-    cmd = [sys.executable, "-m", "scaletrain", "commbench", "--nproc", "2", "--strategies", "allreduce,ring,ps,halo",
-           "--sizes", sizes, "--seconds", "0.1" if quick else "0.3", "--out", str(work)]
-    result = _run(cmd)
-    if result.returncode != 0 or not (work / COMMBENCH).is_file():
-        return {"fits": {}, "error": _last_line(result)}
-    data = json.loads((work / COMMBENCH).read_text())
-    return {"fits": data["fits"], "rows": data["rows"]}
+
+    def commbench(strategies: str, out: Path) -> dict[str, Any]:
+        result = _run([sys.executable, "-m", "scaletrain", "commbench", "--nproc", "2", "--strategies", strategies,
+                       "--sizes", sizes, "--seconds", "0.1" if quick else "0.3", "--out", str(out)])
+        if result.returncode != 0 or not (out / COMMBENCH).is_file():
+            return {"fits": {}, "rows": [], "error": _last_line(result)}
+        return json.loads((out / COMMBENCH).read_text())
+
+    data = commbench("allreduce,ring,ps", work)
+    if "error" in data:
+        return data
+    halos = [commbench("halo", work / f"halo-{i}") for i in range(HALO_LAUNCHES)]
+    fits = [h["fits"]["halo"] for h in halos if "halo" in h["fits"]]
+    if fits:
+        data["fits"]["halo"] = {k: float(np.median([f[k] for f in fits])) for k in ("alpha_s", "beta_s_per_byte")}
+        beta = data["fits"]["halo"]["beta_s_per_byte"]
+        data["fits"]["halo"].update(link_bytes_per_s=1 / beta if beta > 0 else None, launches=fits)
+    rows = data["rows"] + [{**r, "launch": i} for i, h in enumerate(halos) for r in h["rows"]]
+    return {"fits": data["fits"], "rows": rows}
 
 
 # ------------------------------------------------------------------ the loop, for real

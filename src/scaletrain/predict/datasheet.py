@@ -115,6 +115,9 @@ class DatasheetPredictor:
         t = roofline_time(0, 3 * 2 * batch * classes * 4, self.hardware, precision, kernels=3)
         return t, t
 
+    def fresh_s(self, nbytes: int, cfg) -> float:
+        return 0.0  # a GPU's caching allocator keeps what a step frees
+
     def copy_s(self, nbytes: int, threads: int) -> float:
         """Seconds to copy `nbytes` once on the device: read and written at its memory bandwidth."""
         return roofline_time(0, 2 * nbytes, self.hardware, "fp32" if self.hardware.supports("fp32") else

@@ -15,6 +15,7 @@ from typing import Callable
 from scaletrain import fmt
 from scaletrain.comm import memory
 from scaletrain.comm.registry import strategy_class
+from scaletrain.distributed.allocator import resolved
 from scaletrain.config import TrainConfig
 from scaletrain.errors import UserError
 from scaletrain.grid import Grid
@@ -45,7 +46,7 @@ def largest_sides(cfg: TrainConfig, build: Callable[[TrainConfig, int], Callable
     `build(cfg, side)` gives the model factory at a side."""
     runtime = memory.runtime_bytes(device_type)
     # on a CPU, a run with a budget and `--allocator auto` runs lean (distributed/launch/preflight.planned)
-    policy = None if device_type != "cpu" else "lean" if cfg.launch.allocator == "auto" else cfg.launch.allocator
+    policy = resolved(cfg.launch.allocator, True, device_type)
     # (a pipeline's stages are split within the budget)
     cfg = cfg.replace(memory_per_device=str(budget), allocator=policy or "steady")
     layouts = [("as given", cfg), *memory.alternatives(cfg)]

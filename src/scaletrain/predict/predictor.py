@@ -311,6 +311,20 @@ class Predictor:
         return (max(forward_s - h["forward_s"], min(forward_s, h["chain_forward_s"])),
                 max(backward_s - h["backward_s"], min(backward_s, h["chain_backward_s"])))
 
+    def fresh_s(self, nbytes: int, cfg) -> float:
+        """Seconds the fresh pages of a tensor of `nbytes` made and freed once cost under the allocator policy
+        `cfg`'s run takes (distributed/pages.py, as calibrated): 0 below that policy's mmap threshold (the heap's memory
+        is reused), on a GPU, or for a calibration made before 2026-11-27 (none measured)."""
+        from scaletrain.distributed.allocator import THRESHOLDS, resolved
+
+        if self.memory_kind() == "cuda":
+            return 0.0
+        policy = resolved(cfg.launch.allocator, bool(cfg.launch.memory_per_device), "cpu")
+        pages = ((self.cal.get("memory") or {}).get("fresh_pages") or {}).get(policy)
+        if not pages or nbytes < THRESHOLDS[policy][0]:
+            return 0.0
+        return pages["seconds_per_byte"] * nbytes
+
     def copy_s(self, nbytes: int, threads: int) -> float:
         """Seconds to copy `nbytes` of fp32 once (a pass over memory): an element-wise op's law at that many
         elements, as it costs in a chain."""

@@ -172,11 +172,13 @@ def basis_tables(prediction: dict[str, Any]) -> list[Grid]:
     g = Grid(f"network model ({net.get('source') or 'source not stated'})", ["link", "latency (alpha)",
                                                                              "bandwidth (1/beta)"])
     for link in ("intra", "inter"):
-        ab = net.get(link)
-        if ab:
-            beta = ab.get("beta_s_per_byte")
+        ab = net.get(link) or {}
+        # inside a node one fit per exchange (allreduce, ring, ps, halo); across nodes one link
+        fits = {f"{link}-node": ab} if "alpha_s" in ab else {f"{link}-node {k}": f for k, f in ab.items()}
+        for name, fit in fits.items():
+            beta = fit.get("beta_s_per_byte")
             bandwidth = f"{fmt.size(1 / beta)}/s" if beta else fmt.DASH
-            g.rows.append([f"{link}-node", _latency(ab.get("alpha_s")), bandwidth])
+            g.rows.append([name, _latency(fit.get("alpha_s")), bandwidth])
     if not g.rows:
         g.note = "no network model (a single process communicates nothing)"
     r = Grid("per-layer timing laws: cross-validated error", ["layer kind", "median |error|", "points"])

@@ -72,8 +72,10 @@ def spatial_cost(pricing):
     threads = pricing.setting.rank_threads
 
     def flat_all_reduce(nbytes: int, ranks: int) -> float:
-        # one message: the gradients copied into it and back out (distributed/group.all_reduce_flat)
-        return alphabeta.predict(alpha, beta, ranks, nbytes) + 2 * pricing.predictor.copy_s(nbytes, threads)
+        # one message, made anew each step (fresh pages above the allocator's threshold): the gradients copied
+        # into it and back out (distributed/group.all_reduce_flat)
+        p = pricing.predictor
+        return alphabeta.predict(alpha, beta, ranks, nbytes) + 2 * p.copy_s(nbytes, threads) + p.fresh_s(nbytes, cfg)
 
     exposed = flat_all_reduce(front_grads, s)
     replicas = max(1, cfg.layout.replicas)

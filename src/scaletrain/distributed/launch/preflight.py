@@ -12,6 +12,7 @@ import torch
 from scaletrain import fmt
 from scaletrain.comm import memory
 from scaletrain.comm.registry import strategy_class
+from scaletrain.distributed.allocator import resolved
 from scaletrain.config import TrainConfig
 from scaletrain.data import build_datasets, default_image_size
 from scaletrain.distributed.device import check_device_request
@@ -99,7 +100,7 @@ def planned(cfg: TrainConfig, strategy, factory, shape: tuple[int, ...], device_
     checkpointing's."""
     budget = size_flag(cfg.launch.memory_per_device, "--memory-per-device") if cfg.launch.memory_per_device else 0
     if cfg.launch.allocator == "auto":
-        lean = bool(budget) and device_type == "cpu"
+        lean = resolved("auto", bool(budget), device_type) == "lean"
         cfg = cfg.replace(allocator="lean" if lean else "steady")
         if lean:
             print(f"note: --allocator auto: lean (what a step frees goes back to the system, so the resident peak "
