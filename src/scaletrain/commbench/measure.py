@@ -43,7 +43,8 @@ def worker_main(strategies: list[str], sizes: list[int], seconds: float, out: st
 HALO_COMPUTE_S = 0.01
 """Compute between two halo swaps: a convolution layer's share of a tile's step at a few hundred pixels."""
 HALO_ROUNDS = 30
-"""Swaps timed at least, whatever --seconds says: with 10 the fitted latency moved 0.6-1.9 ms between runs here."""
+"""Swaps timed at least, whatever --seconds says (each swap's wait is heavy-tailed; calibrate also takes the median
+of several launches, whose latencies differ more than the rounds of one)."""
 
 
 def _measure(strategy: str, size: int, seconds: float, device: torch.device, ring_groups: Any) -> dict[str, Any]:

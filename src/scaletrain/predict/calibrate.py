@@ -294,10 +294,10 @@ def fit_loader(rows: list[dict[str, Any]]) -> dict[str, list[float]]:
 
 
 # ------------------------------------------------------------------ network
-HALO_LAUNCHES = 3
-"""Separate launches of commbench's halo swap, whose fit is their median: one launch's latency moved 0.6-1.9 ms
-here from one launch to the next (both ranks alike: how the two processes land on the cores), far more than
-within a launch."""
+HALO_LAUNCHES = 5
+"""Separate launches of commbench's halo swap, whose fit is their median: one launch's latency moved 0.6-2.1 ms
+here from one launch to the next (19 launches: 14 in 1.3-2.1 ms, 5 in 0.6-0.8 ms; both ranks alike within a
+launch), far more than within a launch; spatial training runs measured 1.46-1.66 ms per exchange (4 runs)."""
 
 
 def _network(work: Path, quick: bool) -> dict[str, Any]:
