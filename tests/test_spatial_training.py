@@ -258,6 +258,10 @@ def test_predict_prices_each_halo_exchange_at_the_calibrations_halo_fit(tmp_path
     old, notes = halo_phase("old", idle)
     assert old["phases_s"]["halo"] == pytest.approx(13 * 1e-4 + sent * 1e-9)
     assert any("no halo fit" in n and "calibrate again" in n for n in notes)
+    # each of the front's 7 BatchNorm layers (the stem's, six in layer1) waits as a halo exchange does, each way:
+    # the halo fit's latency beyond the idle point-to-point's
+    for phase in ("forward", "backward"):
+        assert loaded["phases_s"][phase] - old["phases_s"][phase] == pytest.approx(7 * (2e-3 - 1e-4))
 
 
 def test_predict_prices_the_fused_stems_recompute_and_the_flat_messages_copies(tmp_path, capsys, monkeypatch):

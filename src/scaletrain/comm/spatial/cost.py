@@ -3,7 +3,9 @@ geometry the tiles run on (docs/spatial.md, docs/predict.md "Spatial tiles"):
 
 - forward and backward: the front's ops run on 1/S of the pixels, the rest whole on every tile's rank; the
   front's share of each is its ops' calibrated times over the model's (the ops up to the front's last node);
-  its BatchNorm layers add one all-reduce of their statistics each way (2 C values over the tiles);
+  its BatchNorm layers add one all-reduce of their statistics each way (2 C values over the tiles), each also
+  waiting as a halo exchange does for the rank whose compute ran longer (the halo fit's latency beyond the idle
+  point-to-point's);
 - `halo`: per window layer and cut dimension one exchange each way (again for a recomputed layer), each the
   halo fit's alpha (commbench's `halo`: a swap between neighbours that compute between swaps, their skew
   included) plus the bytes the geometry says this tile sends (the busiest tile's) times its beta;
@@ -54,7 +56,8 @@ def spatial_cost(pricing):
 
     batch = cfg.optim.batch_size
     element = 8 if cfg.model.precision == "fp64" else 4
-    rows = pricing.link(halo_fit(pricing))
+    fit = halo_fit(pricing)
+    rows = pricing.link(fit)
     alpha, beta = pricing.link("allreduce")
     recomputed = _recomputed(cfg, model, shape, front)
     layers = {name: tiled(name, model.get_submodule(name), Tiles(grid, 0, tuple(range(s)))) for name in front.layers}
@@ -65,7 +68,10 @@ def spatial_cost(pricing):
     exchanges = sum(cuts * (1 + (name not in front.on_image) + recomputed(name)) for name in windows)
     halo_s = exchanges * rows[0] + sent * rows[1]
     norms = [m for m in layers.values() if type(m).__name__ == "SpatialBatchNorm2d"]
-    norm_s = sum(alphabeta.predict(alpha, beta, s, 2 * m.weight.numel() * element) for m in norms)
+    # each tiled BatchNorm's statistics: a collective between ranks that compute between them, so it waits, as a
+    # halo exchange does, for the rank whose compute ran longer: the halo fit's latency beyond the idle one's
+    skew = max(0.0, rows[0] - pricing.link("ps")[0]) if fit == "halo" else 0.0
+    norm_s = sum(alphabeta.predict(alpha, beta, s, 2 * m.weight.numel() * element) + skew for m in norms)
     tile_out = batch * element * math.prod(front.out_shape) // s
     gather_s = (s - 1) * (alpha + tile_out * beta)
     front_grads = sum(g for o in ops[:end] for g in o.grad_bytes)
