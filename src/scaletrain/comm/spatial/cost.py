@@ -12,7 +12,8 @@ geometry the tiles run on (docs/spatial.md, docs/predict.md "Spatial tiles"):
 - `gather`: the front's output all-gathered over the tiles, (S - 1) (alpha + a tile's bytes x beta);
 - a fused stem (Conv2d -> BatchNorm2d -> ReLU -> MaxPool2d, plain fp32/fp64) runs its forward again in backward;
 - `comm_exposed`: the front's gradients summed over the tiles, then every gradient averaged over the replicas,
-  each one flat message: the all-reduce plus the gradients copied in and out (a memory pass each way).
+  each one flat message: the all-reduce plus the gradients copied in and out (a memory pass each way) and the
+  message's fresh pages (made anew each step: distributed/pages.py).
 Memory per rank is the one memory model's (SpatialTiles.memory, comm/memory.py).
 """
 
