@@ -76,3 +76,15 @@ def test_fresh_pages_are_measured_as_a_rate():
 
     m = measure(rounds=3, size=8 * 2**20)
     assert m["seconds_per_byte"] >= 0 and len(m["fresh_s"]) == len(m["kept_s"]) == 3 and min(m["fresh_s"]) > 0
+
+
+def test_a_point_that_runs_lean_says_its_steps_are_slower_than_priced():
+    from scaletrain.predict.points import LEAN_NOTE
+
+    p = Predictor(fake_calibration(), NETWORK)
+    flags = {"model": "lenet5", "nproc": 2, "batch_size": 8, "dataset": "synthetic", "image_size": 32}
+    budgeted = predict_config(p, build_config({}, {**flags, "memory_per_device": "8GiB"}))
+    assert LEAN_NOTE in budgeted["notes"]
+    assert LEAN_NOTE not in predict_config(p, build_config({}, flags))["notes"]
+    assert LEAN_NOTE not in predict_config(p, build_config({}, {**flags, "memory_per_device": "8GiB",
+                                                                "allocator": "steady"}))["notes"]

@@ -18,6 +18,8 @@ from scaletrain.predict.ops import Workload
 from scaletrain.predict.predictor import LARGE_BATCH, Predictor, cal_workload
 
 NO_MEMORY_NOTE = "memory per rank not estimated: the model cannot run on the meta device (its walk needs real tensors)"
+LEAN_NOTE = ("the CPU allocator runs lean (--allocator lean, or auto with --memory-per-device): its steps are slower "
+             "than priced (0.66-0.83x the steady policy's samples/s measured here, docs/perf.md)")
 AUTO_CAP_NOTE = ("--bucket-cap-mb auto: each point priced at the bucket cap auto would choose there "
                  "(comm.best_bucket_cap_mb; DDP's default when none is better)")
 
@@ -176,7 +178,8 @@ def predict_config(p: Predictor, cfg, *, shared_cores: int | None = None, cores:
             "comm": step["comm"], "layers": {k: sources.get(k, 0) for k in ("measured", "regression", "roofline")},
             "limit": lim, "limit_note": note, "batch_efficiency": eff, "threads": threads,
             "stretch": step["stretch"], "plausibility": check,
-            "notes": list(w.notes) + ([AUTO_CAP_NOTE] if auto_cap else []) + ([] if mem else [NO_MEMORY_NOTE]),
+            "notes": list(w.notes) + ([AUTO_CAP_NOTE] if auto_cap else []) + ([] if mem else [NO_MEMORY_NOTE])
+            + ([LEAN_NOTE] if runs_lean(cfg, p.memory_kind()) else []),
             "image_size": facts["image_size"], "ops": per_op, **step["extra"]}
 
 
@@ -198,6 +201,13 @@ def recomputed_share(cfg, facts: dict[str, Any]) -> float:
         again = {u.block for u in plan_units(factory(), shape, value)}  # (a lone layer, e.g. fc, is not)
     total = sum(b.flops for b in mm.blocks)
     return sum(b.flops for b in mm.blocks if b.name in again) / total if total else 0.0
+
+
+def runs_lean(cfg, memory_kind: str) -> bool:
+    """Whether the point's run takes the lean allocator policy (a CPU run; distributed/allocator.resolved)."""
+    from scaletrain.distributed.allocator import resolved
+
+    return memory_kind != "cuda" and resolved(cfg.launch.allocator, bool(cfg.launch.memory_per_device), "cpu") == "lean"
 
 
 def model_factory(cfg, facts: dict[str, Any]):
