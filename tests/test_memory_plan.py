@@ -230,12 +230,12 @@ def test_named_blocks_are_checked():
 
 @pytest.mark.slow
 def test_train_auto_checkpointing_fits_the_budget(tmp_path, run_cli):
-    """ResNet-18 at 1,728 px, batch 1, 2 ranks, 2 GiB (so the lean allocator): too much without checkpointing by
+    """ResNet-18 at 1,792 px, batch 1, 2 ranks, 2 GiB (so the lean allocator): too much without checkpointing by
     the plan; auto picks blocks, says which, and the run's measured peak stays within the budget."""
     out = tmp_path / "auto"
     done = run_cli("train", "--model", "resnet18", "--dataset", "synthetic", "--synthetic-samples", "4",
                    "--batch-size", "1", "--epochs", "1", "--nproc", "2", "--threads", "1", "--no-progress",
-                   "--tensorboard", "off", "--image-size", "1728", "--memory-per-device", "2GiB",
+                   "--tensorboard", "off", "--image-size", "1792", "--memory-per-device", "2GiB",
                    "--checkpoint-activations", "auto", "--out", str(out))
     assert done.returncode == 0, done.stderr
     assert "--checkpoint-activations auto: stem" in done.stderr

@@ -73,7 +73,7 @@ def _walks(cfg: TrainConfig, factory: Callable, sample_shape: tuple[int, ...], d
     cache = {} if cache is None else cache
 
     def walked(batch: int) -> ModelMemory:
-        key = (batch, sample_shape, cfg.optim.optimizer, cfg.model.precision)
+        key = (batch, sample_shape, cfg.optim.optimizer, cfg.model.precision, retained)
         if key not in cache:
             cache[key] = model_memory(factory, batch, sample_shape, cfg.optim.optimizer, cfg.model.precision,
                                       retained_below=retained)
@@ -83,7 +83,7 @@ def _walks(cfg: TrainConfig, factory: Callable, sample_shape: tuple[int, ...], d
 
     extra = Footprint(dataset=dataset_bytes(cfg.data.dataset, sample_shape[-1], sample_shape[0]),
                       batches=BATCH_COPIES * walked(cfg.optim.batch_size).input_bytes,
-                      runtime=runtime_bytes(device_type) if runtime is None else runtime)
+                      runtime=runtime_bytes(device_type, policy) if runtime is None else runtime)
     room = room_for(cfg, extra)
 
     def at(batch: int) -> ModelMemory:

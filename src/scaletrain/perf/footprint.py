@@ -102,17 +102,20 @@ def model_memory(factory, batch_size: int, sample_shape: tuple[int, ...], optimi
                        retained_below)
 
 
-RANK_PROCESS = 411 * 2 ** 20
-"""A CPU rank's own resident memory besides its model and data: the interpreter, torch, scaletrain, its process
-group, DDP's reducer, the profiler, the loader. Measured here: a rank of a 2-rank DDP run of ResNet-18 at 64 px
-peaks at 582 MiB, of which 171 MiB are the parameters' state (torch 2.13 CPU, 2026-11-26). A constant, not this
-process's size: every process that plans (the launcher, each rank under torchrun) plans the same."""
+RANK_PROCESS = {"steady": 411 * 2 ** 20, "lean": 345 * 2 ** 20}
+"""A CPU rank's own resident memory besides its model and data (the interpreter, torch, scaletrain, its process
+group, DDP's reducer, the profiler, the loader), per allocator policy. Measured here: under steady a rank of a
+2-rank DDP run of ResNet-18 at 64 px peaked at 582 MiB, of which 171 MiB were the parameters' state (torch 2.13
+CPU, 2026-11-26); under lean the same run at batch 8 peaked 663-664 MiB where the model's parts came to 318 MiB
+(345-347), and ResNet-20 at 64 px, batch 16, every strategy, 65-75 MiB under the steady constant (2026-11-27,
+benchmarks/memory_strategies.py). Constants, not this process's size: every process that plans (the launcher,
+each rank under torchrun) plans the same."""
 
 
-def runtime_bytes(device_type: str) -> int:
-    """What a rank's process holds besides its model and data: RANK_PROCESS on a CPU; 0 on a GPU, whose memory
-    holds none of it."""
-    return 0 if device_type == "cuda" else RANK_PROCESS
+def runtime_bytes(device_type: str, policy: str | None = "steady") -> int:
+    """What a rank's process holds besides its model and data: RANK_PROCESS under the allocator `policy` on a CPU
+    (glibc's own, None: steady's); 0 on a GPU, whose memory holds none of it."""
+    return 0 if device_type == "cuda" else RANK_PROCESS.get(policy or "steady", RANK_PROCESS["steady"])
 
 
 def dataset_bytes(dataset: str, image_size: int, channels: int = 1) -> int:

@@ -44,9 +44,9 @@ def largest_sides(cfg: TrainConfig, build: Callable[[TrainConfig, int], Callable
                   progress: Callable[[str, int, int | None], None] = lambda *a: None) -> list[Largest]:
     """For the request and each alternative layout (comm/memory.alternatives), its largest side within `budget`;
     `build(cfg, side)` gives the model factory at a side."""
-    runtime = memory.runtime_bytes(device_type)
     # on a CPU, a run with a budget and `--allocator auto` runs lean (distributed/launch/preflight.planned)
     policy = resolved(cfg.launch.allocator, True, device_type)
+    runtime = memory.runtime_bytes(device_type, policy)
     # (a pipeline's stages are split within the budget)
     cfg = cfg.replace(memory_per_device=str(budget), allocator=policy or "steady")
     layouts = [("as given", cfg), *memory.alternatives(cfg)]
