@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 COMPILED := $(VENV)/.compiled
 PYTEST_ARGS ?=
 
-.PHONY: bench-largest bench-bigdigits setup demo test test-slow test-slurm bench bench-pipeline bench-spatial bench-recovery bench-testbed validate-predict report-check clean
+.PHONY: bench-memory bench-largest bench-bigdigits setup demo test test-slow test-slurm bench bench-pipeline bench-spatial bench-recovery bench-testbed validate-predict report-check clean
 
 setup: $(COMPILED)
 
@@ -76,6 +76,12 @@ bench-pipeline: $(COMPILED)
 # Memory per rank of one large image: the whole model against 2 spatial tiles (docs/spatial.md; ~7 min).
 bench-spatial: $(COMPILED)
 	$(PY) benchmarks/spatial_memory.py
+
+# The one memory model against every strategy's resident peak, under each allocator policy
+# (docs/predict-validation.md; ~2 min each).
+bench-memory: $(COMPILED)
+	$(PY) benchmarks/memory_strategies.py --allocator lean
+	$(PY) benchmarks/memory_strategies.py --allocator steady
 
 # The largest image side each layout trains under 2 GiB per rank, measured (docs/spatial.md; ~40 min).
 bench-largest: $(COMPILED)
