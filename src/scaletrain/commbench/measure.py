@@ -130,22 +130,15 @@ def _measure_halo(size: int, seconds: float, device: torch.device) -> dict[str, 
 def _compute(seconds: float, device: torch.device):
     """A function that computes for about `seconds` on this device, the same work on every rank (the most
     repeats any rank needs)."""
+    from scaletrain.perf.timing import median_time
+
     a = torch.randn(256, 256, device=device)
 
     def once() -> None:
         torch.mm(a, a)
 
-    for _ in range(3):
-        once()
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    for _ in range(10):
-        once()
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-    each = max((time.perf_counter() - t0) / 10, 1e-7)
-    repeats = int(largest(max(1, round(seconds / each)), device))
+    each = median_time(once, sync=torch.cuda.synchronize if device.type == "cuda" else None)
+    repeats = int(largest(max(1, round(seconds / max(each, 1e-7))), device))
 
     def work() -> None:
         for _ in range(repeats):

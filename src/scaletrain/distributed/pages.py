@@ -6,8 +6,7 @@ tensor of that size made every step pays it every step; one under the threshold 
 `python -m scaletrain.distributed.pages POLICY` (what calibrate runs, once per policy, each in a process of its own
 started with the policy's environment: lean's huge pages are read at a process's start) prints one JSON line:
 `seconds_per_byte`, the time to make, fill and free a fresh 64 MiB tensor less the time to fill one already
-paged in, per byte
-(the median of alternated rounds), and the rounds' raw times."""
+paged in, per byte (the median of alternated rounds), and the rounds' raw times."""
 
 from __future__ import annotations
 

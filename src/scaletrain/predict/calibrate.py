@@ -83,7 +83,9 @@ def calibrate(*, quick: bool, device: torch.device, cores: int, work_dir: Path,
         progress(what, done, total)
 
     started = time.time()
-    steady_allocator()
+    # glibc's heap keeps what each op frees, so each op is timed as in a training process whose allocator has
+    # settled, not with page faults that depend on which shapes ran before it (single timings 6-9x apart here)
+    settle("steady")
     probes = [probe.measure(p["threads"], device)]
     layers = []
     for i, (prec, threads, kind, f) in enumerate(layer_jobs):
@@ -151,16 +153,9 @@ def _refnet_ops():
             for op in trace_ops(refnet.factory(name)(10, 3, size), (3, size, size), LOOP_RUN["batch_size"]).ops]
 
 
-def steady_allocator() -> None:
-    """Keep glibc from mapping and unmapping large buffers on every call (and trimming the heap), so each op
-    is timed as in a training process whose allocator has settled, not with page faults that depend on which
-    shapes ran before it (they made single timings 6-9x apart here): the `steady` policy."""
-    settle("steady")
-
-
 def _fresh_pages() -> dict[str, Any]:
-    """Seconds per byte of fresh pages under each CPU allocator policy (distributed/pages.py), each measured in a process
-    started with the policy's environment; {} where it could not be measured."""
+    """Seconds per byte of fresh pages under each CPU allocator policy (distributed/pages.py), each measured in a
+    process started with the policy's environment; {} where it could not be measured."""
     from scaletrain.distributed.allocator import rank_environment
     from scaletrain.distributed.env import child_env
 
