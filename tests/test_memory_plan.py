@@ -277,10 +277,14 @@ def test_partition_keeps_to_the_memory_models_word():
 
     costs = [BlockCost(str(i), 1.0, 2.0, 0, 0, 0) for i in range(6)]
     assert optimal(costs, 2, microbatches=2, schedule="1f1b").bounds[0][1] > 1
-    held = optimal(costs, 2, microbatches=2, schedule="1f1b", holds=lambda s, i, j: s == 1 or j - i <= 1)
+
+    def memory(s, i, j):  # stage 0 fits only with one block
+        return {"weights": 0, "gradients": 0, "optimizer": 0, "activations": 0, "working": 10 * (j - i) * (s == 0)}
+
+    held = optimal(costs, 2, microbatches=2, schedule="1f1b", memory=memory, memory_limit=10)
     assert held.bounds == [(0, 1), (1, 6)] and all(st["fits"] for st in held.stages)
     with pytest.raises(Infeasible):
-        optimal(costs, 2, microbatches=2, schedule="1f1b", holds=lambda s, i, j: False)
+        optimal(costs, 2, microbatches=2, schedule="1f1b", memory=memory, memory_limit=9)
 
 
 @pytest.mark.slow

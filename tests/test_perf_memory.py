@@ -88,3 +88,30 @@ def test_a_point_that_runs_lean_says_its_steps_are_slower_than_priced():
     assert LEAN_NOTE not in predict_config(p, build_config({}, flags))["notes"]
     assert LEAN_NOTE not in predict_config(p, build_config({}, {**flags, "memory_per_device": "8GiB",
                                                                 "allocator": "steady"}))["notes"]
+
+
+def test_split_counts_a_stage_as_a_pipeline_run_of_that_split_plans_it(tmp_path, monkeypatch):
+    """`scaletrain split --memory-per-stage` reads the one memory model: its split's largest stage is, byte for byte,
+    the parameters and activations comm/memory.per_rank gives the fullest rank of a pipeline run of that split under a
+    budget (what the pre-flight check and `predict` count)."""
+    import json
+
+    from scaletrain.cli import main
+    from scaletrain.predict import calibration
+
+    monkeypatch.setenv("SCALETRAIN_CACHE", str(tmp_path / "cache"))
+    cal = calibration.save(fake_calibration(), tmp_path / "cal.json")
+    out = tmp_path / "split"
+    assert main(["split", "--model", "resnet20", "--stages", "2", "--microbatches", "2", "--batch-size", "8",
+                 "--optimizer", "adamw", "--memory-per-stage", "1GiB", "--calibration", str(cal),
+                 "--out", str(out)]) == 0
+    report = json.loads((out / "split.json").read_text())
+    assert not any("blocks' bytes" in n for n in report["notes"])
+    cfg = build_config({}, {"model": "resnet20", "strategy": "pipeline", "nproc": 2, "stages": 2, "microbatches": 2,
+                            "batch_size": 8, "optimizer": "adamw", "dataset": "synthetic", "image_size": 32,
+                            "split": str(out / "split.json"), "memory_per_device": "4GiB"})
+    want = per_rank(cfg, lambda: build_model("resnet20", num_classes=10, in_channels=3, image_size=32), (3, 32, 32),
+                    "cpu")
+    assert report["chosen"]["peak_memory_bytes"] == want.params + want.activations > 0
+    first = report["chosen"]["stages"][0]["memory"]
+    assert first["optimizer"] == 2 * first["weights"] and first["activations"] > 0  # adamw; 1F1B: 2 in flight

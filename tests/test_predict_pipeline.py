@@ -138,7 +138,13 @@ def test_a_stages_messages_are_priced_as_point_to_point_not_as_an_all_reduce(tmp
                  "--strategy", "pipeline", "--nproc", "2", "--batch-size", "8", "--microbatches", "2"]) == 0
     point = json.loads((out / "prediction.json").read_text())["points"][0]
     stages = point["pipeline"]["split"]["stages"]
-    cut = stages[0]["memory"]["buffers"]  # the one tensor crossing the cut (its gradient comes back as large)
+    from scaletrain.models.registry import build_model
+    from scaletrain.split.costs import block_sizes
+    from scaletrain.split.stages import blocked
+
+    graph = blocked(build_model("lenet5", num_classes=10, in_channels=3, image_size=28), (3, 28, 28), 1)  # synthetic
+    # the one tensor crossing the cut (its gradient comes back as large), at the micro-batch of 4
+    cut = block_sizes(graph, 4)[stages[0]["last"]].out_bytes
     # each stage sends and receives the activation and its gradient once per micro-batch
     assert stages[0]["transfer_s"] == pytest.approx(2 * (1e-4 + cut * 1e-9))
     assert point["phases_s"]["p2p"] < 0.01

@@ -101,9 +101,12 @@ def test_stage_figures_and_step_formula():
     assert first["time_s"] == pytest.approx(3 + 3) and second["time_s"] == pytest.approx(7 + 3)
     assert p.bottleneck == 1 and p.step_s == pytest.approx(6 + 10 + 2 * 10)
     # gpipe keeps all 3 micro-batches in flight; the second stage also keeps its received input
-    assert first["memory"] == {"weights": 10, "gradients": 10, "optimizer": 10, "activations": 300, "buffers": 7}
-    assert second["memory"] == {"weights": 20, "gradients": 20, "optimizer": 20, "activations": 3 * (200 + 7),
-                                "buffers": 7}
+    # (without a memory model's stages, from the blocks' bytes: the other micro-batches' saved tensors and input;
+    # working, the one in backward's and its input's and output's gradient buffers)
+    assert first["memory"] == {"weights": 10, "gradients": 10, "optimizer": 10, "activations": 2 * 100,
+                               "working": 100 + 7}
+    assert second["memory"] == {"weights": 20, "gradients": 20, "optimizer": 20, "activations": 2 * (200 + 7),
+                                "working": 200 + 7 + 7}
     one = evaluate(costs, [(0, 1), (1, 2)], microbatches=3, schedule="1f1b")
     assert [s["in_flight"] for s in one.stages] == [2, 1]  # 1f1b: min(M, K - s)
 
@@ -120,6 +123,31 @@ def test_offload_chooses_optimizer_then_activations_and_prices_them():
     assert acts.stages[0]["offload"] == "activations" and acts.stages[0]["offload_s"] == pytest.approx(20.0)
     with pytest.raises(Infeasible, match="even with offload"):
         optimal(costs, 2, memory_limit=500, **pipe)
+
+
+def test_a_memory_models_stages_are_what_the_limit_and_the_offloads_hold():
+    """Given the memory model's stages, the split holds them to the limit, offloads their optimizer state and the
+    in-flight activations (priced per micro-batch: activations / (in flight - 1)), and reports them as given."""
+    costs = [block(0, 1, 1, p=100, saved=1, out=10), block(1, 1, 1, p=100, saved=1, out=10)]
+    asked = []
+
+    def memory(s, i, j):
+        asked.append((s, i, j))
+        return {"weights": 100 * (j - i), "gradients": 100 * (j - i), "optimizer": 200 * (j - i),
+                "activations": 3 * 1000 * (j - i), "working": 500}
+
+    pipe = dict(microbatches=4, schedule="gpipe", offload_bytes_per_s=100.0, memory=memory)
+    plain = evaluate(costs, [(0, 1), (1, 2)], **pipe)
+    assert plain.stages[0]["memory"] == memory(0, 0, 1) and plain.peak_memory == 3900 and asked
+    opt = evaluate(costs, [(0, 1), (1, 2)], memory_limit=3700, **pipe)
+    assert [s["offload"] for s in opt.stages] == ["optimizer"] * 2 and opt.stages[0]["memory"]["optimizer"] == 0
+    acts = evaluate(costs, [(0, 1), (1, 2)], memory_limit=1000, **pipe)
+    assert acts.stages[0]["offload"] == "activations" and acts.stages[0]["memory"]["activations"] == 0
+    assert acts.stages[0]["offload_s"] == pytest.approx(2 * 1000 / 100.0)  # one micro-batch's 1000 out and back
+    assert optimal(costs, 2, memory_limit=3900, **pipe).fits
+    with pytest.raises(Infeasible) as e:
+        optimal(costs, 2, memory_limit=3899, **{**pipe, "offload_bytes_per_s": None})
+    assert e.value.smallest == 3900
 
 
 def test_bad_stage_counts_are_one_line():

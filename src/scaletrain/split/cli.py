@@ -102,6 +102,8 @@ def _offload_rate(offload: str | None) -> tuple[float | None, str | None]:
 
 
 def run_split(args: argparse.Namespace) -> int:
+    import torch
+
     from scaletrain.console.phase import phase
     from scaletrain.console.width import output_console
     from scaletrain.models import build_model
@@ -136,9 +138,16 @@ def run_split(args: argparse.Namespace) -> int:
     model = factory()
     shape = (args.in_channels, args.image_size, args.image_size)
     b = blocked(model, shape, 1)
+    device_type = (cal or {}).get("device", {}).get("type") or ("cuda" if torch.cuda.is_available() else "cpu")
+    memory = plan.stage_memory(factory, b, shape, micro, stages=args.stages, microbatches=args.microbatches,
+                               schedule=args.schedule, optimizer=args.optimizer, precision=args.precision,
+                               device_type=device_type, budget=limit is not None)
+    if memory is None:
+        notes.append("stage memory from the blocks' bytes: the model cannot run on the meta device, where the memory "
+                     "model walks it")
     pipe = plan.pipeline_args(microbatches=args.microbatches, schedule=args.schedule, optimizer=args.optimizer,
                               link_bytes_per_s=rate, latency_s=latency, memory_limit=limit,
-                              offload_bytes_per_s=offload_rate)
+                              offload_bytes_per_s=offload_rate, memory=memory)
     # stage count and memory need bytes alone: refuse them before seconds of timing
     check_memory(block_sizes(b, micro, args.precision), args.stages, **pipe)
     console = output_console(highlight=False)

@@ -7,10 +7,13 @@ Each block's cost is given per micro-batch (`BlockCost`). Stage s of K (0-based)
                    (when s > 0) and sends its output activation and receives that gradient (when s < K-1),
                    each message latency + bytes / link rate (a blocking send, as gloo's, occupies both ends)
                  + activation offload copies, when it offloads them (out after forward, back before backward)
-    memory_s   = parameter bytes x (weights + gradients + optimizer state copies)
-                 + in-flight micro-batches x (its saved activations + its input activation)
-                 + one gradient buffer of its input and one of its output
+    memory_s   = the memory model's stage (`memory`: comm/pipeline/memory.py, the one the pre-flight check and
+                 `predict` read), part by part: weights, gradients, optimizer state; `activations`, what the
+                 micro-batches in flight before the one in backward hold; `working`, that one at its peak.
                  in flight: gpipe M (every forward runs before the first backward); 1f1b min(M, K - s)
+                 Without it (a model the meta device cannot run) the blocks' bytes stand in: parameter bytes x
+                 (2 + optimizer state copies), (in flight - 1) x (saved + input) and, working, saved + input
+                 + one gradient buffer of its input and one of its output.
 
 The predicted step time, for M micro-batches: the schedule played op by op (split/schedule.py), stage s's
 forward op taking its forward + half its transfers and offload copies, its backward op the other half, plus
@@ -27,7 +30,7 @@ over (stages, prefix), O(K n^2), then the least sum of stage times among those).
 (`offload_bytes_per_s`) a stage that does not fit may keep in pinned host memory, cheapest first: its
 optimizer state (as ZeRO-Offload: each step the gradients go out and the updated weights come back, 2 x
 parameter bytes; the micro-batch time is unchanged) and then the activations of its in-flight micro-batches
-but the one being computed (2 x (saved + input) bytes per micro-batch, added to its time).
+but the one being computed (out and back: 2 x one micro-batch's share of `activations`, added to its time).
 """
 
 from __future__ import annotations
@@ -42,6 +45,9 @@ from scaletrain.errors import UserError
 from scaletrain.split import schedule as play
 
 Bounds = list[tuple[int, int]]  # per stage: (first block, one past its last block), as split/stages.py
+StageMemory = Callable[[int, int, int], dict[str, int]]
+"""Stage s over blocks i..j-1, part by part: weights, gradients, optimizer, activations (the micro-batches in flight
+before the one computed, offloadable), working (comm/pipeline/memory.py)."""
 SCHEDULES = ("gpipe", "1f1b")
 OFFLOADS = ("none", "optimizer", "activations", "optimizer+activations")  # cheapest first
 
@@ -124,7 +130,7 @@ class _Model:
 
     def __init__(self, costs: list[BlockCost], stages: int, *, microbatches: int, schedule: str,
                  link_bytes_per_s: float, latency_s: float, state_copies: int, memory_limit: int | None,
-                 offload_bytes_per_s: float | None, holds: Callable[[int, int, int], bool] | None = None) -> None:
+                 offload_bytes_per_s: float | None, memory: StageMemory | None = None) -> None:
         if not costs:
             raise UserError("the model has no blocks to split")
         if stages < 1:
@@ -144,7 +150,7 @@ class _Model:
         self.m, self.schedule = microbatches, schedule
         self.rate, self.latency, self.state_copies = link_bytes_per_s, latency_s, state_copies
         self.limit, self.host_rate = memory_limit, offload_bytes_per_s
-        self.holds = holds  # another memory model's word on stage s over blocks i..j-1 (comm/memory.py)
+        self.memory_of = memory  # the memory model's stage s over blocks i..j-1; None: the blocks' bytes
 
         def prefix(values: list[float]) -> list[float]:
             return list(itertools.accumulate(values, initial=0))
@@ -181,10 +187,7 @@ class _Model:
             return OFFLOADS[:1]
         return OFFLOADS if self.in_flight(s) > 1 else OFFLOADS[:2]
 
-    def fits(self, st: _Stage, where: tuple[int, int, int] | None = None) -> bool:
-        """Whether the stage fits memory_limit and, `where` = (s, i, j) given, `holds`."""
-        if self.holds is not None and where is not None and not self.holds(*where):
-            return False
+    def fits(self, st: _Stage) -> bool:
         return self.limit is None or st.memory_bytes <= self.limit
 
     def _priced(self, s: int, i: int, j: int, offload: str) -> _Stage:
@@ -192,17 +195,22 @@ class _Model:
         out = self.costs[j - 1].out_bytes if j < self.n else 0
         transfer = (2 * self._message(into) if i > 0 else 0.0) + (2 * self._message(out) if j < self.n else 0.0)
         params = self.par[j] - self.par[i]
-        saved = self.saved[j] - self.saved[i]
-        flight = self.in_flight(s)
-        acts, offload_s, update_s, state = flight * (saved + into), 0.0, 0.0, params * self.state_copies
-        if "activations" in offload:
-            acts, offload_s = saved + into, 2 * (saved + into) / self.host_rate
+        memory = dict(self.memory_of(s, i, j)) if self.memory_of is not None else self._block_bytes(s, i, j, into, out)
+        offload_s, update_s = 0.0, 0.0
+        if "activations" in offload:  # (offered only with more than one micro-batch in flight)
+            offload_s = 2 * memory["activations"] / (self.in_flight(s) - 1) / self.host_rate
+            memory["activations"] = 0
         if "optimizer" in offload:
-            state, update_s = 0, 2 * params / self.host_rate
-        memory = {"weights": params, "gradients": params, "optimizer": state, "activations": acts,
-                  "buffers": into + out}
+            update_s, memory["optimizer"] = 2 * params / self.host_rate, 0
         return _Stage(self.fwd[j] - self.fwd[i], self.bwd[j] - self.bwd[i], transfer, offload_s, update_s,
                       {k: int(v) for k, v in memory.items()}, offload)
+
+    def _block_bytes(self, s: int, i: int, j: int, into: int, out: int) -> dict[str, int]:
+        """Stage s's memory from the blocks' bytes alone, when no memory model is given (module docstring)."""
+        params = self.par[j] - self.par[i]
+        kept = self.saved[j] - self.saved[i] + into
+        return {"weights": params, "gradients": params, "optimizer": params * self.state_copies,
+                "activations": (self.in_flight(s) - 1) * kept, "working": kept + into + out}
 
     def partition(self, method: str, bounds: Bounds, notes: list[str] | None = None) -> Partition:
         stages = [self.stage(s, lo, hi) for s, (lo, hi) in enumerate(bounds)]
@@ -213,7 +221,7 @@ class _Model:
                  "forward_s": st.forward_s, "backward_s": st.backward_s, "transfer_s": st.transfer_s,
                  "offload_s": st.offload_s, "time_s": st.time_s, "update_s": st.update_s,
                  "memory_bytes": st.memory_bytes, "memory": st.memory, "offload": st.offload,
-                 "in_flight": self.in_flight(s), "fits": self.fits(st, (s, lo, hi))}
+                 "in_flight": self.in_flight(s), "fits": self.fits(st)}
                 for s, ((lo, hi), st) in enumerate(zip(bounds, stages))]
         return Partition(method, [tuple(b) for b in bounds], rows, worst, step, self.m, self.schedule, self.limit,
                          list(notes or []))
@@ -276,32 +284,31 @@ def _model(costs: list[BlockCost], stages: int, kw: dict[str, Any]) -> _Model:
     kw.setdefault("state_copies", 1)
     kw.setdefault("memory_limit", None)
     kw.setdefault("offload_bytes_per_s", None)
+    kw.setdefault("memory", None)
     return _Model(list(costs), stages, **kw)
 
 
 def evaluate(costs: list[BlockCost], bounds: Bounds, *, method: str = "given", **pipeline: Any) -> Partition:
     """`bounds` priced. Keywords: microbatches, schedule, link_bytes_per_s (default infinite), latency_s (0),
-    state_copies (optimizer state per parameter, 1), memory_limit (None), offload_bytes_per_s (None)."""
+    state_copies (optimizer state per parameter, 1), memory_limit (None), offload_bytes_per_s (None), memory (the
+    memory model's stages, StageMemory; None: the blocks' bytes)."""
     model = _model(costs, len(bounds), dict(pipeline))
     _check(bounds, model.n)
     return model.partition(method, bounds)
 
 
 def optimal(costs: list[BlockCost], stages: int, **pipeline: Any) -> Partition:
-    """The split with the smallest predicted step among those whose stages fit `memory_limit` (and `holds`, a
-    predicate on (stage, first block, one past its last)), ties broken by the smaller bottleneck; Infeasible
-    (naming the smallest limit that has a split) when none fits."""
+    """The split with the smallest predicted step among those whose stages fit `memory_limit`, ties broken by the
+    smaller bottleneck; Infeasible (naming the smallest limit that has a split) when none fits."""
     model = _model(costs, stages, dict(pipeline))
 
     def fits(s: int, i: int, j: int) -> bool:
-        return model.fits(model.stage(s, i, j), (s, i, j))
+        return model.fits(model.stage(s, i, j))
 
     def time(s: int, i: int, j: int) -> float:
         return model.stage(s, i, j).time_s
 
     bottleneck, bounds = _solve(model.n, model.k, time, max, fits)
-    if bounds is None and model.holds is not None:
-        raise Infeasible(f"no split into {model.k} stages fits the memory per rank (the memory model's)", 0)
     if bounds is None:
         raise model.infeasible()
     _, tied = _solve(model.n, model.k, time, lambda a, b: a + b,
@@ -332,7 +339,7 @@ def _branch_and_bound(model: _Model, start: Bounds) -> Bounds:
         last = n - (k - s - 1)  # one past the last block this stage may end with: each stage after keeps one
         for j in range(i + 1, last + 1) if s < k - 1 else (n,):
             st = model.stage(s, i, j)
-            if not model.fits(st, (s, i, j)):
+            if not model.fits(st):
                 continue
             f, b = model.ops([st])
             fwd2, bwd2 = fwd + f, bwd + b

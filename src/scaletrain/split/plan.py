@@ -13,7 +13,8 @@ from torch import nn
 from scaletrain.errors import UserError
 from scaletrain.rundir import SPLIT
 from scaletrain.split.costs import block_costs, block_sizes
-from scaletrain.split.partition import BASELINES, BlockCost, Bounds, Partition, check_memory, evaluate, optimal
+from scaletrain.split.partition import (BASELINES, BlockCost, Bounds, Partition, StageMemory, check_memory, evaluate,
+                                        optimal)
 from scaletrain.split.stages import Blocked, check_bounds
 
 METHODS = ("auto", "uniform", "params", "time")  # or a path to a split.json
@@ -32,15 +33,35 @@ def micro_batch(batch_size: int, microbatches: int) -> int:
 
 def pipeline_args(*, microbatches: int, schedule: str, optimizer: str = "sgd",
                   link_bytes_per_s: float = DEFAULT_LINK, latency_s: float = 0.0, memory_limit: int | None = None,
-                  offload_bytes_per_s: float | None = None) -> dict[str, Any]:
-    """The keywords partition.py's functions take, from training's terms."""
+                  offload_bytes_per_s: float | None = None, memory: StageMemory | None = None) -> dict[str, Any]:
+    """The keywords partition.py's functions take, from training's terms; `memory`: the stages by the memory model
+    (stage_memory)."""
     from scaletrain.perf.memory import OPTIMIZER_STATE
 
     if optimizer not in OPTIMIZER_STATE:
         raise UserError(f"optimizer {optimizer!r}: use one of {', '.join(OPTIMIZER_STATE)}")
     return {"microbatches": microbatches, "schedule": schedule, "link_bytes_per_s": link_bytes_per_s,
             "latency_s": latency_s, "state_copies": OPTIMIZER_STATE[optimizer], "memory_limit": memory_limit,
-            "offload_bytes_per_s": offload_bytes_per_s}
+            "offload_bytes_per_s": offload_bytes_per_s, "memory": memory}
+
+
+def stage_memory(factory: Callable[[], nn.Module], blocked: Blocked, input_shape: tuple[int, ...], micro: int, *,
+                 stages: int, microbatches: int, schedule: str, optimizer: str, precision: str, device_type: str,
+                 budget: bool) -> StageMemory | None:
+    """The stages by the one memory model (comm/pipeline/memory.py) at `micro` samples per micro-batch: the model
+    walked on the meta device, with the heap glibc keeps as the allocator policy a run takes on `device_type` (with
+    a `budget`: lean) keeps it. None when the model cannot run on the meta device, or its blocks there are not
+    `blocked`'s: the blocks' bytes stand in (split/partition.py)."""
+    from scaletrain.comm.pipeline.memory import stages_of
+    from scaletrain.distributed.allocator import resolved, retained_below
+    from scaletrain.perf.footprint import model_memory
+
+    policy = resolved("auto", budget, device_type)
+    mm = model_memory(factory, micro, tuple(input_shape), optimizer, precision,
+                      retained_below=retained_below(policy) if policy else None)
+    if mm is None or [b.name for b in mm.blocks] != blocked.names:
+        return None
+    return stages_of(mm, list(mm.blocks), stages=stages, microbatches=microbatches, schedule=schedule)
 
 
 def costs_for(blocked: Blocked, model: nn.Module, input_shape: tuple[int, ...], micro: int, *,
@@ -60,21 +81,22 @@ def choose(method: str, blocked: Blocked, model: nn.Module, input_shape: tuple[i
            microbatches: int, schedule: str, batch_size: int, link_bytes_per_s: float = DEFAULT_LINK,
            latency_s: float = 0.0, memory_limit: int | None = None, calibration: dict[str, Any] | None = None,
            precision: str = "fp32", optimizer: str = "sgd", model_name: str | None = None,
-           costs: list[BlockCost] | None = None, holds=None) -> Partition:
+           costs: list[BlockCost] | None = None, memory: StageMemory | None = None) -> Partition:
     """The split `method` names, priced. auto: the optimal split (Infeasible when nothing fits memory_limit);
     uniform, params, time: the baselines; anything else: a split.json's path (load_split). Block costs are
-    predicted with a calibration, else measured here (a few seconds), unless `costs` are given. `holds(s, i, j)`:
-    (auto) whether stage s over blocks i..j-1 fits the memory per rank by the memory model (comm/memory.py)."""
+    predicted with a calibration, else measured here (a few seconds), unless `costs` are given. `memory`: the stages
+    by the memory model (comm/pipeline/memory.py) that `memory_limit` holds them to; None: the blocks' bytes."""
     micro = micro_batch(batch_size, microbatches)
     pipe = pipeline_args(microbatches=microbatches, schedule=schedule, optimizer=optimizer,
-                         link_bytes_per_s=link_bytes_per_s, latency_s=latency_s, memory_limit=memory_limit)
+                         link_bytes_per_s=link_bytes_per_s, latency_s=latency_s, memory_limit=memory_limit,
+                         memory=memory)
     bounds = load_split(method, blocked, stages, model_name) if method not in METHODS else None
     check_memory(block_sizes(blocked, micro, precision), stages, **pipe)  # stages and memory, before any timing
     source = "given"
     if costs is None:
         costs, source = costs_for(blocked, model, input_shape, micro, calibration=calibration, precision=precision)
     if method == "auto":
-        chosen = optimal(costs, stages, **pipe, **({"holds": holds} if holds is not None else {}))
+        chosen = optimal(costs, stages, **pipe)
     elif bounds is not None:
         chosen = evaluate(costs, bounds, method=f"file {method}", **pipe)
     else:

@@ -30,6 +30,7 @@ import torch
 import torch.distributed as dist
 from torch import fx, nn
 
+from scaletrain.comm.pipeline.memory import stage_parts, stages_of
 from scaletrain.comm.strategy import Profiled, Strategy, offloading
 from scaletrain.config import TrainConfig
 from scaletrain.distributed.group import all_reduce_flat, block_groups, broadcast_object, gather_objects
@@ -104,21 +105,14 @@ class Pipeline(Strategy):
 
     @staticmethod
     def stage_footprint(cfg: TrainConfig, mm, blocks: list, s: int, lo: int, hi: int, read_bytes: int = 0):
-        """Stage s over blocks lo..hi-1: its parameters and state; the micro-batches in flight before the one in
-        backward (GPipe: all; 1F1B: K - s) each holding its blocks' saved tensors (checkpointed: their inputs)
-        and the input it received; that one at its backward's peak (perf/peak.py, the allocator's retained heap
-        included)."""
+        """Stage s over blocks lo..hi-1 as a Footprint: its parameters and state, and its activations (in flight and
+        at work), from comm/pipeline/memory.stage_parts."""
         from scaletrain.perf.footprint import Footprint
-        from scaletrain.perf.peak import peak
 
-        k, m = cfg.layout.stages, cfg.pipeline.microbatches
-        part = blocks[lo:hi]
-        flight = m if cfg.pipeline.schedule == "gpipe" else min(m, k - s)
-        kept = [b.input if mm.recomputed(b) else b.saved + (b.input if i == 0 else 0) for i, b in enumerate(part)]
-        first = 0 if mm.recomputed(part[0]) else part[0].input  # (a recomputed block's peak holds its input)
-        acts = (flight - 1) * sum(kept) + first + peak(part, mm.checkpointed, mm.retained_below)
-        return Footprint(params=mm.state_bytes(sum(b.params for b in part), buckets=False),
-                         activations=acts + (read_bytes if s == 0 else 0))
+        parts = stage_parts(mm, blocks, s, lo, hi, stages=cfg.layout.stages, microbatches=cfg.pipeline.microbatches,
+                            schedule=cfg.pipeline.schedule, read_bytes=read_bytes)
+        return Footprint(params=parts["weights"] + parts["gradients"] + parts["optimizer"],
+                         activations=parts["activations"] + parts["working"])
 
     @classmethod
     def fullest_stage(cls, cfg: TrainConfig, mm, blocks: list, read_bytes: int = 0):
@@ -131,9 +125,10 @@ class Pipeline(Strategy):
 
     @classmethod
     def split_within(cls, cfg: TrainConfig, mm, blocks: list, read_bytes: int = 0, choose: Callable | None = None):
-        """What `choose(holds)` gives (default: the bounds of the run's split, on the blocks' FLOPs for `auto` and
-        `time`; only `auto` keeps to a budget), `holds` saying whether stage s over blocks i..j-1 fits mm.room by the memory model; without a
-        budget, or when no split fits it, `choose(None)`: the fastest split."""
+        """What `choose(within)` gives (default: the bounds of the run's split, on the blocks' FLOPs for `auto` and
+        `time`; only `auto` keeps to a budget), `within` holding split/partition.py's `memory` (the stages by the
+        memory model, comm/pipeline/memory.py) and `memory_limit` (mm.room); without a budget, or when no split fits
+        it, `choose(None)`: the fastest split."""
         from scaletrain.split.partition import BASELINES, BlockCost, Infeasible, optimal
 
         if choose is None:
@@ -142,7 +137,7 @@ class Pipeline(Strategy):
                      for b, out in zip(blocks, after)]
             method, k = cfg.pipeline.split, cfg.layout.stages
 
-            def choose(holds):
+            def choose(within):
                 if method in BASELINES:  # (time: balanced on the FLOPs, as the run balances measured times)
                     return BASELINES[method](costs, k)
                 if method != "auto":  # a split.json
@@ -151,13 +146,13 @@ class Pipeline(Strategy):
                     from scaletrain.split.plan import load_split
 
                     return load_split(method, SimpleNamespace(names=[b.name for b in blocks]), k, cfg.model.name)
-                extra = {"holds": holds} if holds is not None else {}
                 return optimal(costs, k, microbatches=cfg.pipeline.microbatches, schedule=cfg.pipeline.schedule,
-                               **extra).bounds
+                               **(within or {})).bounds
         if mm.room is not None:
+            memory = stages_of(mm, blocks, stages=cfg.layout.stages, microbatches=cfg.pipeline.microbatches,
+                               schedule=cfg.pipeline.schedule, read_bytes=read_bytes)
             try:
-                return choose(lambda s, i, j: cls.stage_footprint(cfg, mm, blocks, s, i, j, read_bytes).total
-                              <= mm.room)
+                return choose({"memory": memory, "memory_limit": mm.room})
             except Infeasible:
                 pass
         return choose(None)
@@ -291,11 +286,12 @@ class Pipeline(Strategy):
             costs = block_sizes(graph, micro, cfg.model.precision)
         choice = None
         if self.rank.rank == 0:
-            def choose(holds):
+            def choose(within):
                 return plan.choose(cfg.pipeline.split, graph, model, sample_shape, stages=self.stages,
                                    microbatches=cfg.pipeline.microbatches, schedule=cfg.pipeline.schedule,
                                    batch_size=cfg.optim.batch_size, precision=cfg.model.precision,
-                                   optimizer=cfg.optim.optimizer, model_name=cfg.model.name, costs=costs, holds=holds)
+                                   optimizer=cfg.optim.optimizer, model_name=cfg.model.name, costs=costs,
+                                   **(within or {}))
 
             try:
                 part = self._within_budget(model, sample_shape, choose)
@@ -309,8 +305,8 @@ class Pipeline(Strategy):
         return [tuple(b) for b in choice["bounds"]], choice
 
     def _within_budget(self, model: nn.Module, sample_shape, choose: Callable):
-        """`choose(holds)` with the stages held to --memory-per-device by the memory model (comm/memory.py), as the
-        pre-flight check planned them; `choose(None)` without a budget."""
+        """`choose(within)` with the stages held to --memory-per-device by the memory model (comm/pipeline/memory.py),
+        as the pre-flight check planned them; `choose(None)` without a budget."""
         from scaletrain.comm.memory import stage_memory
 
         cfg = self.cfg
