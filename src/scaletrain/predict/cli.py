@@ -47,6 +47,10 @@ def add_predict_args(p: argparse.ArgumentParser) -> None:
                    help="time a one-second speed probe and scale the calibrated compute by how much faster or "
                         "slower this machine runs now than when calibrated (auto: on the calibrated host only; "
                         "default off: docs/predict.md says why)")
+    p.add_argument("--time-ops", choices=("auto", "off"), default="auto",
+                   help="time the model's op shapes the calibration's grid lacks, here, in seconds (auto: when the "
+                        "calibration was made on this machine; kept in the cache for the next prediction); off: "
+                        "price them by the calibrated laws alone (docs/predict.md)")
     p.add_argument("--shared-cores", type=int, default=None,
                    help="the nodes are testbed hosts sharing this many cores of one machine")
     p.add_argument("--testbed", action="store_true",
@@ -221,6 +225,7 @@ def run_predict(args: argparse.Namespace, spec: StudySpec | None = None) -> int:
     from scaletrain.console.width import output_console
     from scaletrain.predict.report import print_prediction, write_prediction_report
     from scaletrain.predict.scaling import check_grid, predict_grid
+    from scaletrain.predict.shapes import for_calibration
     from scaletrain.rundir import PREDICTION, check_out, write_json_atomic
 
     if spec is None and str(getattr(args, "image_size", None)) == "max":
@@ -236,10 +241,12 @@ def run_predict(args: argparse.Namespace, spec: StudySpec | None = None) -> int:
     cal, hw, basis = load_basis(args)
     network = network_from(args, cal, hw)
     probe = speed_probe(cal, hw, args.probe)
+    shapes = for_calibration(cal if hw is None else None, getattr(args, "time_ops", "auto"))
     # each model is traced once per batch size, a real forward pass: minutes for large images
     with phase("predict: tracing the model and pricing each point", eta=False) as update:
         prediction = predict_grid(spec, cal, network, hw, basis, global_batch=args.global_batch,
-                                  shared_cores=args.shared_cores, cores=cores, probe=probe, progress=update)
+                                  shared_cores=args.shared_cores, cores=cores, probe=probe, progress=update,
+                                  shapes=shapes)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     write_json_atomic(out / PREDICTION, prediction)

@@ -62,9 +62,10 @@ class Predictor:
     hardware = None  # the calibration basis: predict/datasheet.py is the other
 
     def __init__(self, calibration: dict[str, Any], network: dict[str, Any],
-                 probe: dict[str, Any] | None = None, without: frozenset[str] = frozenset()) -> None:
+                 probe: dict[str, Any] | None = None, without: frozenset[str] = frozenset(), shapes=None) -> None:
         self.cal, self.network = calibration, network
         self.probe = probe  # probe.speed_now()'s result, or None
+        self.shapes = shapes  # predict/shapes.OpShapes: the points' shapes the grid lacks, timed here; or None
         self.without = check_corrections(without)  # CORRECTIONS left out (an ablation)
         self._times: dict[tuple[str, int], LayerTimes] = {}
         self._loops: dict[int, M.Loop] = {}
@@ -105,7 +106,10 @@ class Predictor:
             if cache not in _LAWS:  # fitting takes seconds: once per calibration, precision and thread count
                 rows = [r for r in self.cal["layers"] if r["precision"] == precision and r["threads"] == t]
                 _LAWS[cache] = LayerTimes(rows, self.cal.get("fits"))
-            self._times[key] = _LAWS[cache]
+            lt = _LAWS[cache]
+            if self.shapes is not None:  # this prediction's own copy: the shapes timed here join its rows
+                lt = lt.with_rows(self.shapes.known(precision, t))
+            self._times[key] = lt
         return self._times[key]
 
     def regression_errors(self) -> dict[str, Any]:
@@ -284,6 +288,8 @@ class Predictor:
 
     def op_costs(self, workload: Workload, precision: str, threads: int, now: bool = True) -> list[M.OpCost]:
         lt = self.times(precision, threads)
+        if self.shapes is not None:
+            self.shapes.time_missing(lt, workload.ops, precision, nearest_threads(self.cal, threads))
         k = self.speed(threads) if now else 1.0
         costs = []
         for op in workload.ops:

@@ -13,6 +13,7 @@ for conv, these trees at 15-19%.)
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import math
@@ -171,6 +172,20 @@ class LayerTimes:
             return 0.0, 0.0, "none"
         backward = bwd.seconds(kind, f) if bwd is not None else 0.0
         return fwd.seconds(kind, f), backward, "regression"
+
+    def with_rows(self, rows: list[dict[str, Any]]) -> LayerTimes:
+        """A copy whose measured shapes also hold `rows` (its laws unchanged: fitted on the calibration's grid)."""
+        other = copy.copy(self)
+        other.exact, other._priced = dict(self.exact), {}
+        for r in rows:
+            other.add(r)
+        return other
+
+    def add(self, row: dict[str, Any]) -> None:
+        """One more measured shape (a layer row): looked up from now on."""
+        key = (row["kind"], _key(row["features"]))
+        self.exact[key] = row
+        self._priced.pop(key, None)
 
     def has(self, kind: str) -> bool:
         """Whether the calibration timed ops of `kind` (a law or a measured row)."""

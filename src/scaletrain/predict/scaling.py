@@ -19,16 +19,20 @@ LADDER_NODES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 def predict_grid(spec, cal: dict[str, Any], network: dict[str, Any], hw, basis: str, *,
                  global_batch: int | None = None, shared_cores: int | None = None, cores: int | None = None,
                  probe: dict[str, Any] | None = None, without: frozenset[str] = frozenset(),
-                 progress: Callable[[str, int, int], None] | None = None) -> dict[str, Any]:
+                 progress: Callable[[str, int, int], None] | None = None, shapes=None) -> dict[str, Any]:
     """Every point of the spec predicted; `probe` (probe.speed_now()) scales the calibrated compute;
-    `progress(point, done, points)` told after each (a model is traced, one forward pass, per batch size);
+    `progress(point, done, points)` told after each (a model is traced, one forward pass, per batch size) and as
+    `shapes` (predict/shapes.OpShapes: the points' shapes the calibration's grid lacks, timed here) times each;
     `without`: corrections of a calibration basis left out (predictor.CORRECTIONS: an ablation)."""
     from scaletrain.study.grid import points
 
-    predictor = make_predictor(cal, network, hw, probe, without)
+    predictor = make_predictor(cal, network, hw, probe, without, shapes)
     grid = points(spec)
     out, skipped = [], []
     for i, point in enumerate(grid, 1):
+        if shapes is not None and progress is not None:
+            shapes.tell = lambda n, at=i: progress(f"timing the op shapes the calibration lacks: {n}", at - 1,
+                                                   len(grid))
         try:
             if point.dropped:  # e.g. --compress fp16 on a strategy that takes no --compress: the same as another
                 from scaletrain.config import applies
@@ -51,7 +55,11 @@ def predict_grid(spec, cal: dict[str, Any], network: dict[str, Any], hw, basis: 
 
     shaky = [unsteady(cal)] if hw is None and unsteady(cal) else []
     flags = [f"{p['id']}: {p['plausibility']['flag']}" for p in out if p["plausibility"]["flag"]]
-    notes = sorted({n for p in out for n in p.pop("notes")} | set(predictor.notes) | set(shaky)) + flags
+    timed = []
+    if shapes is not None:
+        shapes.save()
+        timed = [shapes.note()] if shapes.note() else []
+    notes = sorted({n for p in out for n in p.pop("notes")} | set(predictor.notes) | set(shaky) | set(timed)) + flags
     return {"format": 1, "kind": "prediction", "scaletrain_version": scaletrain.__version__,
             "basis": "datasheet" if hw is not None else "calibration", "basis_note": basis,
             "calibration_device": cal["device"] if cal else None, "hardware": _hardware_facts(hw),
@@ -62,7 +70,7 @@ def predict_grid(spec, cal: dict[str, Any], network: dict[str, Any], hw, basis: 
 
 
 def make_predictor(cal: dict[str, Any] | None, network: dict[str, Any], hw, probe: dict[str, Any] | None = None,
-                   without: frozenset[str] = frozenset()):
+                   without: frozenset[str] = frozenset(), shapes=None):
     """The basis's predictor: a calibration's (Predictor), or a data sheet's (datasheet.DatasheetPredictor,
     which stacks none of a calibration's corrections)."""
     if hw is not None:
@@ -71,7 +79,7 @@ def make_predictor(cal: dict[str, Any] | None, network: dict[str, Any], hw, prob
         if without:
             raise UserError("corrections are a calibration basis's: a data sheet has none to leave out")
         return DatasheetPredictor(hw, network)
-    return Predictor(cal, network, probe, without)
+    return Predictor(cal, network, probe, without, shapes)
 
 
 def _hardware_facts(hw) -> dict[str, Any] | None:

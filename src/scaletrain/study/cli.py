@@ -197,12 +197,13 @@ def _predict(spec: StudySpec, args: argparse.Namespace) -> dict[str, Any]:
     from scaletrain.console.phase import phase
     from scaletrain.predict.cli import load_basis, network_from, speed_probe
     from scaletrain.predict.scaling import predict_grid
+    from scaletrain.predict.shapes import for_calibration
 
     args.hardware, args.network, args.link, args.latency = None, None, None, None
     cal, hw, basis = load_basis(args)
     with phase("predict: tracing the model and pricing each point", eta=False) as update:
         return predict_grid(spec, cal, network_from(args, cal, hw), hw, basis, probe=speed_probe(cal, hw, "off"),
-                            progress=update)
+                            progress=update, shapes=for_calibration(cal if hw is None else None, "auto"))
 
 
 def _write_prediction(console, study: StudyDir, prediction: dict[str, Any]) -> None:

@@ -1,0 +1,164 @@
+"""The model's own op shapes, timed on the machine a calibration was made on (`predict --time-ops`, docs/predict.md).
+
+A calibration times a grid of shapes and prices any other shape by its law (regress.py), whose cross-validated error
+is 15-29% per op here, and whose error on one model's few distinct shapes does not average out: the law put
+ResNet-20's convolutions' backward 22% above their own timings (2026-11-27). On the calibration's own machine a
+prediction times the shapes of its points that the grid lacks, as calibrate times its grid (predict/timing.time_op,
+the allocator settled), within a budget of seconds, largest first; each is scaled to the calibration's speed by the
+speed probe (a shape timed while the machine runs 10% slower is taken down by that) and kept in the cache beside
+this machine's calibration, so the next prediction reads it. The reference networks' shapes are in the grid for the
+same reason: the loop's factors are fitted over timed shapes, and apply to timed shapes."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+BUDGET_S = 30.0
+"""Seconds one prediction may spend timing shapes (the first time; the cache keeps them)."""
+LARGEST_BYTES = 512 * 2 ** 20
+"""A shape whose input and output take more is left to its law (the grid's largest are far below)."""
+CALLS = 12
+"""About how many calls of each direction timing one shape takes (time_op: warm-up and 3 timed batches)."""
+MODES = ("auto", "off")
+
+
+class OpShapes:
+    """Times the shapes `LayerTimes` would price by regression, on this machine, and keeps them."""
+
+    def __init__(self, cal: dict[str, Any], cache: Path | None, budget_s: float = BUDGET_S) -> None:
+        self.cal, self.cache, self.left = cal, cache, budget_s
+        self.rows: list[dict[str, Any]] = _read(cache)
+        self.timed = 0  # shapes timed by this prediction
+        self.over_budget = 0  # shapes left to their law: out of budget, or too large
+        self.tell: Callable[[int], None] = lambda n: None  # told after each shape timed
+        self._ratios: dict[int, float] = {}
+
+    def known(self, precision: str, threads: int) -> list[dict[str, Any]]:
+        """The timed rows of one (precision, threads), as calibration layer rows."""
+        return [r for r in self.rows if r["precision"] == precision and r["threads"] == threads]
+
+    def time_missing(self, lt, ops: list, precision: str, threads: int) -> None:
+        """Time the shapes of `ops` that `lt` (the calibration's LayerTimes at `precision` and the calibrated
+        `threads`) holds no row of, largest first, while the budget lasts; each joins `lt` and the cache."""
+        from scaletrain.predict.regress import _key
+
+        todo, seen = [], set()
+        for op in ops:
+            key = (op.kind, _key(op.features))
+            if op.kind == "view" or op.backward_only or key in lt.exact or key in seen or not lt.has(op.kind):
+                continue
+            seen.add(key)
+            fwd, bwd, _ = lt.times(op.kind, op.features)
+            todo.append((fwd + bwd, op))
+        for law_s, op in sorted(todo, key=lambda t: -t[0]):
+            if law_s * CALLS > self.left or _bytes(op.kind, op.features) > LARGEST_BYTES:
+                self.over_budget += 1
+                continue
+            started = time.perf_counter()
+            row = self._time(op.kind, op.features, precision, threads)
+            self.left -= time.perf_counter() - started
+            lt.add(row)
+            self.rows.append(row)
+            self.timed += 1
+            self.tell(self.timed)
+
+    def save(self) -> None:
+        if self.cache is None or not self.timed:
+            return
+        try:
+            self.cache.parent.mkdir(parents=True, exist_ok=True)
+            tmp = self.cache.with_suffix(".tmp")
+            tmp.write_text(json.dumps({"calibration": identity(self.cal), "rows": self.rows}))
+            tmp.replace(self.cache)
+        except OSError:
+            pass  # a cache that cannot be written: the next prediction times them again
+
+    def note(self) -> str | None:
+        if not self.timed and not self.over_budget:
+            return None
+        timed = f"{self.timed} op shape(s) the calibration's grid lacks timed here now" if self.timed else ""
+        left = (f"{self.over_budget} priced by their laws (over the {BUDGET_S:.0f} s budget or too large to time)"
+                if self.over_budget else "")
+        return "; ".join(p for p in (timed, left) if p) + " (predict/shapes.py; --time-ops off: laws only)"
+
+    def _time(self, kind: str, f: dict[str, int], precision: str, threads: int) -> dict[str, Any]:
+        from scaletrain.distributed.allocator import settle
+        from scaletrain.predict.ops import build_op
+        from scaletrain.predict.timing import time_op
+
+        settle("steady")  # as calibrate times its grid: the heap keeps what each op frees
+        device = _device(self.cal)
+        before = torch.get_num_threads()
+        torch.set_num_threads(threads)
+        try:
+            module, inputs = build_op(kind, f)
+            fwd, bwd = time_op(module, inputs, precision=precision, input_grad=bool(f.get("grad_in", 1)),
+                               device=device, repeats=3)
+            ratio = self._ratio(threads, device)
+        finally:
+            torch.set_num_threads(before)
+        return {"kind": kind, "precision": precision, "threads": threads, "features": dict(f),
+                "forward_s": fwd / ratio, "backward_s": bwd / ratio, "speed_ratio": ratio}
+
+    def _ratio(self, threads: int, device: torch.device) -> float:
+        """How much slower this machine runs now than when it was calibrated (its speed probe, once per thread
+        count); 1 for a calibration without a probe."""
+        if threads not in self._ratios:
+            from scaletrain.predict.probe import probe_s
+
+            calibrated = ((self.cal.get("probe") or {}).get("mean_s") or {}).get(str(threads))
+            self._ratios[threads] = probe_s(threads, device) / calibrated if calibrated else 1.0
+        return self._ratios[threads]
+
+
+def for_calibration(cal: dict[str, Any] | None, mode: str) -> OpShapes | None:
+    """The shapes' timer of a calibration basis made on this machine (`auto`), else None."""
+    from scaletrain.distributed.env import cache_dir
+    from scaletrain.predict.probe import this_host
+
+    if mode == "off" or cal is None or not this_host(cal):
+        return None
+    name = hashlib.sha1(json.dumps(identity(cal), sort_keys=True).encode()).hexdigest()[:16]
+    return OpShapes(cal, cache_dir() / "op-shapes" / f"{name}.json")
+
+
+def identity(cal: dict[str, Any]) -> dict[str, Any]:
+    """What names one calibration: when and where it was made, and with which torch."""
+    d = cal.get("device", {})
+    return {"created": cal.get("created"), "host": d.get("host"), "device": d.get("name"),
+            "torch": cal.get("torch_version")}
+
+
+def _read(cache: Path | None) -> list[dict[str, Any]]:
+    if cache is None or not cache.is_file():
+        return []
+    try:
+        return list(json.loads(cache.read_text())["rows"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return []  # a cache from another version, or torn: timed again
+
+
+def _device(cal: dict[str, Any]) -> torch.device:
+    return torch.device("cuda" if cal["device"]["type"] == "cuda" and torch.cuda.is_available() else "cpu")
+
+
+def _bytes(kind: str, f: dict[str, int]) -> int:
+    """The bytes of an op's input and output (float32), roughly: what timing it holds at once, several times."""
+    if kind in ("conv", "dwconv"):
+        cout = f.get("cout", f.get("c", 1))
+        cin = f.get("cin", f.get("c", 1))
+        out = (-(-f["h"] // f["stride"])) * (-(-f["w"] // f["stride"]))
+        return 4 * f["n"] * (cin * f["h"] * f["w"] + cout * out)
+    if kind == "linear":
+        return 4 * f["n"] * (f["fin"] + f["fout"])
+    if kind == "norm":
+        return 8 * f["n"] * f["c"] * f["hw"]
+    if kind in ("pool", "avgpool"):
+        return 8 * f["n"] * f["c"] * f["h"] * f["w"]
+    return 4 * f.get("elements", 1) * (f.get("inputs", 1) + 1)

@@ -1,0 +1,95 @@
+"""The model's own op shapes, timed on the calibration's machine (predict/shapes.py, `predict --time-ops`)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from predict_fixtures import NETWORK, calibrated_here, fake_calibration
+from scaletrain.models.registry import build_model
+from scaletrain.predict import shapes as shapes_module
+from scaletrain.predict import timing
+from scaletrain.predict.ops import trace_ops
+from scaletrain.predict.predictor import Predictor
+
+
+def lenet(batch=8):
+    return trace_ops(build_model("lenet5", num_classes=10, in_channels=3, image_size=32), (3, 32, 32), batch)
+
+
+def distinct(workload):
+    return {(op.kind, tuple(sorted(op.features.items()))) for op in workload.ops
+            if op.kind != "view" and not op.backward_only}
+
+
+def test_the_shapes_the_grid_lacks_are_timed_scaled_to_the_calibrations_speed_and_kept(tmp_path, monkeypatch):
+    cal = calibrated_here(fake_calibration(), mean=(0.1, 0.05))
+    monkeypatch.setattr(timing, "time_op", lambda *a, **k: (0.004, 0.006))
+    monkeypatch.setattr("scaletrain.predict.probe.probe_s", lambda threads, device=None, seconds=0.5: 0.2)  # 2x slower
+    cache = tmp_path / "shapes.json"
+    timer = shapes_module.OpShapes(cal, cache)
+    w = lenet()
+    laws = Predictor(cal, NETWORK).op_costs(w, "fp32", 1)
+    costs = Predictor(cal, NETWORK, shapes=timer).op_costs(w, "fp32", 1)
+    assert timer.timed == len(distinct(w)) > 5 and timer.over_budget == 0
+    assert all(c.source == "measured" for c, op in zip(costs, w.ops) if op.kind != "view" and not op.backward_only)
+    assert {(c.forward_s, c.backward_s) for c, op in zip(costs, w.ops) if op.kind == "conv"} == {(0.002, 0.003)}
+    assert any(c.source == "regression" for c in laws)  # the fake grid holds none of lenet5's shapes
+    assert "timed here now" in timer.note()
+    timer.save()
+    rows = json.loads(cache.read_text())["rows"]
+    assert len(rows) == timer.timed and all(r["speed_ratio"] == pytest.approx(2.0) for r in rows)
+
+    def never(*a, **k):
+        raise AssertionError("a shape kept in the cache was timed again")
+
+    monkeypatch.setattr(timing, "time_op", never)
+    again = shapes_module.OpShapes(cal, cache)
+    assert [(c.forward_s, c.backward_s) for c in Predictor(cal, NETWORK, shapes=again).op_costs(w, "fp32", 1)] == \
+        [(c.forward_s, c.backward_s) for c in costs] and again.timed == 0 and again.note() is None
+
+
+def test_out_of_budget_shapes_keep_their_laws_and_the_note_says_so(monkeypatch):
+    cal = calibrated_here(fake_calibration())
+    monkeypatch.setattr(timing, "time_op", lambda *a, **k: pytest.fail("timed over budget"))
+    timer = shapes_module.OpShapes(cal, None, budget_s=0.0)
+    w = lenet()
+    assert [c.forward_s for c in Predictor(cal, NETWORK, shapes=timer).op_costs(w, "fp32", 1)] == \
+        [c.forward_s for c in Predictor(cal, NETWORK).op_costs(w, "fp32", 1)]
+    assert timer.timed == 0 and timer.over_budget == len(distinct(w))
+    assert "priced by their laws" in timer.note()
+
+
+def test_only_a_calibration_of_this_machine_times_shapes():
+    assert shapes_module.for_calibration(fake_calibration(), "auto") is None  # made on host "t"
+    here = calibrated_here(fake_calibration())
+    assert shapes_module.for_calibration(here, "off") is None and shapes_module.for_calibration(None, "auto") is None
+    mine = shapes_module.for_calibration(here, "auto")
+    assert mine is not None and mine.cache.parent.name == "op-shapes"
+
+
+def test_a_shape_is_timed_for_real(tmp_path):
+    """One real timing (no stand-ins): positive seconds, at the thread count asked, none left unpriced."""
+    cal = calibrated_here(fake_calibration())
+    timer = shapes_module.OpShapes(cal, tmp_path / "s.json")
+    w = lenet(batch=2)
+    Predictor(cal, NETWORK, shapes=timer).op_costs(w, "fp32", 1)
+    assert timer.timed == len(distinct(w))
+    assert all(r["forward_s"] > 0 and r["threads"] == 1 for r in timer.rows)
+
+
+def test_predict_times_them_and_says_so_and_off_prices_by_the_laws(tmp_path, monkeypatch):
+    from scaletrain.cli import main
+    from scaletrain.predict import calibration
+
+    monkeypatch.setenv("SCALETRAIN_CACHE", str(tmp_path / "cache"))
+    cal = calibration.save(calibrated_here(fake_calibration()), tmp_path / "cal.json")
+    args = ["predict", "--calibration", str(cal), "--model", "lenet5", "--dataset", "synthetic", "--image-size", "32",
+            "--batch-size", "4", "--synthetic-samples", "64", "--threads", "1"]
+    assert main([*args, "--out", str(tmp_path / "on")]) == 0
+    assert main([*args, "--time-ops", "off", "--out", str(tmp_path / "off")]) == 0
+    on, off = (json.loads((tmp_path / d / "prediction.json").read_text()) for d in ("on", "off"))
+    assert any("timed here now" in n for n in on["notes"]) and not any("timed here" in n for n in off["notes"])
+    assert list((tmp_path / "cache" / "op-shapes").glob("*.json"))
+    assert on["points"][0]["phases_s"]["forward"] != off["points"][0]["phases_s"]["forward"]
