@@ -67,6 +67,8 @@ def test_only_a_calibration_of_this_machine_times_shapes():
     assert shapes_module.for_calibration(here, "off") is None and shapes_module.for_calibration(None, "auto") is None
     mine = shapes_module.for_calibration(here, "auto")
     assert mine is not None and mine.cache.parent.name == "op-shapes"
+    here["probe"]["spread"] = {"1": 0.3, "2": 0.05}  # the machine's speed moved 30% while it was calibrated
+    assert shapes_module.for_calibration(here, "auto") is None
 
 
 def test_a_shape_is_timed_for_real(tmp_path):

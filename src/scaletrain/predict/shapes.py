@@ -118,11 +118,14 @@ class OpShapes:
 
 
 def for_calibration(cal: dict[str, Any] | None, mode: str) -> OpShapes | None:
-    """The shapes' timer of a calibration basis made on this machine (`auto`), else None."""
+    """The shapes' timer of a calibration basis made on this machine (`auto`), else None; None too for a calibration
+    made while the machine's speed moved (calibration.unsteady): the probe's mean cannot turn a shape timed now into
+    the speed each of its grid's rows had (on two such calibrations it put the held-out steps 18-33% low)."""
     from scaletrain.distributed.env import cache_dir
+    from scaletrain.predict.calibration import unsteady
     from scaletrain.predict.probe import this_host
 
-    if mode == "off" or cal is None or not this_host(cal):
+    if mode == "off" or cal is None or not this_host(cal) or unsteady(cal):
         return None
     name = hashlib.sha1(json.dumps(identity(cal), sort_keys=True).encode()).hexdigest()[:16]
     return OpShapes(cal, cache_dir() / "op-shapes" / f"{name}.json")
