@@ -30,6 +30,30 @@ def test_the_ops_of_every_model_add_up_to_its_flops_and_parameters(name):
     assert "conv" in kinds or name == "mlp"
 
 
+@pytest.mark.parametrize("name", ["resnet20", "lenet5", "vgg11", "alexnet", "resnet18"])
+def test_each_convolution_is_described_and_built_with_its_own_work_and_shapes(name):
+    """A convolution that pads less than "same" (LeNet's) is described by the output it makes (its law's work is its
+    own multiply-adds) and built for timing as it is (its own input and padding): the grid's "same" padding at its
+    input side priced LeNet-5's second convolution at twice its work."""
+    from scaletrain.predict.ops import build_op
+    from scaletrain.predict.regress import work
+
+    size = 64 if name == "alexnet" else 32
+    model = build_model(name, num_classes=10, in_channels=3, image_size=size)
+    ops = [op for op in trace_ops(model, (3, size, size), 2).ops if op.kind == "conv"]
+    real = [m for m in model.modules() if isinstance(m, nn.Conv2d)]
+    assert len(ops) == len(real) > 0
+    for op, conv in zip(ops, real):
+        built, (x,) = build_op("conv", op.features)
+        y = built(x)
+        assert 4 * y.numel() == op.out_bytes  # the same output
+        assert work("conv", op.features) == y.numel() * conv.in_channels * conv.kernel_size[0] ** 2
+        if "pad" in op.features:
+            assert built.padding == conv.padding and x.shape[1:] == (conv.in_channels, *x.shape[2:])
+    if name == "lenet5":
+        assert [op.features.get("pad") for op in ops] == [0, 0] and [op.features["h"] for op in ops] == [28, 10]
+
+
 def test_the_first_layer_needs_no_input_gradient():
     w = trace_ops(build_model("mlp", num_classes=10, in_channels=1, image_size=8), (1, 8, 8), 4)
     linears = [op for op in w.ops if op.kind == "linear"]

@@ -128,10 +128,12 @@ def classify(kind: str, module: nn.Module | None, in_shapes: list, out_shape) ->
     x = in_shapes[0] if in_shapes else None
     if isinstance(module, nn.Conv2d) and x is not None and len(x) == 4:
         g, k, stride = module.groups, int(module.kernel_size[0]), int(module.stride[0])
+        h, w = _same_padded(x, out_shape, stride)
+        pad = {} if (h, w) == (x[2], x[3]) else {"pad": _padding(module)}  # (timed as it is: ops.build_op)
         if g > 1 and g == x[1] == module.out_channels:
-            return "dwconv", {"n": x[0], "c": x[1], "h": x[2], "w": x[3], "k": k, "stride": stride, "grad_in": 1}
-        return "conv", {"n": x[0] * g, "cin": x[1] // g, "cout": module.out_channels // g, "h": x[2], "w": x[3],
-                        "k": k, "stride": stride, "grad_in": 1}
+            return "dwconv", {"n": x[0], "c": x[1], "h": h, "w": w, "k": k, "stride": stride, "grad_in": 1, **pad}
+        return "conv", {"n": x[0] * g, "cin": x[1] // g, "cout": module.out_channels // g, "h": h, "w": w,
+                        "k": k, "stride": stride, "grad_in": 1, **pad}
     if isinstance(module, nn.Linear) and x is not None:
         return "linear", {"n": math.prod(x[:-1]), "fin": x[-1], "fout": module.out_features, "grad_in": 1}
     if kind in _NORMS and x is not None and len(x) >= 2:
@@ -144,6 +146,25 @@ def classify(kind: str, module: nn.Module | None, in_shapes: list, out_shape) ->
         return "view", {}
     sizes = [math.prod(s) for s in in_shapes] + [math.prod(out_shape)]
     return "eltwise", {"elements": max(sizes), "inputs": max(1, len(in_shapes))}
+
+
+def _same_padded(x, out_shape, stride: int) -> tuple[int, int]:
+    """The input side a convolution padded "same" (as the grid times them: padding k // 2) needs to give this one's
+    output: its own, unless it pads less (LeNet's 5x5 convolutions without padding: 32 -> 28 px), when the
+    output times the stride. Its work and the op timed for it are then the convolution's own (timed at its input
+    side, LeNet-5's second convolution cost twice its work)."""
+    if out_shape is None or len(out_shape) != 4:
+        return int(x[2]), int(x[3])
+    sides = []
+    for i in (2, 3):
+        same = -(-x[i] // stride)
+        sides.append(int(x[i]) if out_shape[i] == same else int(out_shape[i]) * stride)
+    return sides[0], sides[1]
+
+
+def _padding(module: nn.Conv2d) -> int:
+    p = module.padding
+    return 0 if isinstance(p, str) else int(p[0])
 
 
 def _pool_window(module: nn.Module | None, x, out_shape) -> tuple[int, int]:
@@ -160,12 +181,11 @@ def _pool_window(module: nn.Module | None, x, out_shape) -> tuple[int, int]:
 # ------------------------------------------------------------------ building one op to time it
 def build_op(kind: str, f: dict[str, int]) -> tuple[nn.Module, list[torch.Tensor]]:
     """A module and its input(s) computing one op of `kind` with features `f` (for calibration)."""
-    if kind == "conv":
-        m = nn.Conv2d(f["cin"], f["cout"], f["k"], stride=f["stride"], padding=f["k"] // 2, bias=False)
-        return m, [torch.randn(f["n"], f["cin"], f["h"], f["w"])]
-    if kind == "dwconv":
-        m = nn.Conv2d(f["c"], f["c"], f["k"], stride=f["stride"], padding=f["k"] // 2, groups=f["c"], bias=False)
-        return m, [torch.randn(f["n"], f["c"], f["h"], f["w"])]
+    if kind in ("conv", "dwconv"):
+        cin, cout, groups = (f["cin"], f["cout"], 1) if kind == "conv" else (f["c"], f["c"], f["c"])
+        pad, (h, w) = f.get("pad", f["k"] // 2), _input_side(f)
+        m = nn.Conv2d(cin, cout, f["k"], stride=f["stride"], padding=pad, groups=groups, bias=False)
+        return m, [torch.randn(f["n"], cin, h, w)]
     if kind == "linear":
         return nn.Linear(f["fin"], f["fout"]), [torch.randn(f["n"], f["fin"])]
     if kind == "norm":
@@ -183,6 +203,14 @@ def build_op(kind: str, f: dict[str, int]) -> tuple[nn.Module, list[torch.Tensor
             return _Add(), [torch.randn(f["elements"]), torch.randn(f["elements"])]
         return nn.ReLU(), [torch.randn(f["elements"])]
     raise ValueError(f"no builder for op kind {kind!r}")
+
+
+def _input_side(f: dict[str, int]) -> tuple[int, int]:
+    """A convolution's input side: its features' own (padded "same"), or, with a `pad` of its own, what gives the
+    output that side describes ((out - 1) x stride + k - 2 pad)."""
+    if "pad" not in f:
+        return f["h"], f["w"]
+    return tuple((-(-side // f["stride"]) - 1) * f["stride"] + f["k"] - 2 * f["pad"] for side in (f["h"], f["w"]))
 
 
 class _Add(nn.Module):
