@@ -61,7 +61,7 @@ class OpShapes:
                 self.over_budget += 1
                 continue
             started = time.perf_counter()
-            row = self._time(op.kind, op.features, precision, threads)
+            row = self._timed_row(op.kind, op.features, precision, threads)
             self.left -= time.perf_counter() - started
             lt.add(row)
             self.rows.append(row)
@@ -87,7 +87,7 @@ class OpShapes:
                 if self.over_budget else "")
         return "; ".join(p for p in (timed, left) if p) + " (predict/shapes.py; --time-ops off: laws only)"
 
-    def _time(self, kind: str, f: dict[str, int], precision: str, threads: int) -> dict[str, Any]:
+    def _timed_row(self, kind: str, f: dict[str, int], precision: str, threads: int) -> dict[str, Any]:
         from scaletrain.distributed.allocator import settle
         from scaletrain.predict.ops import build_op
         from scaletrain.predict.timing import time_op
