@@ -144,7 +144,8 @@ def _today(shapes):
     with contextlib.redirect_stdout(io.StringIO()):
         prediction = predict_grid(predict_spec(str(TODAY / "ho-study7" / "study.toml"), {}, {}), cal, network, None,
                                   "recorded", shapes=timer)
-    assert timer is None or timer.timed == 0  # every shape recorded: nothing timed here
+    # nothing timed here: the in-place ReLUs, recorded before they were timed in place, keep their recorded rows
+    assert timer is None or (timer.timed == 0 and timer.over_budget > 0)
     v = validate(prediction, load_measured([TODAY / "ho-study7", TODAY / "ho-study8"]))
     return v["summary"], v["ratio_summary"]
 
@@ -155,7 +156,7 @@ def test_the_held_out_models_with_their_own_shapes_timed_meet_the_targets_as_rec
     ResNet-20's few convolution shapes (+22% in backward) was the largest error left."""
     from scaletrain.predict.shapes import OpShapes
 
-    step, ratios = _today(lambda cal: OpShapes(cal, TODAY / "shapes.json"))
+    step, ratios = _today(lambda cal: OpShapes(cal, TODAY / "shapes.json", budget_s=0.0))
     assert step["median_abs_error"] <= 0.05 and step["p90_abs_error"] <= 0.10 and not step["biased"]
     assert ratios["median_abs_error"] <= 0.05 and ratios["p90_abs_error"] <= 0.16 and not ratios["biased"]
     laws_step, laws_ratios = _today(lambda cal: None)

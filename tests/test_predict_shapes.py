@@ -95,3 +95,32 @@ def test_predict_times_them_and_says_so_and_off_prices_by_the_laws(tmp_path, mon
     assert any("timed here now" in n for n in on["notes"]) and not any("timed here" in n for n in off["notes"])
     assert list((tmp_path / "cache" / "op-shapes").glob("*.json"))
     assert on["points"][0]["phases_s"]["forward"] != off["points"][0]["phases_s"]["forward"]
+
+
+def test_an_in_place_activation_is_timed_in_place_and_an_older_row_still_prices_it(monkeypatch):
+    """ReLU(inplace=True) makes no output: its forward is timed in place (time_op's `inplace`); a calibration's row
+    of the same shape timed out of place (before 2026-11-27) still prices it when none was timed in place."""
+    import torch
+    from torch import nn
+
+    from scaletrain.predict.ops import classify
+    from scaletrain.predict.regress import LayerTimes
+
+    assert classify("ReLU", nn.ReLU(inplace=True), [(2, 3)], (2, 3))[1] == {"elements": 6, "inputs": 1, "inplace": 1}
+    assert "inplace" not in classify("ReLU", nn.ReLU(), [(2, 3)], (2, 3))[1]
+    x = torch.randn(64)
+    before = x.clone()
+    fwd, bwd = timing.time_op(nn.ReLU(), [x], inplace=True, repeats=1, min_batch_s=0.0)
+    assert fwd > 0 and bwd > 0 and torch.equal(x, before)  # timed on a copy
+    row = {"kind": "eltwise", "precision": "fp32", "threads": 1, "features": {"elements": 6, "inputs": 1},
+           "forward_s": 1e-3, "backward_s": 2e-3}
+    lt = LayerTimes([row] * 1 + [dict(row, features={"elements": 6 * k, "inputs": 1}) for k in range(2, 12)])
+    assert lt.times("eltwise", {"elements": 6, "inputs": 1, "inplace": 1}) == (1e-3, 2e-3, "measured")
+    asked = []
+    monkeypatch.setattr(timing, "time_op", lambda *a, **k: asked.append(k["inplace"]) or (5e-4, 2e-3))
+    cal = calibrated_here(fake_calibration())
+    timer = shapes_module.OpShapes(cal, None)
+    w = lenet()
+    Predictor(cal, NETWORK, shapes=timer).op_costs(w, "fp32", 1)
+    relus = {op.features["elements"] for op in w.ops if op.kind == "eltwise" and op.features.get("inplace")}
+    assert relus and asked.count(True) == len(relus)

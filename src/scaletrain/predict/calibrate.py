@@ -94,6 +94,7 @@ def calibrate(*, quick: bool, device: torch.device, cores: int, work_dir: Path,
         torch.set_num_threads(threads)
         module, inputs = build_op(kind, f)
         fwd, bwd = time_op(module, inputs, precision=prec, input_grad=bool(f.get("grad_in", 1)), device=device,
+                           inplace=bool(f.get("inplace")),
                            repeats=3 if quick else 5)
         layers.append({"kind": kind, "precision": prec, "threads": threads, "features": f,
                        "forward_s": fwd, "backward_s": bwd})

@@ -145,7 +145,8 @@ def classify(kind: str, module: nn.Module | None, in_shapes: list, out_shape) ->
     if kind in _VIEWS or out_shape is None:
         return "view", {}
     sizes = [math.prod(s) for s in in_shapes] + [math.prod(out_shape)]
-    return "eltwise", {"elements": max(sizes), "inputs": max(1, len(in_shapes))}
+    inplace = {"inplace": 1} if getattr(module, "inplace", False) is True else {}  # ReLU(inplace=True): no output made
+    return "eltwise", {"elements": max(sizes), "inputs": max(1, len(in_shapes)), **inplace}
 
 
 def _same_padded(x, out_shape, stride: int) -> tuple[int, int]:

@@ -67,7 +67,7 @@ class Predictor:
         self.probe = probe  # probe.speed_now()'s result, or None
         self.shapes = shapes  # predict/shapes.OpShapes: the points' shapes the grid lacks, timed here; or None
         self.without = check_corrections(without)  # CORRECTIONS left out (an ablation)
-        self._times: dict[tuple[str, int], LayerTimes] = {}
+        self._times: dict[tuple[str, int, bool], LayerTimes] = {}
         self._loops: dict[int, M.Loop] = {}
         self.notes: list[str] = []
 
@@ -94,9 +94,11 @@ class Predictor:
         return "cuda" if self.cal["device"]["type"] == "cuda" else "rss"
 
     # ---------------------------------------------------------------- calibrated laws
-    def times(self, precision: str, threads: int) -> LayerTimes:
+    def times(self, precision: str, threads: int, grid_only: bool = False) -> LayerTimes:
+        """The calibration's laws and rows at `precision` and the calibrated thread count nearest `threads`, with
+        the shapes timed here (self.shapes) unless `grid_only`."""
         t = nearest_threads(self.cal, threads)
-        key = (precision, t)
+        key = (precision, t, grid_only)
         if key not in self._times:
             if precision not in self.cal["precisions"]:
                 raise UserError(f"the calibration has no {precision} measurements (it has "
@@ -107,14 +109,14 @@ class Predictor:
                 rows = [r for r in self.cal["layers"] if r["precision"] == precision and r["threads"] == t]
                 _LAWS[cache] = LayerTimes(rows, self.cal.get("fits"))
             lt = _LAWS[cache]
-            if self.shapes is not None:  # this prediction's own copy: the shapes timed here join its rows
+            if self.shapes is not None and not grid_only:  # this prediction's own copy: its timed shapes join it
                 lt = lt.with_rows(self.shapes.known(precision, t))
             self._times[key] = lt
         return self._times[key]
 
     def regression_errors(self) -> dict[str, Any]:
         out = {}
-        for (prec, t), lt in sorted(self._times.items()):
+        for (prec, t, _), lt in sorted(self._times.items()):
             for name, e in lt.errors().items():
                 out[f"{name}/{prec}/t{t}"] = e
         return out
@@ -266,7 +268,7 @@ class Predictor:
         batch = run.get("batch_size", cal["batch_size"])
         ref = _reference_workload(run.get("model", "refnet"), cal["image_size"], batch)
         threads = run.get("threads") or 1
-        ops = self.op_costs(ref, "fp32", threads, now=False)
+        ops = self.op_costs(ref, "fp32", threads, now=False, time_shapes=False)
         loss = self.loss_s(batch, 10, "fp32", threads, now=False)
         sums = {}
         for i, d in enumerate(("forward", "backward")):
@@ -286,9 +288,12 @@ class Predictor:
         t = nearest_threads(self.cal, threads)
         return rows.get(str(t), {}).get("ratio", 1.0)
 
-    def op_costs(self, workload: Workload, precision: str, threads: int, now: bool = True) -> list[M.OpCost]:
-        lt = self.times(precision, threads)
-        if self.shapes is not None:
+    def op_costs(self, workload: Workload, precision: str, threads: int, now: bool = True,
+                 time_shapes: bool = True) -> list[M.OpCost]:
+        """The ops' calibrated costs; `time_shapes`: with the shapes the grid lacks timed here first (self.shapes);
+        a reference network's are priced by the calibration's own rows, which the loop factors were fitted on."""
+        lt = self.times(precision, threads, grid_only=not time_shapes)
+        if self.shapes is not None and time_shapes:
             self.shapes.time_missing(lt, workload.ops, precision, nearest_threads(self.cal, threads))
         k = self.speed(threads) if now else 1.0
         costs = []

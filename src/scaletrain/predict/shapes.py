@@ -99,7 +99,7 @@ class OpShapes:
         try:
             module, inputs = build_op(kind, f)
             fwd, bwd = time_op(module, inputs, precision=precision, input_grad=bool(f.get("grad_in", 1)),
-                               device=device, repeats=3)
+                               device=device, repeats=3, inplace=bool(f.get("inplace")))
             ratio = self._ratio(threads, device)
         finally:
             torch.set_num_threads(before)
