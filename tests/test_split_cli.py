@@ -241,3 +241,19 @@ def test_blocks_timed_for_tiles_see_a_tile_before_the_gather_and_the_whole_image
     whole = [(1, 3, 16, 16)] + [tuple(b.out_shape) for b in graph.blocks[:-1]]
     tile = lambda s: (*s[:3], s[3] // 2)  # noqa: E731
     assert seen == [tile(s) for s in whole[:4]] + whole[4:]
+
+
+def test_a_model_the_meta_device_cannot_run_falls_back_to_its_blocks_bytes_and_says_so(tmp_path, no_cache,
+                                                                                        monkeypatch, capsys):
+    """The stage memory is the one memory model's (comm/pipeline/memory.py) when the model runs on the meta device;
+    otherwise the blocks' bytes from a forward here stand in, and the notes say so."""
+    assert split("resnet20", tmp_path / "meta") == 0
+    walked = read(tmp_path / "meta")
+    assert set(walked["chosen"]["stages"][0]["memory"]) == {"weights", "gradients", "optimizer", "activations",
+                                                             "working"}
+    assert not any("blocks' bytes" in n for n in walked["notes"])
+    monkeypatch.setattr("scaletrain.perf.footprint.model_memory", lambda *a, **k: None)
+    assert split("resnet20", tmp_path / "bytes") == 0
+    fallback = read(tmp_path / "bytes")
+    assert any("blocks' bytes" in n for n in fallback["notes"]) and fallback["chosen"]["peak_memory_bytes"] > 0
+    assert fallback["chosen"]["peak_memory_bytes"] != walked["chosen"]["peak_memory_bytes"]
