@@ -124,3 +124,16 @@ def test_an_in_place_activation_is_timed_in_place_and_an_older_row_still_prices_
     Predictor(cal, NETWORK, shapes=timer).op_costs(w, "fp32", 1)
     relus = {op.features["elements"] for op in w.ops if op.kind == "eltwise" and op.features.get("inplace")}
     assert relus and asked.count(True) == len(relus)
+
+
+def test_the_budget_is_a_flag_and_a_bad_one_is_one_line(tmp_path, monkeypatch, capsys):
+    from scaletrain.cli import main
+
+    assert shapes_module.mode_flag("auto") == "auto" and shapes_module.mode_flag("120") == 120.0
+    here = calibrated_here(fake_calibration())
+    assert shapes_module.for_calibration(here, 120.0).budget_s == 120.0
+    assert shapes_module.for_calibration(here, "auto").budget_s == shapes_module.BUDGET_S
+    with pytest.raises(SystemExit) as e:
+        main(["predict", "--model", "lenet5", "--time-ops", "soon", "--out", str(tmp_path / "p")])
+    assert e.value.code == 2 and "--time-ops 'soon': give auto (30 s), off, or the seconds" in capsys.readouterr().err
+    assert not (tmp_path / "p").exists()

@@ -47,10 +47,10 @@ def add_predict_args(p: argparse.ArgumentParser) -> None:
                    help="time a one-second speed probe and scale the calibrated compute by how much faster or "
                         "slower this machine runs now than when calibrated (auto: on the calibrated host only; "
                         "default off: docs/predict.md says why)")
-    p.add_argument("--time-ops", choices=("auto", "off"), default="auto",
-                   help="time the model's op shapes the calibration's grid lacks, here, in seconds (auto: when the "
-                        "calibration was made on this machine; kept in the cache for the next prediction); off: "
-                        "price them by the calibrated laws alone (docs/predict.md)")
+    p.add_argument("--time-ops", type=shapes_mode, default="auto", metavar="auto|off|SECONDS",
+                   help="time the model's op shapes the calibration's grid lacks, here, when the calibration was made "
+                        "on this machine (kept in the cache for the next prediction): auto within 30 s, or within "
+                        "SECONDS; off: price them by the calibrated laws alone (docs/predict.md)")
     p.add_argument("--shared-cores", type=int, default=None,
                    help="the nodes are testbed hosts sharing this many cores of one machine")
     p.add_argument("--testbed", action="store_true",
@@ -217,6 +217,15 @@ def load_basis(args: argparse.Namespace):
     basis = (f"calibration {where}: {d['name']}, {d['cores']} cores, made {cal['created']}"
              + (" (--quick)" if cal.get("quick") else ""))
     return cal, None, basis
+
+
+def shapes_mode(text: str) -> str | float:
+    from scaletrain.predict.shapes import mode_flag
+
+    try:
+        return mode_flag(text)
+    except UserError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def run_predict(args: argparse.Namespace, spec: StudySpec | None = None) -> int:

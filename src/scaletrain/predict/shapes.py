@@ -32,7 +32,7 @@ class OpShapes:
     """Times the shapes `LayerTimes` would price by regression, on this machine, and keeps them."""
 
     def __init__(self, cal: dict[str, Any], cache: Path | None, budget_s: float = BUDGET_S) -> None:
-        self.cal, self.cache, self.left = cal, cache, budget_s
+        self.cal, self.cache, self.left, self.budget_s = cal, cache, budget_s, budget_s
         self.rows: list[dict[str, Any]] = _read(cache)
         self.timed = 0  # shapes timed by this prediction
         self.over_budget = 0  # shapes left to their law: out of budget, or too large
@@ -83,8 +83,8 @@ class OpShapes:
         if not self.timed and not self.over_budget:
             return None
         timed = f"{self.timed} op shape(s) the calibration's grid lacks timed here now" if self.timed else ""
-        left = (f"{self.over_budget} priced by their laws (over the {BUDGET_S:.0f} s budget or too large to time)"
-                if self.over_budget else "")
+        left = (f"{self.over_budget} priced by their laws (over the {self.budget_s:.0f} s budget or too large to "
+                "time: --time-ops SECONDS times more)" if self.over_budget else "")
         return "; ".join(p for p in (timed, left) if p) + " (predict/shapes.py; --time-ops off: laws only)"
 
     def _timed_row(self, kind: str, f: dict[str, int], precision: str, threads: int) -> dict[str, Any]:
@@ -117,10 +117,27 @@ class OpShapes:
         return self._ratios[threads]
 
 
-def for_calibration(cal: dict[str, Any] | None, mode: str) -> OpShapes | None:
-    """The shapes' timer of a calibration basis made on this machine (`auto`), else None; None too for a calibration
-    made while the machine's speed moved (calibration.unsteady): the probe's mean cannot turn a shape timed now into
-    the speed each of its grid's rows had (on two such calibrations it put the held-out steps 18-33% low)."""
+def mode_flag(text: str) -> str | float:
+    """`--time-ops`: auto (BUDGET_S seconds), off, or the seconds this prediction may spend timing shapes."""
+    from scaletrain.errors import UserError
+
+    if text in MODES:
+        return text
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = -1.0
+    if not seconds >= 0:
+        raise UserError(f"--time-ops {text!r}: give auto ({BUDGET_S:.0f} s), off, or the seconds a prediction may "
+                        "spend timing the model's op shapes, such as 300")
+    return seconds
+
+
+def for_calibration(cal: dict[str, Any] | None, mode: str | float) -> OpShapes | None:
+    """The shapes' timer of a calibration basis made on this machine (`auto`, or a budget in seconds), else None; None
+    too for a calibration made while the machine's speed moved (calibration.unsteady): the probe's mean cannot turn a
+    shape timed now into the speed each of its grid's rows had (on two such calibrations it put the held-out steps
+    18-33% low)."""
     from scaletrain.distributed.env import cache_dir
     from scaletrain.predict.calibration import unsteady
     from scaletrain.predict.probe import this_host
@@ -128,7 +145,7 @@ def for_calibration(cal: dict[str, Any] | None, mode: str) -> OpShapes | None:
     if mode == "off" or cal is None or not this_host(cal) or unsteady(cal):
         return None
     name = hashlib.sha1(json.dumps(identity(cal), sort_keys=True).encode()).hexdigest()[:16]
-    return OpShapes(cal, cache_dir() / "op-shapes" / f"{name}.json")
+    return OpShapes(cal, cache_dir() / "op-shapes" / f"{name}.json", BUDGET_S if mode == "auto" else float(mode))
 
 
 def identity(cal: dict[str, Any]) -> dict[str, Any]:
