@@ -46,6 +46,7 @@ class OpShapes:
     def time_missing(self, lt, ops: list, precision: str, threads: int) -> None:
         """Time the shapes of `ops` that `lt` (the calibration's LayerTimes at `precision` and the calibrated
         `threads`) holds no row of, largest first, while the budget lasts; each joins `lt` and the cache."""
+        from scaletrain.predict.datasheet import op_elements
         from scaletrain.predict.regress import _key
 
         todo, seen = [], set()
@@ -57,7 +58,7 @@ class OpShapes:
             fwd, bwd, _ = lt.times(op.kind, op.features)
             todo.append((fwd + bwd, op))
         for law_s, op in sorted(todo, key=lambda t: -t[0]):
-            if law_s * CALLS > self.left or _bytes(op.kind, op.features) > LARGEST_BYTES:
+            if law_s * CALLS > self.left or 4 * sum(op_elements(op)) > LARGEST_BYTES:
                 self.over_budget += 1
                 continue
             started = time.perf_counter()
@@ -166,19 +167,3 @@ def _read(cache: Path | None) -> list[dict[str, Any]]:
 
 def _device(cal: dict[str, Any]) -> torch.device:
     return torch.device("cuda" if cal["device"]["type"] == "cuda" and torch.cuda.is_available() else "cpu")
-
-
-def _bytes(kind: str, f: dict[str, int]) -> int:
-    """The bytes of an op's input and output (float32), roughly: what timing it holds at once, several times."""
-    if kind in ("conv", "dwconv"):
-        cout = f.get("cout", f.get("c", 1))
-        cin = f.get("cin", f.get("c", 1))
-        out = (-(-f["h"] // f["stride"])) * (-(-f["w"] // f["stride"]))
-        return 4 * f["n"] * (cin * f["h"] * f["w"] + cout * out)
-    if kind == "linear":
-        return 4 * f["n"] * (f["fin"] + f["fout"])
-    if kind == "norm":
-        return 8 * f["n"] * f["c"] * f["hw"]
-    if kind in ("pool", "avgpool"):
-        return 8 * f["n"] * f["c"] * f["h"] * f["w"]
-    return 4 * f.get("elements", 1) * (f.get("inputs", 1) + 1)
