@@ -30,6 +30,31 @@ def test_affine_through_points():
     assert _affine([(0.1, 0.003), (0.02, 0.0014)]) == pytest.approx((0.001, 0.02))
     assert _affine([(0.1, 0.004)]) == (0.004, 0.0)
     assert _affine([(0.1, 0.001), (0.02, 0.003)])[1] == 0.0  # never a negative slope
+    # repeats at two x: the least-squares line through their means, whatever their order
+    pts = [(0.02, 0.001), (0.1, 0.006), (0.02, 0.003), (0.1, 0.004)]
+    assert _affine(pts) == pytest.approx((0.00125, 0.0375))
+
+
+def test_every_repeat_of_a_two_rank_run_weighs_in_the_communication_line():
+    """Four runs a batch, one of them slow (a run's exposed communication moves 25% from the next's here): the
+    line goes through the runs' means, where the medians that stood for them put it flat."""
+    cal = fake_calibration()
+    base = cal["loop"]["runs"][0]
+    runs = []
+    for batch, scale in ((32, 1.0), (8, 0.25)):
+        ph = {k: v * (scale if k in ("forward", "backward") else 1.0) for k, v in base["phases_mean_s"].items()}
+        runs.append({**base, "nproc": 2, "threads": 1, "batch_size": batch, "phases_mean_s": ph})
+    cal["loop"]["runs"] = [base, *runs]
+    p = Predictor(cal, NETWORK)
+    for r in runs:  # the repeats: the buckets' time + 2 ms, at batch 32 one of four 4 ms more
+        plain = p._plain_comm(r)
+        r["phases_runs_s"] = [{**r["phases_mean_s"], "comm_exposed": plain + 0.002 + extra}
+                              for extra in (0.0, 0.0, 0.004 if r["batch_size"] == 32 else 0.0, 0.0)]
+        r["phases_mean_s"]["comm_exposed"] = plain + 0.002  # the median
+    loop = Predictor(cal, NETWORK).loop(2)
+    c32, c8 = (r["phases_mean_s"]["forward"] + r["phases_mean_s"]["backward"] for r in runs)
+    slope = 0.001 / (c32 - c8)  # through (c8, 2 ms) and (c32, 3 ms)
+    assert loop.comm_per_compute == pytest.approx(slope) and loop.comm_s == pytest.approx(0.002 - slope * c8)
 
 
 def test_two_batches_on_two_ranks_separate_constant_and_proportional_communication():
@@ -192,3 +217,26 @@ def test_an_op_timed_alone_is_priced_without_what_timing_it_alone_adds():
              if a.backward_s > 0]
     assert len(pairs) >= 10  # every op that has a backward is cheaper: by the excess, or down to the chain's cost
     assert all(b == pytest.approx(a - 71e-6) or (b == 7e-6 and a < 78e-6) for a, b in pairs)
+
+
+def test_calibrate_runs_the_slowdown_pair_and_the_two_batches_on_two_ranks_alternately(monkeypatch, tmp_path):
+    """One round of each interleaved setting, then the next: the machine's drift over the minutes they take falls
+    on the slowdown's ratio and on the communication line's two ends alike. The other settings run back to back."""
+    from scaletrain.predict import calibrate
+
+    order = []
+
+    def fake_run(out, net, nproc, batch, quick, folder=None, threads=None):
+        order.append((net, nproc, batch, threads, out.name))
+        return {"model": net, "nproc": nproc, "batch_size": batch, "phases_mean_s": {"forward": 1.0},
+                "step_time_mean_s": 1.0, "peak_memory_bytes": 1.0}
+
+    monkeypatch.setattr(calibrate, "_loop_run", fake_run)
+    summaries = calibrate._loop(tmp_path, False, lambda what: None)
+    settings = [(net, n, b, t) for net, n, b, _r, _w, t in calibrate.LOOP_RUNS]
+    interleaved = [settings[i] for i in calibrate.INTERLEAVED]
+    rounds = calibrate.loop_rounds(False)
+    assert [len(s["phases_runs_s"]) for s in summaries] == rounds and rounds[5] >= 4  # batch 8 on 2 ranks: 4 runs
+    tail = order[-sum(rounds[i] for i in calibrate.INTERLEAVED):]
+    assert [o[:4] for o in tail[:6]] == interleaved * 2
+    assert [o[4] for o in tail[:3]] == ["r0"] * 3 and [o[4] for o in tail[3:6]] == ["r1"] * 3

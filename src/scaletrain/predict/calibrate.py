@@ -46,10 +46,12 @@ LOOP_RUN = {"batch_size": 32, "image_size": 32, "samples": 2048}
 # refnet on 1 rank at one thread, then on 2 ranks at one thread each, is how much slower a rank computes
 # when every core is busy (the ratio of the two, the same ops at the same threads: docs/predict.md); two
 # batches on 2 ranks separate the exposed communication that grows with the step's compute (ranks out of
-# step) from the part that does not
+# step) from the part that does not (four runs each: one run's exposed communication moves 25% from the next's)
 LOOP_RUNS = (("refnet", 1, 32, 3, 0, None), ("plain", 1, 32, 3, 0, None), ("memory", 1, 32, 3, 0, None),
-             ("refnet", 1, 32, 4, 0, 1), ("refnet", 2, 32, 4, 0, None), ("refnet", 2, 8, 1, 0, None))
-PAIRED = (3, 4)  # LOOP_RUNS' slowdown pair, run alternately (r0 of each, then r1, ...): the ratio pairs by round
+             ("refnet", 1, 32, 4, 0, 1), ("refnet", 2, 32, 4, 0, None), ("refnet", 2, 8, 4, 0, None))
+# LOOP_RUNS run alternately (r0 of each, then r1, ...): the slowdown pair (3, 4), whose ratio pairs by round, and
+# the two batches on 2 ranks, whose line over the step's compute the machine's drift would otherwise tilt
+INTERLEAVED = (3, 4, 5)
 # (a run with one loader worker beside the rank's threads once priced a worker's interference; predict no
 # longer reads it: the CPU-demand rule was closer in every recorded study, docs/predict.md)
 
@@ -321,8 +323,8 @@ def _network(work: Path, quick: bool) -> dict[str, Any]:
 
 # ------------------------------------------------------------------ the loop, for real
 def _loop(work_dir: Path, quick: bool, tick: Callable[[str], None]) -> list[dict[str, Any]]:
-    """LOOP_RUNS' summaries in their order; the PAIRED settings run alternately, one round at a time, so that
-    the machine's drift over a minute falls on both sides of their ratio alike."""
+    """LOOP_RUNS' summaries in their order; the INTERLEAVED settings run alternately, one round at a time, so
+    that the machine's drift over a minute falls on both sides of their ratio (and their line) alike."""
     def runs_of(i: int, k: int) -> dict[str, Any]:
         net, n, batch, _repeats, workers, threads = LOOP_RUNS[i]
         folder = work_dir / "loader" / "digits-64" if workers else None
@@ -335,13 +337,14 @@ def _loop(work_dir: Path, quick: bool, tick: Callable[[str], None]) -> list[dict
     rounds = loop_rounds(quick)
     done: dict[int, list[dict[str, Any]]] = {}
     for i in range(len(LOOP_RUNS)):
-        if i in PAIRED:
-            if i == PAIRED[0]:
-                paired = {j: [] for j in PAIRED}
-                for k in range(max(rounds[j] for j in PAIRED)):
-                    for j in PAIRED:
-                        paired[j].append(runs_of(j, k))
-                done.update(paired)
+        if i in INTERLEAVED:
+            if i == INTERLEAVED[0]:
+                alternate: dict[int, list[dict[str, Any]]] = {j: [] for j in INTERLEAVED}
+                for k in range(max(rounds[j] for j in INTERLEAVED)):
+                    for j in INTERLEAVED:
+                        if k < rounds[j]:
+                            alternate[j].append(runs_of(j, k))
+                done.update(alternate)
             continue
         done[i] = [runs_of(i, k) for k in range(rounds[i])]
     return [_summary(done[i]) for i in range(len(LOOP_RUNS))]

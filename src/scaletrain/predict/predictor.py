@@ -209,9 +209,8 @@ class Predictor:
                           h2d_s=0.0 if "loop_overheads" in off else ph["h2d"],
                           other_s=0.0 if "loop_overheads" in off else ph["other"])
             if nproc > 1 and "comm_residual" not in off:
-                points = [(r["phases_mean_s"]["forward"] + r["phases_mean_s"]["backward"],
-                           max(0.0, r["phases_mean_s"]["comm_exposed"] - self._plain_comm(r)))
-                          for r in runs[nproc] if r.get("model", "refnet") == "refnet"]
+                points = [point for r in runs[nproc] if r.get("model", "refnet") == "refnet"
+                          for point in self._comm_points(r)]
                 loop.comm_s, loop.comm_per_compute = _affine(points)
                 if "comm_slope" in off:
                     loop.comm_s, loop.comm_per_compute = statistics.fmean(y for _, y in points), 0.0
@@ -253,6 +252,14 @@ class Predictor:
         t = str(nearest_threads(self.cal, threads))
         grid, loop = (pr.get("mean_s") or {}).get(t), (pr.get("loop_mean_s") or {}).get(t)
         return grid / loop if grid and loop and "probe_drift" not in self.without else 1.0
+
+    def _comm_points(self, run: dict[str, Any]) -> list[tuple[float, float]]:
+        """(forward + backward, exposed communication beyond the bucket model) of each of the run's repeats
+        (one run's exposed communication moves 25% from the next's: every repeat weighs in the line), or of
+        their medians for a calibration that kept no repeats."""
+        plain = self._plain_comm(run)
+        each = [ph for ph in run.get("phases_runs_s") or [] if ph] or [run["phases_mean_s"]]
+        return [(ph["forward"] + ph["backward"], max(0.0, ph["comm_exposed"] - plain)) for ph in each]
 
     def _plain_comm(self, run: dict[str, Any]) -> float:
         """The exposed communication the bucket model alone gives the reference run."""
@@ -364,11 +371,11 @@ def cal_workload(module, input_shape, batch: int) -> Workload:
 
 
 def _affine(points: list[tuple[float, float]]) -> tuple[float, float]:
-    """(constant, slope) of y over x through the (x, y) points, neither negative; one point: a constant."""
+    """(constant, slope) of y over x by least squares through the (x, y) points, neither negative; points at one
+    x only: their mean, a constant."""
     if len(points) < 2 or max(x for x, _ in points) - min(x for x, _ in points) <= 0:
         return statistics.fmean(y for _, y in points), 0.0
-    (x0, y0), (x1, y1) = min(points), max(points)
-    slope = max(0.0, (y1 - y0) / (x1 - x0))
+    slope = max(0.0, statistics.linear_regression([x for x, _ in points], [y for _, y in points]).slope)
     const = max(0.0, statistics.fmean(y - slope * x for x, y in points))
     return const, slope
 
