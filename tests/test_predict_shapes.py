@@ -137,3 +137,45 @@ def test_the_budget_is_a_flag_and_a_bad_one_is_one_line(tmp_path, monkeypatch, c
         main(["predict", "--model", "lenet5", "--time-ops", "soon", "--out", str(tmp_path / "p")])
     assert e.value.code == 2 and "--time-ops 'soon': give auto (30 s), off, or the seconds" in capsys.readouterr().err
     assert not (tmp_path / "p").exists()
+
+
+def test_max_pooling_is_timed_on_a_rectified_field_as_a_trained_network_feeds_it():
+    """Its branches make its time follow its input (on normal numbers it ran 1.29-1.48x its time on the reference
+    networks' trained activations): the field is mostly zeros and neighbours alike; normal numbers are neither."""
+    import torch
+
+    from scaletrain.predict.ops import build_op
+
+    f = {"n": 4, "c": 8, "h": 28, "w": 28, "k": 2, "stride": 2}
+
+    def neighbours(x):
+        a, b = x[..., :, :-1].flatten(), x[..., :, 1:].flatten()
+        return float(torch.corrcoef(torch.stack([a, b]))[0, 1])
+
+    module, (x,) = build_op("pool", f)
+    assert isinstance(module, torch.nn.MaxPool2d) and x.shape == (4, 8, 28, 28)
+    assert 0.5 < float((x == 0).float().mean()) < 0.66 and neighbours(x) > 0.3
+    _, (z,) = build_op("pool", f, "normal")
+    assert float((z == 0).float().mean()) == 0.0 and abs(neighbours(z)) < 0.1
+
+
+def test_a_shape_is_timed_on_the_input_its_calibration_timed_its_grid_on(monkeypatch):
+    """A calibration from before the rectified field (no `pool_input`) timed max pooling on normal numbers: a shape
+    timed for it is timed so too, or its law and its timed shapes would price one op two ways."""
+    from scaletrain.predict import ops
+
+    seen = []
+    real = ops.build_op
+
+    def spy(kind, f, pool_input=ops.POOL_INPUT):
+        seen.append((kind, pool_input))
+        return real(kind, f, pool_input)
+
+    monkeypatch.setattr(ops, "build_op", spy)
+    monkeypatch.setattr(timing, "time_op", lambda *a, **k: (0.004, 0.006))
+    w = lenet(batch=2)
+    for cal, want in ((calibrated_here(fake_calibration()), "normal"),
+                      ({**calibrated_here(fake_calibration()), "pool_input": "rectified"}, "rectified")):
+        seen.clear()
+        Predictor(cal, NETWORK, shapes=shapes_module.OpShapes(cal, None)).op_costs(w, "fp32", 1)
+        assert {p for kind, p in seen if kind == "pool"} == {want}

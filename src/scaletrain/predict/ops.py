@@ -180,8 +180,27 @@ def _pool_window(module: nn.Module | None, x, out_shape) -> tuple[int, int]:
 
 
 # ------------------------------------------------------------------ building one op to time it
-def build_op(kind: str, f: dict[str, int]) -> tuple[nn.Module, list[torch.Tensor]]:
-    """A module and its input(s) computing one op of `kind` with features `f` (for calibration)."""
+POOL_INPUT = "rectified"
+"""What max pooling is timed on (a calibration says which in its `pool_input`; older ones: "normal"). Its time
+follows its branches: on normal random numbers it ran 1.29-1.48x its time on the post-ReLU activations of the
+reference networks 64 steps into training (refnet, the memory net; LeNet-5 after 96 steps 1.59-2.52x: docs/predict.md,
+"Op times"). "rectified": such a feature map (`rectified_field`); "normal": torch.randn."""
+
+
+def rectified_field(shape: tuple[int, ...]) -> torch.Tensor:
+    """max(0, z - 0.2) for z a normal field smoothed over 3x3 neighbours and scaled to unit spread: 58% zeros,
+    neighbours alike, as a trained network's feature maps after a ReLU. Max pooling on it ran 0.99-1.14x its time
+    on the reference networks' trained activations (two seeds each; LeNet-5's, held out: 1.20-1.81x)."""
+    z = torch.randn(shape)
+    if z.dim() == 4 and min(z.shape[-2:]) >= 3:
+        z = torch.nn.functional.avg_pool2d(torch.nn.functional.pad(z, (1, 1, 1, 1), mode="replicate"), 3, 1)
+        z.div_(z.std().clamp_min(1e-12))
+    return z.sub_(0.2).relu_()
+
+
+def build_op(kind: str, f: dict[str, int], pool_input: str = POOL_INPUT) -> tuple[nn.Module, list[torch.Tensor]]:
+    """A module and its input(s) computing one op of `kind` with features `f` (for calibration); max pooling's
+    input as `pool_input` says (POOL_INPUT)."""
     if kind in ("conv", "dwconv"):
         cin, cout, groups = (f["cin"], f["cout"], 1) if kind == "conv" else (f["c"], f["c"], f["c"])
         pad, (h, w) = f.get("pad", f["k"] // 2), _input_side(f)
@@ -195,7 +214,9 @@ def build_op(kind: str, f: dict[str, int]) -> tuple[nn.Module, list[torch.Tensor
             return nn.BatchNorm2d(f["c"]), [torch.randn(f["n"], f["c"], side, side)]
         return nn.BatchNorm1d(f["c"]), [torch.randn(f["n"], f["c"], f["hw"]) if f["hw"] > 1 else torch.randn(f["n"], f["c"])]
     if kind == "pool":
-        return nn.MaxPool2d(f["k"], f["stride"]), [torch.randn(f["n"], f["c"], f["h"], f["w"])]
+        shape = (f["n"], f["c"], f["h"], f["w"])
+        return nn.MaxPool2d(f["k"], f["stride"]), [rectified_field(shape) if pool_input == "rectified" else
+                                                   torch.randn(shape)]
     if kind == "avgpool":  # an odd window keeps the map's size at stride 1, as models pad it
         return (nn.AvgPool2d(f["k"], f["stride"], padding=f["k"] // 2 if f["k"] % 2 else 0),
                 [torch.randn(f["n"], f["c"], f["h"], f["w"])])

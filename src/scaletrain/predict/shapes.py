@@ -98,7 +98,7 @@ class OpShapes:
         before = torch.get_num_threads()
         torch.set_num_threads(threads)
         try:
-            module, inputs = build_op(kind, f)
+            module, inputs = build_op(kind, f, self.cal.get("pool_input", "normal"))  # as its grid was timed
             fwd, bwd = time_op(module, inputs, precision=precision, input_grad=bool(f.get("grad_in", 1)),
                                device=device, repeats=3, inplace=bool(f.get("inplace")))
             ratio = self._ratio(threads, device)
