@@ -35,7 +35,7 @@ from scaletrain.predict import grid, probe, refnet, regress
 from scaletrain.predict.calibration import FORMAT, KIND
 from scaletrain.predict.ops import POOL_INPUT, build_op
 from scaletrain.perf.timing import median_time
-from scaletrain.predict.timing import harness_excess, time_op
+from scaletrain.predict.timing import INPUTS, harness_excess, time_op
 from scaletrain.rundir import COMMBENCH, read_summary
 
 OPTIMIZERS = ("sgd", "nesterov", "adamw", "adagrad")
@@ -129,8 +129,8 @@ def calibrate(*, quick: bool, device: torch.device, cores: int, work_dir: Path,
             "torch_version": torch.__version__, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             "seconds": round(time.time() - started, 1), "quick": quick,
             "device": _device_info(device, cores), "threads": p["threads"], "precisions": p["precisions"],
-            "pool_input": POOL_INPUT, "layers": layers, "fits": fits, "harness": harness, "optimizer": optimizer,
-            "loader": loader, "network": network,
+            "pool_input": POOL_INPUT, "op_inputs": INPUTS, "layers": layers, "fits": fits, "harness": harness,
+            "optimizer": optimizer, "loader": loader, "network": network,
             "loop": {"runs": loop, "refnet": REFNET, "nets": {k: f"scaletrain.predict.refnet:{v}"
                                                                  for k, v in refnet.NETS.items()}, **LOOP_RUN},
             "memory": {"baseline_rss_bytes": loop[0].get("peak_memory_bytes"), "fresh_pages": pages},

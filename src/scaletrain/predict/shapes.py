@@ -100,7 +100,8 @@ class OpShapes:
         try:
             module, inputs = build_op(kind, f, self.cal.get("pool_input", "normal"))  # as its grid was timed
             fwd, bwd = time_op(module, inputs, precision=precision, input_grad=bool(f.get("grad_in", 1)),
-                               device=device, repeats=3, inplace=bool(f.get("inplace")))
+                               device=device, repeats=3, inplace=bool(f.get("inplace")),
+                               op_inputs=self.cal.get("op_inputs", "fp32"))
             ratio = self._ratio(threads, device)
         finally:
             torch.set_num_threads(before)
