@@ -128,7 +128,9 @@ def test_the_held_out_models_as_recorded_are_predicted_within_the_targets_median
 TODAY = Path(__file__).parent / "data" / "heldout-2026-11-27"
 
 
-def _today(shapes):
+def _today(shapes, data=None, studies=("ho-study7", "ho-study8")):
+    """The step-time and ratio summaries of `data`'s studies, pooled, predicted from its calibration with the
+    shapes `shapes(cal)` gives (None: the laws); nothing is timed here."""
     import contextlib
     import io
 
@@ -138,15 +140,16 @@ def _today(shapes):
     from scaletrain.validate.load import load_measured
     from scaletrain.validate.match import validate
 
-    cal = calibration.load(TODAY / "calibration.json")
+    data = data or TODAY
+    cal = calibration.load(data / "calibration.json")
     network = {"intra": cal["network"]["fits"], "inter": None, "source": "calibration"}
     timer = shapes(cal)
     with contextlib.redirect_stdout(io.StringIO()):
-        prediction = predict_grid(predict_spec(str(TODAY / "ho-study7" / "study.toml"), {}, {}), cal, network, None,
+        prediction = predict_grid(predict_spec(str(data / studies[0] / "study.toml"), {}, {}), cal, network, None,
                                   "recorded", shapes=timer)
-    # nothing timed here: the in-place ReLUs, recorded before they were timed in place, keep their recorded rows
-    assert timer is None or (timer.timed == 0 and timer.over_budget > 0)
-    v = validate(prediction, load_measured([TODAY / "ho-study7", TODAY / "ho-study8"]))
+    # nothing timed here (on TODAY the in-place ReLUs, recorded before they were timed in place, keep their rows)
+    assert timer is None or timer.timed == 0
+    v = validate(prediction, load_measured([data / s for s in studies]))
     return v["summary"], v["ratio_summary"]
 
 
@@ -163,6 +166,27 @@ def test_the_held_out_models_with_their_own_shapes_timed_meet_the_targets_as_rec
     laws_step, laws_ratios = _today(lambda cal: None)
     assert laws_step["median_abs_error"] > step["median_abs_error"] + 0.05
     assert laws_ratios["median_abs_error"] > ratios["median_abs_error"] + 0.03
+
+
+# The same grid in the afternoon (2026-11-27): a full calibration (12:32-12:40) with refnet's two-rank runs at batch
+# 8 four times, alternated with the slowdown pair and the runs at batch 32, and max pooling timed on a rectified
+# field; the 76 op shapes `predict` timed right after it; three held-out studies of 3 interleaved repeats, one
+# before it (ho-s12a, 12:16), one right after (ho-s12b, 12:40) and one after another calibration (ho-s12c, 12:57).
+AFTERNOON = Path(__file__).parent / "data" / "heldout-2026-11-27b"
+
+
+def test_the_held_out_ratios_meet_their_targets_as_recorded_in_the_afternoon():
+    """Pooled (9 repeats a point): step time 3.0% median, 6.3% p90 (1 over, 7 under), ratios 3.5% / 6.0% (9 over, 3
+    under; every 1-to-2-rank speedup within 6.2%): the ratio targets (median 5%, p90 10%, both signs) met. The
+    morning's calibration (one run at batch 8, max pooling timed on normal numbers) left LeNet-5's speedups 16-18%
+    and its step 8-11% high."""
+    from scaletrain.predict.shapes import OpShapes
+
+    step, ratios = _today(lambda cal: OpShapes(cal, AFTERNOON / "shapes.json", budget_s=0.0), AFTERNOON,
+                          ("ho-s12a", "ho-s12b", "ho-s12c"))
+    assert step["median_abs_error"] <= 0.05 and step["p90_abs_error"] <= 0.10
+    assert ratios["median_abs_error"] <= 0.05 and ratios["p90_abs_error"] <= 0.10 and not ratios["biased"]
+    assert ratios["by_axis"]["nproc"]["p90_abs_error"] <= 0.07
 
 
 # A full calibration made with the slowdown pair alternated and the harness measured (runs/cal-full7, 2026-11-26
@@ -196,3 +220,23 @@ def test_the_harness_is_taken_off_each_op_and_is_small_beside_large_ops(later_ro
     change = {k: b / a - 1 for k, a, b in zip(with_it["ids"], with_it["predicted_s"], without["predicted_s"])}
     assert all(c > 0 for c in change.values())
     assert min(c for k, c in change.items() if "lenet5" in k) > max(c for k, c in change.items() if "resnet20" in k)
+
+
+# Precision, held out (2026-11-27 13:04-13:09: resnet20 and lenet5 in fp32 and bf16, one rank of one thread, batch
+# 32, 3 interleaved repeats), predicted from a full calibration made right after it (13:10-13:18) that times every op
+# under bf16 on bf16 inputs, as the op before it hands them over (`op_inputs`: autocast), with the 110 shapes
+# `predict` timed for the study.
+PRECISION = Path(__file__).parent / "data" / "precision-2026-11-27"
+
+
+def test_the_held_out_precision_ratios_as_recorded():
+    """Ratios 3.0% median, 5.9% p90 (bf16 / fp32 samples per second: ResNet-20 -1.5%, LeNet-5 -7.2%), step time
+    4.3% / 7.1%. The two calibrations before it, which timed ops under bf16 on fp32 inputs, put ResNet-20's ratio
+    +16% and +17% (its batch norms priced at their fp32 time, 4.6x what they took on bf16)."""
+    from scaletrain.predict.shapes import OpShapes
+
+    step, ratios = _today(lambda cal: OpShapes(cal, PRECISION / "shapes.json", budget_s=0.0), PRECISION,
+                          ("prec-s12",))
+    assert ratios["median_abs_error"] <= 0.05 and ratios["p90_abs_error"] <= 0.08
+    assert ratios["by_axis"]["precision"]["p90_abs_error"] <= 0.08
+    assert step["median_abs_error"] <= 0.06 and step["p90_abs_error"] <= 0.10
