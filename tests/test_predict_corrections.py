@@ -230,7 +230,7 @@ PRECISION = Path(__file__).parent / "data" / "precision-2026-11-27"
 
 
 def test_the_held_out_precision_ratios_as_recorded():
-    """Ratios 3.0% median, 5.9% p90 (bf16 / fp32 samples per second: ResNet-20 -1.5%, LeNet-5 -7.2%), step time
+    """Ratios 3.0% median, 5.9% p90 (fp32 over bf16 samples per second: ResNet-20 -1.5%, LeNet-5 -7.2%), step time
     4.3% / 7.1%. The two calibrations before it, which timed ops under bf16 on fp32 inputs, put ResNet-20's ratio
     +16% and +17% (its batch norms priced at their fp32 time, 4.6x what they took on bf16)."""
     from scaletrain.predict.shapes import OpShapes
