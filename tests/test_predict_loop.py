@@ -35,9 +35,8 @@ def test_affine_through_points():
     assert _affine(pts) == pytest.approx((0.00125, 0.0375))
 
 
-def test_every_repeat_of_a_two_rank_run_weighs_in_the_communication_line():
-    """Four runs a batch, one of them slow (a run's exposed communication moves 25% from the next's here): the
-    line goes through the runs' means, where the medians that stood for them put it flat."""
+def _two_batches_on_two_ranks():
+    """A calibration with refnet on 2 ranks at batch 32 and at batch 8 (a quarter of the compute), and those runs."""
     cal = fake_calibration()
     base = cal["loop"]["runs"][0]
     runs = []
@@ -45,6 +44,13 @@ def test_every_repeat_of_a_two_rank_run_weighs_in_the_communication_line():
         ph = {k: v * (scale if k in ("forward", "backward") else 1.0) for k, v in base["phases_mean_s"].items()}
         runs.append({**base, "nproc": 2, "threads": 1, "batch_size": batch, "phases_mean_s": ph})
     cal["loop"]["runs"] = [base, *runs]
+    return cal, runs
+
+
+def test_every_repeat_of_a_two_rank_run_weighs_in_the_communication_line():
+    """Four runs a batch, one of them slow (a run's exposed communication moves 25% from the next's here): the
+    line goes through the runs' means, where the medians that stood for them put it flat."""
+    cal, runs = _two_batches_on_two_ranks()
     p = Predictor(cal, NETWORK)
     for r in runs:  # the repeats: the buckets' time + 2 ms, at batch 32 one of four 4 ms more
         plain = p._plain_comm(r)
@@ -58,13 +64,7 @@ def test_every_repeat_of_a_two_rank_run_weighs_in_the_communication_line():
 
 
 def test_two_batches_on_two_ranks_separate_constant_and_proportional_communication():
-    cal = fake_calibration()
-    base = cal["loop"]["runs"][0]
-    runs = []
-    for batch, scale in ((32, 1.0), (8, 0.25)):
-        ph = {k: v * (scale if k in ("forward", "backward") else 1.0) for k, v in base["phases_mean_s"].items()}
-        runs.append({**base, "nproc": 2, "threads": 1, "batch_size": batch, "phases_mean_s": ph})
-    cal["loop"]["runs"] = [base, *runs]
+    cal, runs = _two_batches_on_two_ranks()
     p = Predictor(cal, NETWORK)
     for r in runs:  # measured = what the buckets explain + 2 ms + 5% of forward and backward
         compute = r["phases_mean_s"]["forward"] + r["phases_mean_s"]["backward"]
