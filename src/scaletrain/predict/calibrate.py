@@ -33,9 +33,8 @@ import scaletrain
 from scaletrain.distributed.allocator import settle
 from scaletrain.predict import grid, probe, refnet, regress
 from scaletrain.predict.calibration import FORMAT, KIND
-from scaletrain.predict.ops import POOL_INPUT, build_op
 from scaletrain.perf.timing import median_time
-from scaletrain.predict.timing import INPUTS, harness_excess, time_op
+from scaletrain.predict.timing import conventions, harness_excess, time_grid_op
 from scaletrain.rundir import COMMBENCH, read_summary
 
 OPTIMIZERS = ("sgd", "nesterov", "adamw", "adagrad")
@@ -94,10 +93,7 @@ def calibrate(*, quick: bool, device: torch.device, cores: int, work_dir: Path,
         if i and i % max(1, len(layer_jobs) // 4) == 0:
             probes.append(probe.measure(p["threads"], device))
         torch.set_num_threads(threads)
-        module, inputs = build_op(kind, f)
-        fwd, bwd = time_op(module, inputs, precision=prec, input_grad=bool(f.get("grad_in", 1)), device=device,
-                           inplace=bool(f.get("inplace")),
-                           repeats=3 if quick else 5)
+        fwd, bwd = time_grid_op(kind, f, precision=prec, device=device, repeats=3 if quick else 5)
         layers.append({"kind": kind, "precision": prec, "threads": threads, "features": f,
                        "forward_s": fwd, "backward_s": bwd})
         tick(f"layers {prec} {threads}t {kind}")
@@ -129,7 +125,7 @@ def calibrate(*, quick: bool, device: torch.device, cores: int, work_dir: Path,
             "torch_version": torch.__version__, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             "seconds": round(time.time() - started, 1), "quick": quick,
             "device": _device_info(device, cores), "threads": p["threads"], "precisions": p["precisions"],
-            "pool_input": POOL_INPUT, "op_inputs": INPUTS, "layers": layers, "fits": fits, "harness": harness,
+            **conventions(), "layers": layers, "fits": fits, "harness": harness,
             "optimizer": optimizer, "loader": loader, "network": network,
             "loop": {"runs": loop, "refnet": REFNET, "nets": {k: f"scaletrain.predict.refnet:{v}"
                                                                  for k, v in refnet.NETS.items()}, **LOOP_RUN},

@@ -90,18 +90,14 @@ class OpShapes:
 
     def _timed_row(self, kind: str, f: dict[str, int], precision: str, threads: int) -> dict[str, Any]:
         from scaletrain.distributed.allocator import settle
-        from scaletrain.predict.ops import build_op
-        from scaletrain.predict.timing import time_op
+        from scaletrain.predict.timing import time_grid_op
 
         settle("steady")  # as calibrate times its grid: the heap keeps what each op frees
         device = _device(self.cal)
         before = torch.get_num_threads()
         torch.set_num_threads(threads)
         try:
-            module, inputs = build_op(kind, f, self.cal.get("pool_input", "normal"))  # as its grid was timed
-            fwd, bwd = time_op(module, inputs, precision=precision, input_grad=bool(f.get("grad_in", 1)),
-                               device=device, repeats=3, inplace=bool(f.get("inplace")),
-                               op_inputs=self.cal.get("op_inputs", "fp32"))
+            fwd, bwd = time_grid_op(kind, f, precision=precision, device=device, repeats=3, cal=self.cal)
             ratio = self._ratio(threads, device)
         finally:
             torch.set_num_threads(before)

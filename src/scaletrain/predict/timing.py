@@ -5,9 +5,11 @@ Backward: one pass of autograd over that op alone (`torch.autograd.grad` towards
 parameters, the graph kept so it repeats); its input needs a gradient unless the op is the first layer.
 Each figure is the median of `repeats` timed batches, each batch long enough (`min_batch_s`) for the
 clock's resolution to vanish. An activation the model runs in place has its forward timed in place (`inplace`),
-its backward out of place (an in-place op cannot run twice on one autograd graph; the same kernel). Under bf16 or fp16 an op's input is in that precision, as the
-op before it hands it over under autocast (every op but a first layer, which gets the fp32 image): a batch norm of
-ResNet-20 ran 4.6x faster on the bf16 output of its convolution than on fp32 (`INPUTS`).
+its backward out of place (an in-place op cannot run twice on one autograd graph; the same kernel). Under bf16
+or fp16 an op's input is in that precision, as the op before it hands it over under autocast (every op but a first
+layer, which gets the fp32 image): a batch norm of ResNet-20 ran 4.6x faster on the bf16 output of its convolution
+than on fp32 (`INPUTS`). `time_grid_op` builds and times one op of the grid, the one way calibrate and predict
+--time-ops both time one.
 """
 
 from __future__ import annotations
@@ -63,6 +65,29 @@ def time_op(module: nn.Module, inputs: list[torch.Tensor], *, precision: str = "
     backward_s = median_time(lambda: torch.autograd.grad(out, wrt, grad, retain_graph=True), repeats, min_batch_s,
                              sync)
     return forward_s, backward_s
+
+
+def conventions(cal: dict | None = None) -> dict[str, str]:
+    """How a grid op is timed: this code's way (cal None: what `calibrate` writes into a calibration), or the way
+    calibration `cal` was timed (older ones lack the fields that came later: max pooling on normal numbers, low
+    precision on fp32 inputs), so that a shape timed for it is priced as its grid was."""
+    from scaletrain.predict.ops import POOL_INPUT
+
+    if cal is None:
+        return {"pool_input": POOL_INPUT, "op_inputs": INPUTS}
+    return {"pool_input": cal.get("pool_input", "normal"), "op_inputs": cal.get("op_inputs", "fp32")}
+
+
+def time_grid_op(kind: str, f: dict[str, int], *, precision: str, device: torch.device, repeats: int,
+                 cal: dict | None = None) -> tuple[float, float]:
+    """(forward seconds, backward seconds) of one op of the grid (kind, features), built and timed as `calibrate`
+    times its grid, in the conventions of calibration `cal` (None: this code's)."""
+    from scaletrain.predict import ops
+
+    how = conventions(cal)
+    module, inputs = ops.build_op(kind, f, how["pool_input"])
+    return time_op(module, inputs, precision=precision, input_grad=bool(f.get("grad_in", 1)), device=device,
+                   repeats=repeats, inplace=bool(f.get("inplace")), op_inputs=how["op_inputs"])
 
 
 def _in_place_forward(module: nn.Module, inputs: list[torch.Tensor], device: torch.device, repeats: int,
