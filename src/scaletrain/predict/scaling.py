@@ -24,9 +24,12 @@ def predict_grid(spec, cal: dict[str, Any], network: dict[str, Any], hw, basis: 
     `progress(point, done, points)` told after each (a model is traced, one forward pass, per batch size) and as
     `shapes` (predict/shapes.OpShapes: the points' shapes the calibration's grid lacks, timed here) times each;
     `without`: corrections of a calibration basis left out (predictor.CORRECTIONS: an ablation)."""
-    from scaletrain.study.grid import points
+    from scaletrain.study.grid import fair_threads, points
 
     predictor = make_predictor(cal, network, hw, probe, without, shapes)
+    # one thread count for every point unless --threads gives it: cores / the grid's largest nproc, as `study`
+    # runs the same flags (so that the speedup over ranks is the ranks' alone, and validate compares like with like)
+    spec, _ = fair_threads(spec, cores or predictor.cores)
     grid = points(spec)
     out, skipped = [], []
     for i, point in enumerate(grid, 1):

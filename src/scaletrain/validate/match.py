@@ -18,8 +18,9 @@ from scaletrain.validate.stats import quantile, signs, spread
 
 FORMAT = 1
 MATCH_KEYS = ("model", "dataset", "batch_size", "nproc", "nnodes", "workers", "precision", "strategy", "compress",
-              "ps_servers", "image_size")
-"""The settings a run must share with a prediction point to be that point (a key the point lacks is not compared)."""
+              "ps_servers", "image_size", "threads")
+"""The settings a run must share with a prediction point to be that point (a key the point lacks is not compared,
+nor threads that the run did not record)."""
 PHASE_SHARE_FLOOR = 0.02
 """A phase under this share of the measured step gets no relative error (a few % of a tiny phase means nothing)."""
 _DEFAULTS = {"nnodes": 1, "compress": "none"}  # what an absent (or null) setting means in a run's config
@@ -57,6 +58,8 @@ def differences(run_config: dict[str, Any], point_config: dict[str, Any]) -> lis
         if key not in point_config:
             continue
         ran, predicted = normalise(key, run_config.get(key)), normalise(key, point_config[key])
+        if key == "threads" and (ran is None or predicted is None):
+            continue
         if ran != predicted:
             out.append((key, ran, predicted))
     return out
