@@ -61,7 +61,7 @@ def test_a_correction_the_runs_do_not_exercise_changes_nothing(rows):
 def test_an_unknown_correction_is_one_line_naming_them_all():
     with pytest.raises(UserError, match="no correction named loop_factor: the corrections are loop_factors"):
         Predictor({"device": {"cores": 2}}, {}, without=frozenset({"loop_factor"}))
-    assert len(CORRECTIONS) == 12
+    assert len(CORRECTIONS) == 13
 
 
 def test_oversubscribed_thread_teams_are_flagged_not_priced():
@@ -240,3 +240,67 @@ def test_the_held_out_precision_ratios_as_recorded():
     assert ratios["median_abs_error"] <= 0.05 and ratios["p90_abs_error"] <= 0.08
     assert ratios["by_axis"]["precision"]["p90_abs_error"] <= 0.08
     assert step["median_abs_error"] <= 0.06 and step["p90_abs_error"] <= 0.10
+
+
+# Loader workers, held out (2026-11-27, thirteenth session): a full calibration that measures a worker's hand-over
+# against the same batches made in process and the rank's taking of a made batch (15:18-15:26), the op shapes
+# `predict` timed right after it, and a study run after that: LeNet-5 and dwnet (benchmarks/validation_models.py)
+# x 1-2 ranks of one thread x 0-2 workers, batch 64, on a JPEG folder written from digits at 128 px, read at 32 px
+# (3 interleaved repeats). Neither the batch, dwnet nor the folder's size was among the runs the model was built on.
+WORKERS = Path(__file__).parent / "data" / "workers-2026-11-27"
+
+
+@pytest.fixture(scope="module")
+def digits_128(tmp_path_factory):
+    """The study's image folder, written again where its study.toml names it (runs/digits-128, relative)."""
+    from scaletrain.data import write_imagefolder
+
+    root = tmp_path_factory.mktemp("workers")
+    write_imagefolder(source="digits", out=root / "runs" / "digits-128", image_size=128, copies=2, seed=0, quality=90)
+    return root
+
+
+def test_the_held_out_loader_worker_ratios_as_recorded(digits_128, monkeypatch):
+    """Ratios 4.6% median, 9.2% p90 (6 over, 14 under); the 8 worker ratios 3.6% / 4.7%, the 1-to-2-rank speedups
+    4.6% / 6.9%; step time 8.8% / 17.3% (dwnet's backward priced 27% over: its ops' isolated backward sum is above
+    its measured phase). Before the model of predict/workers.py the worker ratios of such runs were off by -36% to
+    +12% (2026-11-27, docs/predict-validation.md). Without the worker's share of the rank's cores (`worker_sharing`)
+    the worker ratios' p90 is 37%; with LeNet-5's images priced at their whole 128 px where `--no-augment` decodes
+    them at 64 (JPEG draft), its steps were 14-33% over."""
+    import sys
+
+    from scaletrain.predict.shapes import OpShapes
+
+    monkeypatch.chdir(digits_128)
+    monkeypatch.syspath_prepend(str(Path(__file__).parents[1] / "benchmarks"))  # validation_models:dwnet
+    sys.modules.pop("validation_models", None)
+
+    def today(without=frozenset()):
+        import contextlib
+        import io
+
+        from scaletrain.predict import calibration
+        from scaletrain.predict.cli import predict_spec
+        from scaletrain.predict.scaling import predict_grid
+        from scaletrain.validate.load import load_measured
+        from scaletrain.validate.match import validate
+
+        cal = calibration.load(WORKERS / "calibration.json")
+        network = {"intra": cal["network"]["fits"], "inter": None, "source": "calibration"}
+        shapes = OpShapes(cal, WORKERS / "shapes.json", budget_s=0.0)
+        with contextlib.redirect_stdout(io.StringIO()):
+            prediction = predict_grid(predict_spec(str(WORKERS / "ws-s13c" / "study.toml"), {}, {}), cal, network,
+                                      None, "recorded", shapes=shapes, without=without)
+        assert shapes.timed == 0
+        v = validate(prediction, load_measured([WORKERS / "ws-s13c"]))
+        return v["summary"], v["ratio_summary"]
+
+    step, ratios = today()
+    assert step["count"] == 12 and ratios["count"] == 20
+    assert ratios["median_abs_error"] <= 0.05 and ratios["p90_abs_error"] <= 0.10 and not ratios["biased"]
+    workers = ratios["by_axis"]["workers"]
+    assert workers["median_abs_error"] <= 0.05 and workers["p90_abs_error"] <= 0.06
+    assert ratios["by_axis"]["nproc"]["p90_abs_error"] <= 0.08
+    assert step["median_abs_error"] <= 0.10
+    _, unshared = today(frozenset({"worker_sharing"}))
+    assert unshared["by_axis"]["workers"]["p90_abs_error"] > 0.2

@@ -11,6 +11,7 @@ from predict_fixtures import NETWORK, calibrated_here, fake_calibration
 from scaletrain.models.registry import build_model
 from scaletrain.predict import model as M
 from scaletrain.predict import refnet
+from scaletrain.predict import workers as W
 from scaletrain.predict.kinds import GROUP
 from scaletrain.predict.ops import trace_ops
 from scaletrain.predict.points import Predictor
@@ -138,20 +139,75 @@ def test_the_loader_law_separates_a_batchs_own_cost_from_its_samples():
     assert Predictor(cal, NETWORK).loader_sample_s("digits", 8, None, 128) == pytest.approx(1e-5)
 
 
-def test_a_busy_worker_slows_compute_by_the_cpu_time_needed_over_the_cores():
-    """One rank on both cores and one loader worker: the step needs its compute on two threads plus the
-    worker's work, on two cores. A run with a worker in the calibration is no loop factor, and no longer an
-    interference of its own (it priced the recorded worker studies worse: docs/predict.md)."""
+def test_a_run_with_a_worker_in_the_calibration_is_no_loop_factor():
+    """Files made before 2026-11-26 hold a reference run with one loader worker: it is no loop factor."""
     cal = fake_calibration()
     idle = cal["loop"]["runs"][0]
     cal["loop"]["runs"].append({**idle, "workers": 1, "batch_size": 32, "source_pixels": 4096,
                                 "phases_mean_s": {**idle["phases_mean_s"], "forward": 1.0}})
     assert Predictor(cal, NETWORK).loop(1) == Predictor(fake_calibration(), NETWORK).loop(1)
-    s = M.Setting(batch_size=32, cores=2, workers=1)
-    assert M.compute_stretch(s, 0.01, 0.1) == pytest.approx((0.1 * 2 + 0.01) / (2 * 0.1))
-    roomy = M.Setting(batch_size=32, cores=8, threads=2, workers=1)
-    assert M.compute_stretch(roomy, 0.01, 0.1) == 1.0  # cores to spare: the worker slows nobody
-    assert M.compute_stretch(M.Setting(batch_size=32, cores=2, workers=1, stretch=False), 0.01, 0.1) == 1.0
+
+
+W1 = W.Workers(handoff_s=0.002, receive_s=0.001, pair_speedup=1.5)
+
+
+def test_a_worker_beside_a_rank_on_every_core_costs_the_rank_its_work():
+    """One rank on both cores: the worker's batch (10 ms) is made beside the rank's compute, which loses as much;
+    the rank's one-thread receive (1 ms) lends the worker the other core. A rank whose compute is shorter than
+    the batch loses its compute once more and waits for the rest (dwnet and LeNet-5, 2026-11-27)."""
+    full = {"single_s": 0.0, "idle_s": 0.0, "cores_per_rank": 2, "threads": 2}
+    long_lost, long_wait = W.worker_cost(W1, 1, 0.010, multi_s=0.045, **full)
+    assert long_lost == pytest.approx(0.009) and long_wait == pytest.approx(0.001)
+    short_lost, short_wait = W.worker_cost(W1, 1, 0.010, multi_s=0.003, **full)
+    assert short_lost == pytest.approx(0.003) and short_wait == pytest.approx(0.001 + 0.006)
+    # two workers: one is busy while the rank computes (one batch asked per batch taken); both make the rest
+    assert W.worker_cost(W1, 2, 0.010, 0.045, 0.0, 0.0, 2, 2) == pytest.approx((long_lost, long_wait))
+    lost2, wait2 = W.worker_cost(W1, 2, 0.010, 0.003, 0.0, 0.0, 2, 2)
+    assert lost2 == pytest.approx(0.003) and wait2 == pytest.approx(0.001 + 0.006 / 1.5)
+
+
+def test_a_worker_on_a_free_core_costs_nothing_and_an_accelerator_shares_none():
+    # one thread of one rank on two cores: the worker has a core to itself for the whole step
+    assert W.worker_cost(W1, 1, 0.010, 0.045, 0.0, 0.0, 2, 1) == pytest.approx((0.0, 0.001))
+    assert W.worker_cost(W1, 1, 0.010, 0.004, 0.001, 0.0, 2, 1) == pytest.approx((0.0, 0.001 + 0.010 - 0.004 - 0.002))
+    # two ranks of one thread on two cores: a rank's wait for the others leaves its core to its worker
+    lost, wait = W.worker_cost(W1, 1, 0.010, 0.005, 0.0, 0.003, 1, 1)
+    assert lost == pytest.approx(0.005) and wait == pytest.approx(0.001 + 0.010 - 0.003 - 0.005)
+    # on an accelerator the rank's compute holds no core: its workers (4 of 8 cores) make batches the whole step
+    lost, wait = W.worker_cost(W.Workers(), 4, 0.100, 0.0, 0.020, 0.0, 8, 0)
+    assert lost == 0.0 and wait == pytest.approx(0.100 / 4 - 0.020)
+    # the correction off: the work beside the compute costs the rank nothing
+    off = W.Workers(handoff_s=0.002, receive_s=0.001, pair_speedup=1.5, sharing=False)
+    assert W.worker_cost(off, 1, 0.010, 0.045, 0.0, 0.0, 2, 2) == pytest.approx((0.0, 0.001))
+
+
+def test_the_workers_rows_of_a_calibration_give_their_handoff_receive_and_pair_rate():
+    cal = fake_calibration()
+    per_sample = Predictor(cal, NETWORK).loader_sample_s("imagefolder", 64, 64 * 64)
+    cal["loader"]["workers"] = [
+        {"workers": 1, "batch_size": 32, "first_batch_s": 0.05, "per_batch_s": 32 * per_sample + 0.003,
+         "receive_s": 0.0015, "handoff_s": 0.0025},
+        {"workers": 2, "batch_size": 32, "first_batch_s": 0.07, "per_batch_s": (32 * per_sample + 0.003) / 1.7}]
+    w = Predictor(cal, NETWORK).workers()
+    assert (w.handoff_s, w.receive_s, w.pair_speedup) == pytest.approx((0.0025, 0.0015, 1.7))
+    # older calibrations: the hand-over against the law's in-process cost, and standing for the receive
+    del cal["loader"]["workers"][0]["receive_s"], cal["loader"]["workers"][0]["handoff_s"]
+    older = Predictor(cal, NETWORK).workers()
+    assert older.handoff_s == pytest.approx(0.003) and older.receive_s == pytest.approx(0.003)
+    assert Predictor(cal, NETWORK, without=frozenset({"worker_sharing"})).workers().sharing is False
+
+
+def test_a_step_with_a_worker_puts_what_the_rank_loses_on_its_forward():
+    ops = [M.OpCost(forward_s=0.020, backward_s=0.025)]
+    s = M.Setting(batch_size=32, cores=2, workers=1, sample_s=0.25e-3)  # 8 ms of decode a batch
+    step = M.predict_step(ops, s, M.Loop(), {"intra": {}}, lambda t, n: 0.0, workers=W1)
+    assert step["phases_s"]["forward"] == pytest.approx(0.020 + 0.010 - 0.001)
+    assert step["phases_s"]["backward"] == pytest.approx(0.025)
+    assert step["phases_s"]["data_wait"] == pytest.approx(0.001)
+    assert step["workers_lost_s"] == pytest.approx(0.009)
+    none = M.predict_step(ops, M.Setting(batch_size=32, cores=2, sample_s=0.25e-3), M.Loop(), {"intra": {}},
+                          lambda t, n: 0.0, workers=W1)
+    assert none["phases_s"]["data_wait"] == pytest.approx(0.008) and none["workers_lost_s"] == 0.0
 
 
 def test_the_slowdown_of_a_full_machine_is_the_same_network_alone_at_the_same_threads():
@@ -240,3 +296,41 @@ def test_calibrate_runs_the_slowdown_pair_and_the_two_batches_on_two_ranks_alter
     tail = order[-sum(rounds[i] for i in calibrate.INTERLEAVED):]
     assert [o[:4] for o in tail[:6]] == interleaved * 2
     assert [o[4] for o in tail[:3]] == ["r0"] * 3 and [o[4] for o in tail[3:6]] == ["r1"] * 3
+
+
+def test_an_image_folder_is_priced_at_the_pixels_its_transform_decodes(tmp_path):
+    """A JPEG larger than the training transform needs is decoded at 1/2, 1/4 or 1/8 of its size (PIL's draft):
+    `--no-augment`'s resize to 37 px lets a 128 px image decode at 64, a random crop (which may take 8% of it) not.
+    Priced at its whole 128 px, LeNet-5's steps on such a folder came out 14-33% over (2026-11-27)."""
+    from PIL import Image
+
+    from scaletrain.predict.points import data_facts
+
+    for split in ("train", "val"):
+        for label in ("a", "b"):
+            (tmp_path / split / label).mkdir(parents=True)
+            for i in range(2):
+                Image.new("RGB", (128, 128), (40 * i, 90, 200)).save(tmp_path / split / label / f"{i}.jpg")
+    spec = f"imagefolder:{tmp_path}"
+    assert data_facts(spec, 32, 0, 0, False)["source_pixels"] == 64 * 64
+    assert data_facts(spec, 32, 0, 0, True)["source_pixels"] == 128 * 128
+
+
+def test_every_point_of_a_grid_is_priced_at_the_threads_study_runs_it_at():
+    """`study --nproc 1,2` on two cores runs both points at one thread (cores / the grid's largest nproc), so
+    `predict` with the same flags prices them so, and `validate` matches a run only with a point at its threads
+    (a one-rank run at one thread was compared with a point priced at two: 2026-11-27)."""
+    from scaletrain.predict.scaling import predict_grid
+    from scaletrain.study.grid import StudySpec
+    from scaletrain.validate.match import differences
+
+    cal = fake_calibration(threads=(1, 2))
+    spec = StudySpec(axes={"nproc": [1, 2]}, train={"model": "lenet5", "dataset": "synthetic",
+                                                    "synthetic_samples": 512}, repeats=1)
+    points = predict_grid(spec, cal, NETWORK, None, "test")["points"]
+    assert [p["config"]["threads"] for p in points] == [1, 1]
+    given = StudySpec(axes={"nproc": [1, 2]}, train={**spec.train, "threads": 2}, repeats=1)
+    assert [p["config"]["threads"] for p in predict_grid(given, cal, NETWORK, None, "test")["points"]] == [2, 2]
+    run = {**points[0]["config"], "threads": 2}
+    assert differences(run, points[0]["config"]) == [("threads", 2, 1)]
+    assert differences({**run, "threads": None}, points[0]["config"]) == []  # a run that recorded none

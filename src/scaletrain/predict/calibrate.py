@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import platform
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -196,9 +197,7 @@ def _optimizer_rows(name: str, threads: int, device: torch.device, quick: bool) 
 
 # ------------------------------------------------------------------ loader
 def _loader(work: Path, quick: bool, tick: Callable[[str], None]) -> dict[str, Any]:
-    from torch.utils.data import DataLoader
-
-    from scaletrain.data import collate, write_imagefolder
+    from scaletrain.data import write_imagefolder
     from scaletrain.data.registry import build_datasets
 
     rows = []
@@ -225,28 +224,63 @@ def _loader(work: Path, quick: bool, tick: Callable[[str], None]) -> dict[str, A
             rows.append({"dataset": "imagefolder", "image_size": out_size, "source_pixels": size * size,
                          "batch_size": 32, "channels": 3, "seconds_per_sample": per_sample(data.train)})
     tick("loader image folders")
-    workers = []
-    folder = folders[64]
-    data = build_datasets(f"imagefolder:{folder}", image_size=64)
-    for k in (1, 2):
-        loader = DataLoader(data.train, batch_size=32, shuffle=True, collate_fn=collate, drop_last=True,
-                            num_workers=k, generator=torch.Generator().manual_seed(0))
-        t0 = time.perf_counter()
-        it = iter(loader)
-        next(it)
-        first = time.perf_counter() - t0
-        t1, n = time.perf_counter(), 0
-        for _ in range(10 if quick else 25):
-            try:
-                next(it)
-            except StopIteration:
-                break
-            n += 1
-        workers.append({"workers": k, "batch_size": 32, "image_size": 64, "source_pixels": 64 * 64,
-                        "first_batch_s": first, "per_batch_s": (time.perf_counter() - t1) / max(1, n)})
-        del it, loader
+    data = build_datasets(f"imagefolder:{folders[64]}", image_size=64)
+    batches = 10 if quick else 25
+    ones, handoffs = [], []
+    for _ in range(3):  # a worker's batches against the same batches made in this process, alternated
+        in_process = seconds_per_sample(data.train, 32, batches) * 32
+        first, per_batch, it = _worker_batches(data.train, 1, batches)
+        ones.append((first, per_batch))
+        handoffs.append(per_batch - in_process)
+    receive = _receive_s(it, per_batch, 4 if quick else 8)
+    del it
+    first2, per_batch2, it = _worker_batches(data.train, 2, batches)
+    del it
+    shape = {"batch_size": 32, "image_size": 64, "source_pixels": 64 * 64}
+    workers = [{"workers": 1, **shape, "first_batch_s": statistics.median(f for f, _ in ones),
+                "per_batch_s": statistics.median(b for _, b in ones), "receive_s": receive,
+                "handoff_s": max(0.0, statistics.median(handoffs))},
+               {"workers": 2, **shape, "first_batch_s": first2, "per_batch_s": per_batch2}]
     tick("loader workers")
     return {"rows": rows, "workers": workers, "fit": fit_loader(rows)}
+
+
+def _worker_batches(dataset, workers: int, batches: int):
+    """(the first batch's seconds, seconds per batch after it, the iterator) through `workers` loader workers, the
+    main process only taking the batches."""
+    from torch.utils.data import DataLoader
+
+    from scaletrain.data import collate
+
+    loader = DataLoader(dataset, batch_size=32, shuffle=True, collate_fn=collate, drop_last=True,
+                        num_workers=workers, generator=torch.Generator().manual_seed(0))
+    t0 = time.perf_counter()
+    it = iter(loader)
+    next(it)
+    first = time.perf_counter() - t0
+    t1, n = time.perf_counter(), 0
+    for _ in range(batches):
+        try:
+            next(it)
+        except StopIteration:
+            break
+        n += 1
+    return first, (time.perf_counter() - t1) / max(1, n), it
+
+
+def _receive_s(it, per_batch_s: float, batches: int) -> float:
+    """The rank's own part of a worker's batch: taking one already made off the queue (median over `batches`,
+    each after a pause of three batches' making, so that it waits made)."""
+    times = []
+    for _ in range(batches):
+        time.sleep(3 * per_batch_s)
+        t0 = time.perf_counter()
+        try:
+            next(it)
+        except StopIteration:
+            break
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times) if times else 0.0
 
 
 def seconds_per_sample(dataset, batch: int, batches: int) -> float:

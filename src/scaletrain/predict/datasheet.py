@@ -30,6 +30,7 @@ from scaletrain.perf.hardware import Hardware, roofline_time
 from scaletrain.perf.memory import TRACED_BYTES
 from scaletrain.perf.precision import ACTIVATION_BYTES
 from scaletrain.predict import model as M
+from scaletrain.predict import workers as W
 from scaletrain.predict.kinds import GROUP
 from scaletrain.predict.ops import Op, Workload
 
@@ -144,8 +145,9 @@ class DatasheetPredictor:
             return 0.0
         return 1.0 / rate
 
-    def handoff(self) -> tuple[float, float]:
-        return 0.0, 0.0
+    def workers(self) -> W.Workers:
+        """Workers on a data sheet: one core each, no hand-over priced (the profile gives a core's rate only)."""
+        return W.Workers()
 
     def loop(self, local_ranks: int) -> M.Loop:
         return M.Loop()

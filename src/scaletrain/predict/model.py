@@ -5,8 +5,8 @@ No torch.distributed and no printing here: `points.py` builds the inputs (tracin
 the laws) and this module does the arithmetic. Phases carry the profiler's keys (docs/metrics.md) so a
 prediction and a measurement compare phase by phase:
 
-    data_wait     the loader: batch x seconds per sample with --workers 0; with k workers the part of
-                  their production (batch x per-sample / k) that the step does not cover, plus hand-over
+    data_wait     the loader: batch x seconds per sample with --workers 0; with workers the rank's taking of
+                  a made batch, and what of the batch's making the step does not cover (predict/workers.py)
     h2d, other    the training loop's own, as calibrated on the reference network
     forward       sum of the ops' forward times (+ the loss), x the loop factor calibrated for as many
                   ranks per node
@@ -16,8 +16,8 @@ prediction and a measurement compare phase by phase:
                   parameter server's push, apply and pull after backward; a pipeline's replicas' all-reduce
     optimizer     a law in tensors and elements per optimizer, + the loop's own overhead (a strategy whose
                   rank applies no update, a parameter server's worker: none)
-Processes that share cores (ranks x threads, plus busy loader workers, beyond the node's cores) stretch
-the compute phases by the CPU time they need over the cores there are.
+Ranks' threads beyond the node's cores stretch the compute phases by the threads over the cores; loader
+workers on the cores a rank's threads fill take their time from its compute (predict/workers.py).
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from typing import Any, Callable
 
 from scaletrain.config.layout import Layout
 from scaletrain.predict.pricing import BUCKET_CAPS_MB, NO_COMM, link  # noqa: F401 (re-exported)
+from scaletrain.predict.workers import Workers, worker_cost
 
 PHASES = ("data_wait", "h2d", "forward", "backward", "comm_exposed", "optimizer", "other")
 
@@ -116,33 +117,32 @@ class Loop:
         return memory if group == "memory" and memory is not None else compute
 
 
-def compute_stretch(s: Setting, loader_cpu_s: float, compute_s: float) -> float:
-    """How much slower compute runs because processes share cores: ranks' threads and busy loader workers
-    against the cores there are (1 = not at all).
+def computing_ranks(s: Setting) -> tuple[float, int]:
+    """(the ranks that compute on one node's cores, those cores): every rank but the parameter servers, which
+    wait while their workers compute (a testbed's hosts all share one machine's cores)."""
+    if s.shared_cores:
+        return s.layout.trainers, s.shared_cores
+    return s.layout.trainers / max(1, s.nnodes), s.cores
 
-    Loader workers: compute stretches by the CPU time a step needs on the node (every rank's compute on its
-    threads and its loader's work) over the cores there are. (A calibrated interference per second of a
-    worker's work priced workers on full cores worse than this rule in every recorded study:
-    docs/predict.md, "What each correction is worth".) On an accelerator, compute shares no cores: 1."""
+
+def compute_stretch(s: Setting) -> float:
+    """How much slower compute runs because ranks' threads share cores: the computing ranks' threads over the
+    cores there are (1 = not at all; on an accelerator, compute shares no cores: 1)."""
     if not s.cpu_compute or not s.stretch:
         return 1.0
-    threads = s.nproc * s.rank_threads
-    cores = s.cores
-    if s.shared_cores:  # testbed hosts on one machine: every host's threads compete for its cores
-        threads *= s.nnodes
-        cores = s.shared_cores
-    over = max(1.0, threads / max(1, cores))
-    if s.workers and loader_cpu_s > 0 and compute_s > 0:
-        ranks = s.nproc if not s.shared_cores else s.nproc * s.nnodes
-        # CPU seconds a step needs on the node: every rank's compute on its threads and its loader's work
-        demand = ranks * (compute_s * s.rank_threads + loader_cpu_s)
-        over = max(over, demand / (cores * compute_s))
-    return over
+    ranks, cores = computing_ranks(s)
+    return max(1.0, ranks * s.rank_threads / max(1, cores))
+
+
+def cores_per_rank(s: Setting) -> float:
+    """The cores each computing rank has to itself and its loader workers."""
+    ranks, cores = computing_ranks(s)
+    return cores / max(1.0, ranks)
 
 
 def predict_step(ops: list[OpCost], s: Setting, loop: Loop, network: dict[str, Any],
                  optimizer_s: Callable[[int, int], float], loss_s: tuple[float, float] = (0.0, 0.0),
-                 loader_first_batch_s: float = 0.0, handoff_s: float = 0.0, **context: Any) -> dict[str, Any]:
+                 loader_first_batch_s: float = 0.0, workers: Workers | None = None, **context: Any) -> dict[str, Any]:
     """The step's phases (seconds), its communication and the numbers the limit is named from.
 
     `optimizer_s(tensors, numel)` is the optimizer's calibrated law at this point's threads. The strategy
@@ -158,7 +158,7 @@ def predict_step(ops: list[OpCost], s: Setting, loop: Loop, network: dict[str, A
     strategy = s.strategy_class
     opt = optimizer_s(len(grads), sum(grads) // 4) + loop.optimizer_s if strategy.local_update else 0.0
     loader_cpu = s.batch_size * s.sample_s
-    stretch = compute_stretch(s, loader_cpu, fwd + bwd + opt)
+    stretch = compute_stretch(s)
     fwd, bwd, opt = fwd * stretch, bwd * stretch, opt * stretch
     compute = {"h2d": loop.h2d_s, "forward": fwd, "backward": bwd, "optimizer": opt, "other": loop.other_s}
     pricing = Pricing(s, ops, loop, network, optimizer_s, dict(compute), stretch, **context)
@@ -169,18 +169,21 @@ def predict_step(ops: list[OpCost], s: Setting, loop: Loop, network: dict[str, A
     order = ("data_wait", "h2d", "forward", "backward", "comm_exposed", "optimizer")
     phases = {**{k: phases[k] for k in order}, **{k: v for k, v in phases.items() if k not in order and k != "other"},
               "other": phases["other"]}
-    produce = loader_cpu + handoff_s
-    busy = sum(phases.values())
+    lost = 0.0
     if s.workers == 0:
-        data_wait = produce
+        data_wait = loader_cpu
     else:
-        # k workers each make a whole batch: one arrives every batch x per-sample / k seconds at best
-        # (on an accelerator node the workers of a rank share the cores the node has per rank)
-        parallel = s.workers if s.cpu_compute else max(1, min(s.workers, s.cores // max(1, s.nproc)))
-        data_wait = max(handoff_s, loader_cpu * stretch / parallel - busy + handoff_s)
+        w = workers or Workers()
+        computing = phases["forward"] + phases["backward"] + phases["optimizer"]
+        loop_s = phases["h2d"] + phases["other"]
+        multi = computing if s.cpu_compute else 0.0  # on an accelerator the rank's one thread drives it
+        lost, data_wait = worker_cost(w, s.workers, loader_cpu + w.handoff_s, multi, loop_s + computing - multi,
+                                      sum(phases.values()) - computing - loop_s, cores_per_rank(s),
+                                      s.rank_threads if s.cpu_compute else 0)
+        phases["forward"] += lost  # a worker starts the next batch as the rank takes this one: on its forward
     phases["data_wait"] = data_wait
     return {"phases_s": phases, "step_time_s": sum(phases.values()), "comm": cost.comm if cost else dict(NO_COMM),
-            "stretch": stretch, "extra": cost.extra if cost else {},
+            "stretch": stretch, "workers_lost_s": lost, "extra": cost.extra if cost else {},
             "epoch_start_s": loader_first_batch_s if s.workers else 0.0}
 
 

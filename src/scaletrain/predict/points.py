@@ -51,12 +51,16 @@ def workload(cfg, data_facts: dict[str, Any], batch: int) -> Workload:
 
 
 @functools.lru_cache(maxsize=32)
-def data_facts(dataset: str, image_size: int | None, synthetic_samples: int, synthetic_classes: int) -> dict[str, Any]:
-    """Samples, classes, channels, image size and (image folders) the images' mean source pixels."""
+def data_facts(dataset: str, image_size: int | None, synthetic_samples: int, synthetic_classes: int,
+               augment: bool = True) -> dict[str, Any]:
+    """Samples, classes, channels, image size and (image folders) the images' mean source pixels as the training
+    transform decodes them: a JPEG larger than it needs is decoded at 1/2, 1/4 or 1/8 of its size
+    (data/imagefolder.reduced), which `--no-augment`'s resize allows far more often than a random crop's."""
+    from scaletrain.data.imagefolder import reduced
     from scaletrain.data.registry import build_datasets
 
     bundle = build_datasets(dataset, image_size=image_size, synthetic_samples=synthetic_samples,
-                            synthetic_classes=synthetic_classes)
+                            synthetic_classes=synthetic_classes, augment=augment)
     facts = {"samples": len(bundle.train), "classes": bundle.num_classes, "channels": bundle.in_channels,
              "image_size": bundle.image_size, "source_pixels": None}
     if dataset.startswith("imagefolder:"):
@@ -67,6 +71,7 @@ def data_facts(dataset: str, image_size: int | None, synthetic_samples: int, syn
         sizes = []
         for i in picks:
             with Image.open(train.path(i)) as im:
+                reduced(im, train.transform)
                 sizes.append(im.size[0] * im.size[1])
         facts["source_pixels"] = int(statistics.fmean(sizes)) if sizes else None
     return facts
@@ -99,7 +104,8 @@ def check_point(cfg, hw=None) -> None:
         raise UserError(f"--nproc {cfg.launch.nproc} x --nnodes {cfg.launch.nnodes} leaves no trainer (a rank that "
                         f"reads data) for --strategy {cfg.strategy.name}: give more processes, or fewer --stages or "
                         "--ps-servers")
-    facts = data_facts(cfg.data.dataset, cfg.data.image_size, cfg.data.synthetic_samples, cfg.data.synthetic_classes)
+    facts = data_facts(cfg.data.dataset, cfg.data.image_size, cfg.data.synthetic_samples, cfg.data.synthetic_classes,
+                       cfg.data.augment)
     if cfg.optim.batch_size * trainers(cfg) > facts["samples"]:
         raise UserError(f"--batch-size {cfg.optim.batch_size} x {trainers(cfg)} trainers (--nproc {cfg.launch.nproc} "
                         f"x --nnodes {cfg.launch.nnodes}) is more than the {facts['samples']} training samples: an "
@@ -126,7 +132,8 @@ def predict_config(p: Predictor, cfg, *, shared_cores: int | None = None, cores:
 
     check_point(cfg, p.hardware)
     auto_cap = cfg.strategy.bucket_cap_mb == "auto"
-    facts = data_facts(cfg.data.dataset, cfg.data.image_size, cfg.data.synthetic_samples, cfg.data.synthetic_classes)
+    facts = data_facts(cfg.data.dataset, cfg.data.image_size, cfg.data.synthetic_samples, cfg.data.synthetic_classes,
+                       cfg.data.augment)
     cores = cores or p.cores
     s = M.Setting(batch_size=cfg.optim.batch_size, precision=cfg.model.precision, nproc=cfg.launch.nproc,
                   nnodes=cfg.launch.nnodes,
@@ -145,12 +152,12 @@ def predict_config(p: Predictor, cfg, *, shared_cores: int | None = None, cores:
         ops = [dataclasses.replace(o, backward_s=o.backward_s + again * o.forward_s) for o in ops]
     loss = p.loss_s(cfg.optim.batch_size, facts["classes"], cfg.model.precision, threads)
     s.sample_s = p.loader_sample_s(cfg.data.dataset, facts["image_size"], facts["source_pixels"], cfg.optim.batch_size)
-    handoff, startup = p.handoff()
+    workers = p.workers()
     loop = p.loop(cfg.launch.nproc)
     opt_law = p.optimizer_law(cfg.optim.optimizer, threads)
     def step_at(setting: M.Setting) -> dict[str, Any]:
-        return M.predict_step(ops, setting, loop, p.network, opt_law, loss, loader_first_batch_s=startup +
-                              setting.sample_s * cfg.optim.batch_size, handoff_s=handoff if cfg.data.workers else 0.0,
+        return M.predict_step(ops, setting, loop, p.network, opt_law, loss, loader_first_batch_s=workers.startup_s +
+                              setting.sample_s * cfg.optim.batch_size, workers=workers,
                               cfg=cfg, facts=facts, predictor=p)
 
     step = step_at(s)
@@ -177,7 +184,7 @@ def predict_config(p: Predictor, cfg, *, shared_cores: int | None = None, cores:
             "peak_memory_bytes": peak, "memory_bytes": mem, "memory_kind": p.memory_kind(),
             "comm": step["comm"], "layers": {k: sources.get(k, 0) for k in ("measured", "regression", "roofline")},
             "limit": lim, "limit_note": note, "batch_efficiency": eff, "threads": threads,
-            "stretch": step["stretch"], "plausibility": check,
+            "stretch": step["stretch"], "workers_lost_s": step["workers_lost_s"], "plausibility": check,
             "notes": list(w.notes) + ([AUTO_CAP_NOTE] if auto_cap else []) + ([] if mem else [NO_MEMORY_NOTE])
             + ([LEAN_NOTE] if runs_lean(cfg, p.memory_kind()) else []),
             "image_size": facts["image_size"], "ops": per_op, **step["extra"]}

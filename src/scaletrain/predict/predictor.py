@@ -14,6 +14,7 @@ import numpy as np
 
 from scaletrain.errors import UserError
 from scaletrain.predict import model as M
+from scaletrain.predict import workers as W
 from scaletrain.predict.calibration import nearest_threads
 from scaletrain.predict.kinds import GROUP
 from scaletrain.predict.ops import Workload
@@ -38,8 +39,10 @@ CORRECTIONS = {
     "comm_residual": "exposed communication the bucket model does not explain: a constant + a share of compute, "
                      "from the 2-rank reference runs (off: 0)",
     "comm_slope": "the residual's share of compute (off: its mean as a constant)",
-    "core_stretch": "ranks' threads and busy loader workers beyond the cores stretch compute by the CPU time "
-                    "needed over the cores there are (off: no stretch)",
+    "core_stretch": "ranks' threads beyond the cores stretch compute by the threads over the cores (off: no "
+                    "stretch)",
+    "worker_sharing": "a loader worker's work on the cores a rank's threads fill costs the rank as much compute "
+                      "(off: it costs nothing)",
     "loader_handoff": "a loader worker's per-batch hand-over and its first-batch start-up (off: 0)",
     "harness_excess": "each op's isolated time less what timing it alone adds (an autocast context per forward, "
                       "an autograd engine start per backward), measured on a chain of tiny ops (off: as timed)",
@@ -141,17 +144,22 @@ class Predictor:
         return a + b * (source_pixels or image_size * image_size) + c * image_size * image_size + \
             (d[0] / max(1, batch) if d else 0.0)
 
-    def handoff(self) -> tuple[float, float]:
-        """(seconds per batch a worker adds handing a batch over, first-batch start-up seconds), beyond the
-        calibrated 64-pixel folder's per-sample cost: start-up scaled to this batch later."""
-        sample_s_64 = self.loader_sample_s("imagefolder", 64, 64 * 64)
+    def workers(self) -> W.Workers:
+        """A rank's loader workers as the calibration's rows measured them beside an idle rank: a worker's
+        per-batch work beyond the same batches' in-process cost, the rank's taking of a made batch (older
+        calibrations: the hand-over), two workers' rate over one's, and the first batch's start-up."""
         rows = self.cal["loader"]["workers"]
         if not rows or "loader_handoff" in self.without:
-            return 0.0, 0.0
+            return W.Workers(sharing="worker_sharing" not in self.without)
+        sample_s_64 = self.loader_sample_s("imagefolder", 64, 64 * 64)
         r1 = next((r for r in rows if r["workers"] == 1), rows[0])
-        handoff = max(0.0, r1["per_batch_s"] - r1["batch_size"] * sample_s_64)
+        r2 = next((r for r in rows if r["workers"] == 2), None)
+        # measured against the same batches made in process, alternated (older calibrations: against the law)
+        handoff = r1.get("handoff_s", max(0.0, r1["per_batch_s"] - r1["batch_size"] * sample_s_64))
         startup = max(0.0, statistics.fmean(r["first_batch_s"] for r in rows) - r1["batch_size"] * sample_s_64)
-        return handoff, startup
+        pair = min(2.0, max(1.0, r1["per_batch_s"] / r2["per_batch_s"])) if r2 else 2.0
+        return W.Workers(handoff_s=handoff, receive_s=r1.get("receive_s", handoff), pair_speedup=pair,
+                         startup_s=startup, sharing="worker_sharing" not in self.without)
 
     def loop(self, local_ranks: int) -> M.Loop:
         """What the training loop adds, from the calibration's reference runs (docs/predict.md).
