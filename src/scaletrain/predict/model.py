@@ -142,12 +142,13 @@ def cores_per_rank(s: Setting) -> float:
 
 def predict_step(ops: list[OpCost], s: Setting, loop: Loop, network: dict[str, Any],
                  optimizer_s: Callable[[int, int], float], loss_s: tuple[float, float] = (0.0, 0.0),
-                 loader_first_batch_s: float = 0.0, workers: Workers | None = None, **context: Any) -> dict[str, Any]:
+                 workers: Workers | None = None, **context: Any) -> dict[str, Any]:
     """The step's phases (seconds), its communication and the numbers the limit is named from.
 
     `optimizer_s(tensors, numel)` is the optimizer's calibrated law at this point's threads. The strategy
     prices its own communication (`Strategy.cost`, predict/pricing.py), from the compute phases computed here;
-    `context` (cfg, facts, predictor) is what it may read beyond them. Memory per rank is the one memory model's
+    `context` (cfg, facts, predictor) is what it may read beyond them; `workers` the calibration's loader workers
+    (predict/workers.py). Memory per rank is the one memory model's
     (comm/memory.per_rank, through the strategy's own `memory`: predict/points.rank_memory)."""
     from scaletrain.predict.pricing import Pricing
 
@@ -169,11 +170,10 @@ def predict_step(ops: list[OpCost], s: Setting, loop: Loop, network: dict[str, A
     order = ("data_wait", "h2d", "forward", "backward", "comm_exposed", "optimizer")
     phases = {**{k: phases[k] for k in order}, **{k: v for k, v in phases.items() if k not in order and k != "other"},
               "other": phases["other"]}
-    lost = 0.0
+    lost, w = 0.0, workers or Workers()
     if s.workers == 0:
         data_wait = loader_cpu
     else:
-        w = workers or Workers()
         computing = phases["forward"] + phases["backward"] + phases["optimizer"]
         loop_s = phases["h2d"] + phases["other"]
         multi = computing if s.cpu_compute else 0.0  # on an accelerator the rank's one thread drives it
@@ -184,7 +184,7 @@ def predict_step(ops: list[OpCost], s: Setting, loop: Loop, network: dict[str, A
     phases["data_wait"] = data_wait
     return {"phases_s": phases, "step_time_s": sum(phases.values()), "comm": cost.comm if cost else dict(NO_COMM),
             "stretch": stretch, "workers_lost_s": lost, "extra": cost.extra if cost else {},
-            "epoch_start_s": loader_first_batch_s if s.workers else 0.0}
+            "epoch_start_s": w.startup_s + loader_cpu if s.workers else 0.0}  # the workers' start and first batch
 
 
 def limit(phases: dict[str, float], batch_efficiency: float) -> tuple[str, str]:

@@ -156,9 +156,8 @@ def predict_config(p: Predictor, cfg, *, shared_cores: int | None = None, cores:
     loop = p.loop(cfg.launch.nproc)
     opt_law = p.optimizer_law(cfg.optim.optimizer, threads)
     def step_at(setting: M.Setting) -> dict[str, Any]:
-        return M.predict_step(ops, setting, loop, p.network, opt_law, loss, loader_first_batch_s=workers.startup_s +
-                              setting.sample_s * cfg.optim.batch_size, workers=workers,
-                              cfg=cfg, facts=facts, predictor=p)
+        return M.predict_step(ops, setting, loop, p.network, opt_law, loss, workers=workers, cfg=cfg, facts=facts,
+                              predictor=p)
 
     step = step_at(s)
     if auto_cap and step["comm"].get("best_bucket_cap_mb") is not None:
