@@ -245,14 +245,14 @@ def _loader(work: Path, quick: bool, tick: Callable[[str], None]) -> dict[str, A
     return {"rows": rows, "workers": workers, "fit": fit_loader(rows)}
 
 
-def _worker_batches(dataset, workers: int, batches: int):
+def _worker_batches(dataset, workers: int, batches: int, batch: int = 32):
     """(the first batch's seconds, seconds per batch after it, the iterator) through `workers` loader workers, the
-    main process only taking the batches."""
+    main process only taking the batches (none: the main process makes them)."""
     from torch.utils.data import DataLoader
 
     from scaletrain.data import collate
 
-    loader = DataLoader(dataset, batch_size=32, shuffle=True, collate_fn=collate, drop_last=True,
+    loader = DataLoader(dataset, batch_size=batch, shuffle=True, collate_fn=collate, drop_last=True,
                         num_workers=workers, generator=torch.Generator().manual_seed(0))
     t0 = time.perf_counter()
     it = iter(loader)
@@ -286,22 +286,7 @@ def _receive_s(it, per_batch_s: float, batches: int) -> float:
 def seconds_per_sample(dataset, batch: int, batches: int) -> float:
     """Seconds per sample of the main process reading `batches` batches (after a first) through a DataLoader
     without workers: read, decode, augment and collate on this process's threads."""
-    from torch.utils.data import DataLoader
-
-    from scaletrain.data import collate
-
-    loader = DataLoader(dataset, batch_size=batch, shuffle=True, collate_fn=collate, drop_last=True,
-                        generator=torch.Generator().manual_seed(0))
-    it = iter(loader)
-    next(it)
-    t0, n = time.perf_counter(), 0
-    for _ in range(batches):
-        try:
-            next(it)
-        except StopIteration:
-            break
-        n += 1
-    return (time.perf_counter() - t0) / max(1, n) / batch
+    return _worker_batches(dataset, 0, batches, batch)[1] / batch
 
 
 def fit_loader(rows: list[dict[str, Any]]) -> dict[str, list[float]]:
