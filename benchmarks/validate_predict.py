@@ -50,6 +50,8 @@ TESTBED = {  # group: (hosts, rate, train flags)
     "testbed-2h-100mbit": (2, "100mbit", ["--model", "resnet20", "--batch-size", "64", "--strategy", "allreduce,ring"]),
     "testbed-2h-1gbit": (2, "1gbit", ["--model", f"resnet20,{W}", "--batch-size", "64"]),
     "testbed-3h-200mbit": (3, "200mbit", ["--model", "lenet5", "--batch-size", "64", "--strategy", "allreduce,ps-sync"]),
+    # a parameter server beside a larger model on a faster link (added 2026-11-27, after the server's idle core)
+    "testbed-3h-1gbit": (3, "1gbit", ["--model", "resnet20", "--batch-size", "32", "--strategy", "allreduce,ps-sync"]),
 }
 TESTBED_COMMON = ["--dataset", "synthetic", "--synthetic-samples", "2048", "--image-size", "32"]
 
