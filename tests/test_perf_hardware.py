@@ -123,8 +123,8 @@ def test_link_alpha_beta():
 def test_describe_says_it_is_a_data_sheet_not_a_measurement():
     line = describe(toy())
     assert line == ("data sheet: Toy node (made up for the tests), roofline at 50% of the fp32 peak, 29% of "
-                    "TF32's, 100% of fp16/bf16's, 50% of memory bandwidth, links at 50%: not a measurement of this "
-                    "machine")
+                    "TF32's, 100% of fp16/bf16's, 50% of memory bandwidth, links at 50%, the host link at 75%: not a "
+                    "measurement of this machine")
     assert "(fitted to published ResNet-50 throughputs)" in describe(load_hardware("dgx-a100-80gb"))
 
 

@@ -10,12 +10,13 @@ file instead of a calibration measured on the machine (profiles/*.toml ship for 
                                    memory_bandwidth_bytes_per_s
     [device.peak_flops]            per device, dense (no sparsity): fp32, tf32, bf16, fp16 (those it has)
     [efficiency]                   optional fractions of peak reached in practice, in (0, 1]:
-                                   compute (fp32), tf32, tensor (fp16/bf16), memory, network
+                                   compute (fp32), tf32, tensor (fp16/bf16), memory, network, host_link
                                    (defaults: Efficiency, fitted to published ResNet-50 throughputs)
     [links]                        intra_node_bytes_per_s (per device, per direction),
                                    inter_node_bytes_per_s (per node, its NICs together),
                                    intra_node_latency_s, inter_node_latency_s
-    [host]                         optional: cpu_cores (physical, per node),
+    [host]                         optional: cpu_cores (physical, per node), pcie_bytes_per_s (one
+                                   device's link to the host, per direction: the batch's copy),
                                    loader_samples_per_s_per_core (one core's rate through read, decode,
                                    augment and collate at the run's image size: `calibrate --only loader`)
 
@@ -63,6 +64,9 @@ class Efficiency:
     tensor: float = 1.0  # of the fp16/bf16 tensor-core peak (autocast on a CUDA device)
     memory: float = 0.67  # of memory bandwidth: normalisation, activations, pooling, additions, the optimizer
     network: float = 0.8  # of link bandwidth: NCCL's bus bandwidth on large messages
+    # of the host link (PCIe): a batch's copy from pinned host memory, fitted to the copies of ResNet-50's
+    # batches on one H200 (2026-11-26, 14 runs: 47.8 GB/s of PCIe Gen5 x16's 64; tests/data/gpu-h200-*)
+    host_link: float = 0.75
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -83,6 +87,7 @@ class Hardware:
     inter_node_latency_s: float
     cpu_cores: int | None = None  # physical, per node; None: the profile does not say
     loader_samples_per_s_per_core: float | None = None  # the input pipeline's rate on one core; None: unpriced
+    pcie_bytes_per_s: float | None = None  # one device's host link, per direction; None: the copy unpriced
 
     def supports(self, precision: str) -> bool:
         return precision in self.peak_flops
@@ -100,12 +105,13 @@ _FIELDS: dict[str, dict[str, tuple[str, str, Any]]] = {
                "memory_bandwidth_bytes_per_s": ("num", "bytes per second", _REQUIRED)},
     "device.peak_flops": {p: ("num", "FLOP/s per device, dense", None) for p in PRECISIONS},
     "efficiency": {k: ("frac", "the fraction of peak reached", getattr(Efficiency(), k))
-                   for k in ("compute", "tf32", "tensor", "memory", "network")},
+                   for k in ("compute", "tf32", "tensor", "memory", "network", "host_link")},
     "links": {"intra_node_bytes_per_s": ("num", "bytes per second per device, per direction", _REQUIRED),
               "intra_node_latency_s": ("time", "seconds", _REQUIRED),
               "inter_node_bytes_per_s": ("num", "bytes per second per node", _REQUIRED),
               "inter_node_latency_s": ("time", "seconds", _REQUIRED)},
     "host": {"cpu_cores": ("int", "physical cores per node", None),
+             "pcie_bytes_per_s": ("num", "bytes per second between the host and one device, per direction", None),
              "loader_samples_per_s_per_core": ("num", "samples per second one core reads, decodes and augments",
                                                None)},
 }
@@ -163,7 +169,8 @@ def parse_hardware(data: dict[str, Any], where: str = "hardware profile") -> Har
                     intra_node_latency_s=float(links["intra_node_latency_s"]),
                     inter_node_bytes_per_s=float(links["inter_node_bytes_per_s"]),
                     inter_node_latency_s=float(links["inter_node_latency_s"]), cpu_cores=host["cpu_cores"],
-                    loader_samples_per_s_per_core=host["loader_samples_per_s_per_core"])
+                    loader_samples_per_s_per_core=host["loader_samples_per_s_per_core"],
+                    pcie_bytes_per_s=host["pcie_bytes_per_s"])
 
 
 def roofline_time(flops: float, bytes_moved: float, hw: Hardware, precision: str, kernels: int = 1) -> float:
@@ -188,6 +195,16 @@ def compute_efficiency(hw: Hardware, precision: str) -> float:
     return hw.efficiency.tf32 if precision == "tf32" else hw.efficiency.tensor
 
 
+def host_copy_time(nbytes: float, hw: Hardware) -> float | None:
+    """Seconds to copy `nbytes` from the host's (pinned) memory to one device over its host link, one
+    transfer; None where the profile gives no link (a CPU "device" copies nothing: 0)."""
+    if hw.kind != "cuda":
+        return 0.0
+    if hw.pcie_bytes_per_s is None:
+        return None
+    return nbytes / (hw.pcie_bytes_per_s * hw.efficiency.host_link) + LAUNCH_OVERHEAD_S[hw.kind]
+
+
 def link(hw: Hardware, inter_node: bool) -> tuple[float, float]:
     """(alpha_s, beta_s_per_byte) of the link between two devices of one node, or between nodes."""
     if inter_node:
@@ -201,7 +218,7 @@ def describe(hw: Hardware) -> str:
     fitted = " (fitted to published ResNet-50 throughputs)" if e == Efficiency() else ""
     return (f"data sheet: {hw.name} ({hw.source}), roofline at {e.compute:.0%} of the fp32 peak, {e.tf32:.0%} of "
             f"TF32's, {e.tensor:.0%} of fp16/bf16's, {e.memory:.0%} of memory bandwidth{fitted}, links at "
-            f"{e.network:.0%}: not a measurement of this machine")
+            f"{e.network:.0%}, the host link at {e.host_link:.0%}: not a measurement of this machine")
 
 
 def _read(path: Path) -> str:

@@ -18,7 +18,8 @@ Activations take perf/precision.ACTIVATION_BYTES of their precision. On a CUDA d
 convolutions in TF32 where the device has it (cuDNN's default in PyTorch), matmuls in fp32.
 
 The optimizer is a memory-bound pass over the parameters (its reads and writes per parameter by optimizer);
-the loss three element-wise passes; the loader the profile's `[host] loader_samples_per_s_per_core` over the
+the loss three element-wise passes; the batch's copy to the device the profile's host link (PCIe, at the
+`host_link` efficiency: the training loop copies each batch before its forward, on the same stream); the loader the profile's `[host] loader_samples_per_s_per_core` over the
 cores each rank's workers get (unpriced, and said so, without it)."""
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from scaletrain.perf.hardware import Hardware, roofline_time
+from scaletrain.perf.hardware import Hardware, host_copy_time, roofline_time
 from scaletrain.perf.memory import TRACED_BYTES
 from scaletrain.perf.precision import ACTIVATION_BYTES
 from scaletrain.predict import model as M
@@ -36,6 +37,8 @@ from scaletrain.predict.ops import Op, Workload
 
 # fp32 values read and written per parameter by one optimizer step (parameter, gradient, state)
 OPTIMIZER_PASSES = {"sgd": 5, "nesterov": 5, "adagrad": 5, "adamw": 7, "plain-sgd": 3}
+COPY_NOTE = ("the batch's copy to the device is not priced: the profile gives no [host] pcie_bytes_per_s "
+             "(docs/perf.md)")
 LOADER_NOTE = ("the input pipeline is not priced: the profile gives no [host] loader_samples_per_s_per_core "
                "(measure it on a node with `scaletrain calibrate --only loader`, docs/perf.md)")
 
@@ -144,6 +147,15 @@ class DatasheetPredictor:
                 self.notes.append(LOADER_NOTE)
             return 0.0
         return 1.0 / rate
+
+    def batch_copy_s(self, nbytes: int) -> float:
+        """Seconds to copy a batch of `nbytes` to the device over its host link (noted where unpriced)."""
+        t = host_copy_time(nbytes, self.hardware)
+        if t is None:
+            if COPY_NOTE not in self.notes:
+                self.notes.append(COPY_NOTE)
+            return 0.0
+        return t
 
     def workers(self) -> W.Workers:
         """Workers on a data sheet: one core each, no hand-over priced (the profile gives a core's rate only)."""

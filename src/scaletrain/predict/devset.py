@@ -48,17 +48,27 @@ def rows() -> list[Row]:
 def predict_row(row: Row, hw: Hardware | None = None) -> dict[str, Any]:
     """The prediction of one row on its profile (or `hw`, e.g. with other efficiencies): predict_config's
     point, through the data-sheet predictor as `predict --hardware` makes it."""
+    # the published runs decode on the GPU (DALI) and copy compressed JPEGs ahead, off the training stream:
+    # no copy of float images before each forward, which the profile's host link would price
+    hw = dataclasses.replace(hw or load_hardware(row.profile), pcie_bytes_per_s=None)
+    return predict_on(hw, model=row.model, image_size=row.image_size, batch_size=row.batch_per_gpu,
+                      precision=row.precision, gpus=row.gpus)
+
+
+def predict_on(hw: Hardware, *, model: str, image_size: int, batch_size: int, precision: str, gpus: int = 1,
+               **settings: Any) -> dict[str, Any]:
+    """One run on `gpus` devices of profile `hw` (whole nodes beyond one), on synthetic data, priced as
+    `predict --hardware` prices it; `settings` are further configuration fields (strategy, ...)."""
     from scaletrain.config import build_config
     from scaletrain.predict.cli import network_from
     from scaletrain.predict.points import predict_config
     from scaletrain.predict.scaling import make_predictor
 
-    hw = hw or load_hardware(row.profile)
-    cfg = build_config({}, {"model": row.model, "image_size": row.image_size, "batch_size": row.batch_per_gpu,
-                            "precision": row.precision, "nproc": min(row.gpus, hw.count),
-                            "nnodes": max(1, row.gpus // hw.count), "dataset": "synthetic",
-                            "synthetic_samples": 8 * row.batch_per_gpu * row.gpus, "synthetic_classes": 1000,
-                            **({"master_addr": "node0"} if row.gpus > hw.count else {})})
+    cfg = build_config({}, {"model": model, "image_size": image_size, "batch_size": batch_size,
+                            "precision": precision, "nproc": min(gpus, hw.count),
+                            "nnodes": max(1, gpus // hw.count), "dataset": "synthetic",
+                            "synthetic_samples": 8 * batch_size * gpus, "synthetic_classes": 1000,
+                            **({"master_addr": "node0"} if gpus > hw.count else {}), **settings})
     args = type("Args", (), {"network": None, "link": None, "latency": None})()
     return predict_config(make_predictor(None, network_from(args, None, hw), hw), cfg)
 

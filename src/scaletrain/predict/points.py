@@ -4,8 +4,8 @@ model (model.py) and name each point's limit and the scaling's (docs/predict.md)
 from __future__ import annotations
 
 import dataclasses
-
 import functools
+import math
 import statistics
 from typing import Any
 
@@ -153,7 +153,10 @@ def predict_config(p: Predictor, cfg, *, shared_cores: int | None = None, cores:
     loss = p.loss_s(cfg.optim.batch_size, facts["classes"], cfg.model.precision, threads)
     s.sample_s = p.loader_sample_s(cfg.data.dataset, facts["image_size"], facts["source_pixels"], cfg.optim.batch_size)
     workers = p.workers()
+    # the batch as the loader makes it (float32 images, int64 labels), copied to the device before its forward
+    copy_bytes = cfg.optim.batch_size * (4 * math.prod(sample_shape(facts)) + 8)
     loop = p.loop(cfg.launch.nproc)
+    loop = dataclasses.replace(loop, h2d_s=loop.h2d_s + p.batch_copy_s(copy_bytes))
     opt_law = p.optimizer_law(cfg.optim.optimizer, threads)
     def step_at(setting: M.Setting) -> dict[str, Any]:
         return M.predict_step(ops, setting, loop, p.network, opt_law, loss, workers=workers, cfg=cfg, facts=facts,

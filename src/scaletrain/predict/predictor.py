@@ -161,6 +161,11 @@ class Predictor:
         return W.Workers(handoff_s=handoff, receive_s=r1.get("receive_s", handoff), pair_speedup=pair,
                          startup_s=startup, sharing="worker_sharing" not in self.without)
 
+    def batch_copy_s(self, nbytes: int) -> float:
+        """The batch's copy to the device beyond the loop's `h2d`: none (the reference runs' own copy is the
+        loop's `h2d`, measured on the machine calibrated)."""
+        return 0.0
+
     def loop(self, local_ranks: int) -> M.Loop:
         """What the training loop adds, from the calibration's reference runs (docs/predict.md).
 
