@@ -23,9 +23,11 @@ from scaletrain.config import TrainConfig
 from scaletrain.distributed.rank import RankInfo
 
 
-HOST_UNIT_NOTE_S = 1.8e-3
-"""FSDP's host seconds per unit and step measured on one H200 node (ResNet-50, 2026-11-26): named in a data
-sheet's notes, not priced (one measurement of one machine; docs/predict-validation.md)."""
+HOST_UNIT_NOTE_S = (0.8e-3, 2.3e-3)
+"""What FSDP added per unit and step over the same run without it, on one H200 node (ResNet-50 at one rank,
+2026-11-26 and -27): 2.3 ms at batch 64, where the device waits for the host, 0.8 ms at batch 256, where most
+of the host's work overlaps the device's. Named in a data sheet's notes, not priced: two points of one
+machine fit no law of the overlap (docs/predict-validation.md)."""
 
 
 class Fsdp(Strategy):
@@ -50,9 +52,11 @@ class Fsdp(Strategy):
         if getattr(pricing.predictor, "hardware", None) is not None and units:
             pricing.predictor.notes.append(
                 f"--strategy fsdp on a data sheet: FSDP's host work per unit and step (its hooks, the copies into "
-                f"and out of the flat parameters) is not priced; one H200 node measured about "
-                f"{HOST_UNIT_NOTE_S * 1e3:.1f} ms per unit (docs/predict-validation.md): {cfg.model.name}'s "
-                f"{len(units)} units may add up to {HOST_UNIT_NOTE_S * len(units) * 1e3:.0f} ms to each step")
+                f"and out of the flat parameters) is not priced; one H200 node measured "
+                f"{HOST_UNIT_NOTE_S[0] * 1e3:.1f}-{HOST_UNIT_NOTE_S[1] * 1e3:.1f} ms per unit, the more the "
+                f"smaller the device's step (docs/predict-validation.md): {cfg.model.name}'s {len(units)} units may "
+                f"add {HOST_UNIT_NOTE_S[0] * len(units) * 1e3:.0f}-{HOST_UNIT_NOTE_S[1] * len(units) * 1e3:.0f} "
+                "ms to each step")
         return Cost(0.0, comm, phases={"forward": pricing.phases["forward"] + f,
                                        "backward": pricing.phases["backward"] + b})
 

@@ -39,6 +39,10 @@ from scaletrain.predict.ops import Op, Workload
 OPTIMIZER_PASSES = {"sgd": 5, "nesterov": 5, "adagrad": 5, "adamw": 7, "plain-sgd": 3}
 COPY_NOTE = ("the batch's copy to the device is not priced: the profile gives no [host] pcie_bytes_per_s "
              "(docs/perf.md)")
+SIXTEEN_BIT_NOTE = ("16-bit on a CUDA device: the roofline's speed is an upper bound. On one H200 (docs/predict-"
+                    "validation.md) eager 16-bit training ran 1.15-1.75x its TF32 speed where the roofline gives "
+                    "2.2-3.7x, and its predicted samples/s were 7-28% too high for ResNet-50 at batch 256, 68-85% at "
+                    "batch 64 and for ResNet-18 and VGG-16")
 LOADER_NOTE = ("the input pipeline is not priced: the profile gives no [host] loader_samples_per_s_per_core "
                "(measure it on a node with `scaletrain calibrate --only loader`, docs/perf.md)")
 
@@ -113,6 +117,8 @@ class DatasheetPredictor:
         return self.hardware.cpu_cores or self.hardware.count
 
     def op_costs(self, workload: Workload, precision: str, threads: int, now: bool = True) -> list[M.OpCost]:
+        if precision in ("fp16", "bf16") and self.hardware.kind == "cuda" and SIXTEEN_BIT_NOTE not in self.notes:
+            self.notes.append(SIXTEEN_BIT_NOTE)
         return [op_cost(op, self.hardware, precision) for op in workload.ops]
 
     def loss_s(self, batch: int, classes: int, precision: str, threads: int, now: bool = True) -> tuple[float, float]:
