@@ -74,11 +74,10 @@ def test_a_cpu_profile_copies_nothing():
 
 def test_the_profile_reads_the_host_link_and_its_efficiency():
     data = {"format": 1, "name": "n", "source": "s",
-            "device": {"kind": "cuda", "count": 1, "memory_bytes": 1e9, "memory_bandwidth_bytes_per_s": 1e12},
-            "device.peak_flops": {}, "links": {"intra_node_bytes_per_s": 1e9, "intra_node_latency_s": 0,
-                                               "inter_node_bytes_per_s": 1e9, "inter_node_latency_s": 0}}
-    data["device"]["peak_flops"] = {"fp32": 1e12}
-    data.pop("device.peak_flops")
+            "device": {"kind": "cuda", "count": 1, "memory_bytes": 1e9, "memory_bandwidth_bytes_per_s": 1e12,
+                       "peak_flops": {"fp32": 1e12}},
+            "links": {"intra_node_bytes_per_s": 1e9, "intra_node_latency_s": 0, "inter_node_bytes_per_s": 1e9,
+                      "inter_node_latency_s": 0}}
     hw = parse_hardware({**data, "host": {"pcie_bytes_per_s": 32e9}, "efficiency": {"host_link": 0.5}})
     assert hw.pcie_bytes_per_s == 32e9 and hw.efficiency.host_link == 0.5
     assert host_copy_time(16e9, hw) == pytest.approx(1.0 + LAUNCH_OVERHEAD_S["cuda"])
