@@ -6,7 +6,9 @@ synthetic data; the rows are written to OUT/gpu-runs.json and printed as a table
     python benchmarks/gpu_measure.py --out DIR [--only NAMES] [--rounds N]
 
 Rounds run every chosen configuration once in the same order (interleaved), so that repeats of one
-configuration are minutes apart, not back to back. The rows are written after each run.
+configuration are minutes apart, not back to back. The rows are written after each run. `--trace` wraps two
+late steps of each run in torch.profiler and adds how busy the GPU was in them (profiler/device_busy.py): a
+busy fraction well below 1 is a step the host's launches set, which no roofline prices.
 
 benchmarks/gpu_compare.py then prices the same configurations with `predict --hardware` on any machine
 and prints predicted against measured."""
@@ -43,10 +45,12 @@ def run(name: str, flags: list[str], out: Path, a, round_: int) -> dict:
     batch = int(flags[flags.index("--batch-size") + 1])
     rundir = out / f"{name}-r{round_}"
     model = [] if "--model" in flags else ["--model", a.model]
+    window = (a.steps - 4, a.steps - 2)  # two steady steps before the last (the run's last step flushes)
+    trace = ["--torch-profile", f"{window[0]}:{window[1]}"] if a.trace else []
     cmd = [sys.executable, "-m", "scaletrain", "train", *model, "--image-size", str(a.image_size),
            "--dataset", "synthetic", "--synthetic-samples", str(batch * a.steps), "--synthetic-classes", "1000",
            "--epochs", "1", "--workers", str(a.workers), "--device", a.device, "--no-progress", "--tensorboard", "off",
-           "--out", str(rundir), *flags]
+           "--out", str(rundir), *trace, *flags]
     print(f"[{time.strftime('%H:%M:%S')}] {name}: {' '.join(cmd[2:])}", flush=True)
     t = time.perf_counter()
     done = subprocess.run(cmd, capture_output=True, text=True)
@@ -58,6 +62,14 @@ def run(name: str, flags: list[str], out: Path, a, round_: int) -> dict:
     row = {"name": name, "round": round_, "flags": flags, "wall_s": wall,
            **{k: s.get(k) for k in ("samples_per_s", "step_time_mean_s", "phases_mean_s", "peak_memory_bytes",
                                     "memory_kind", "steps", "global_batch", "precision", "torch_version")}}
+    if a.trace:
+        from scaletrain.profiler.device_busy import device_busy
+
+        path = rundir / "torch-profile" / "rank0.json"
+        row["device_busy"] = device_busy(json.loads(path.read_text()), window[1] - window[0]) if path.exists() else None
+        if row["device_busy"]:
+            print(f"    GPU busy {row['device_busy']['busy_fraction']:.0%} of the traced steps, "
+                  f"{row['device_busy']['kernels_per_step']:.0f} kernels per step", flush=True)
     print(f"    {row['samples_per_s']:.0f} samples/s, step {1e3 * row['step_time_mean_s']:.1f} ms, "
           f"peak {row['peak_memory_bytes'] / 2**30:.2f} GiB ({row['memory_kind']}), wall {wall:.0f} s", flush=True)
     return row
@@ -73,6 +85,7 @@ def main() -> None:
     p.add_argument("--device", default="cuda", help="cpu only to try this script")
     p.add_argument("--only", default="", help="comma-separated configuration names")
     p.add_argument("--rounds", type=int, default=1, help="interleaved repeats of the chosen configurations")
+    p.add_argument("--trace", action="store_true", help="profile two late steps: how busy the GPU was")
     a = p.parse_args()
     import torch
 
