@@ -19,8 +19,9 @@ convolutions in TF32 where the device has it (cuDNN's default in PyTorch), matmu
 
 The optimizer is a memory-bound pass over the parameters (its reads and writes per parameter by optimizer);
 the loss three element-wise passes; the batch's copy to the device the profile's host link (PCIe, at the
-`host_link` efficiency: the training loop copies each batch before its forward, on the same stream); the loader the profile's `[host] loader_samples_per_s_per_core` over the
-cores each rank's workers get (unpriced, and said so, without it)."""
+`host_link` efficiency: the training loop copies each batch before its forward, on the same stream); the loader
+the profile's `[host] loader_samples_per_s_per_core` over the cores each rank's workers get (unpriced, and said
+so, without it)."""
 
 from __future__ import annotations
 
