@@ -16,13 +16,9 @@ from collections import defaultdict
 from pathlib import Path
 
 from scaletrain.perf.hardware import load_hardware
-from scaletrain.predict.devset import predict_on
+from scaletrain.predict.devset import predict_flags
 
 PHASES = ("h2d", "forward", "backward", "optimizer", "other")
-
-
-def flag(flags: list[str], name: str, default: str) -> str:
-    return flags[flags.index(name) + 1] if name in flags else default
 
 
 def runs(paths: list[Path]) -> dict[str, list[dict]]:
@@ -37,11 +33,7 @@ def runs(paths: list[Path]) -> dict[str, list[dict]]:
 
 def compare(name: str, rows: list[dict], hw, image_size: int) -> dict:
     """One configuration: its runs' mean and spread, and the prediction of the same flags."""
-    flags = rows[0]["flags"]
-    strategy = flag(flags, "--strategy", "allreduce")
-    point = predict_on(hw, model=flag(flags, "--model", "resnet50"), image_size=image_size,
-                       batch_size=int(flag(flags, "--batch-size", "256")), precision=flag(flags, "--precision", "fp32"),
-                       **({"strategy": strategy} if strategy != "allreduce" else {}))
+    point = predict_flags(hw, rows[0]["flags"], image_size)
     rates = [r["samples_per_s"] for r in rows]
     mean = statistics.fmean(rates)
     phases = {p: statistics.fmean(r["phases_mean_s"][p] for r in rows) for p in PHASES}

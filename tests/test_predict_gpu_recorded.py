@@ -12,7 +12,7 @@ import pytest
 
 from scaletrain.cli import main
 from scaletrain.perf.hardware import LAUNCH_OVERHEAD_S, host_copy_time, load_hardware, parse_hardware
-from scaletrain.predict.devset import predict_on, predict_row, rows
+from scaletrain.predict.devset import predict_flags, predict_on, predict_row, rows
 
 DATA = Path(__file__).parent / "data"
 FITTED = DATA / "gpu-h200-2026-11-26"  # the host link's efficiency was fitted to these runs' copies
@@ -24,16 +24,8 @@ def recorded(folder: Path) -> list[dict]:
             if "error" not in r and r.get("phases_mean_s")]
 
 
-def flag(row: dict, name: str, default: str) -> str:
-    flags = row["flags"]
-    return flags[flags.index(name) + 1] if name in flags else default
-
-
 def priced(row: dict) -> dict:
-    strategy = flag(row, "--strategy", "allreduce")
-    return predict_on(load_hardware("dgx-h200"), model=flag(row, "--model", "resnet50"), image_size=224,
-                      batch_size=int(flag(row, "--batch-size", "256")), precision=flag(row, "--precision", "fp32"),
-                      **({"strategy": strategy} if strategy != "allreduce" else {}))
+    return predict_flags(load_hardware("dgx-h200"), row["flags"])
 
 
 def first_of_each(folder: Path) -> dict[str, dict]:
@@ -95,7 +87,7 @@ def test_the_priced_copy_is_within_10_percent_of_every_recorded_one(folder):
     hw = load_hardware("dgx-h200")
     errors = []
     for r in recorded(folder):
-        batch = int(flag(r, "--batch-size", "256"))
+        batch = r["global_batch"]  # one rank
         errors.append(host_copy_time(batch * (3 * 224 * 224 * 4 + 8), hw) / r["phases_mean_s"]["h2d"] - 1)
     errors.sort(key=abs)
     assert abs(errors[len(errors) // 2]) <= 0.10, errors
@@ -126,5 +118,5 @@ def test_a_16_bit_prediction_on_a_gpu_says_its_speed_is_an_upper_bound(tmp_path,
 
 def test_every_recorded_16_bit_run_was_slower_than_priced_the_bound_the_note_states():
     for row in HELD_OUT_RUNS.values():
-        if flag(row, "--precision", "fp32") in ("fp16", "bf16"):
+        if row["precision"] in ("fp16", "bf16"):
             assert priced(row)["samples_per_s"] > row["samples_per_s"], row["name"]

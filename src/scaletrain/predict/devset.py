@@ -73,6 +73,18 @@ def predict_on(hw: Hardware, *, model: str, image_size: int, batch_size: int, pr
     return predict_config(make_predictor(None, network_from(args, None, hw), hw), cfg)
 
 
+def predict_flags(hw: Hardware, flags: list[str], image_size: int = 224) -> dict[str, Any]:
+    """A run recorded by benchmarks/gpu_measure.py (its `scaletrain train` flags: --model, --batch-size,
+    --precision, --strategy; ResNet-50, batch 256, fp32 and allreduce where absent) priced on `hw`, one device."""
+    def flag(name: str, default: str) -> str:
+        return flags[flags.index(name) + 1] if name in flags else default
+
+    strategy = flag("--strategy", "allreduce")
+    return predict_on(hw, model=flag("--model", "resnet50"), image_size=image_size,
+                      batch_size=int(flag("--batch-size", "256")), precision=flag("--precision", "fp32"),
+                      **({"strategy": strategy} if strategy != "allreduce" else {}))
+
+
 def with_efficiency(hw: Hardware, **fractions: float) -> Hardware:
     return dataclasses.replace(hw, efficiency=dataclasses.replace(hw.efficiency, **fractions))
 
