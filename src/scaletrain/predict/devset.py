@@ -75,14 +75,14 @@ def predict_on(hw: Hardware, *, model: str, image_size: int, batch_size: int, pr
 
 def predict_flags(hw: Hardware, flags: list[str], image_size: int = 224) -> dict[str, Any]:
     """A run recorded by benchmarks/gpu_measure.py (its `scaletrain train` flags: --model, --batch-size,
-    --precision, --strategy; ResNet-50, batch 256, fp32 and allreduce where absent) priced on `hw`, one device."""
+    --precision, --strategy; ResNet-50, batch 256, fp32 and the default strategy where absent) priced on `hw`,
+    one device."""
     def flag(name: str, default: str) -> str:
         return flags[flags.index(name) + 1] if name in flags else default
 
-    strategy = flag("--strategy", "allreduce")
     return predict_on(hw, model=flag("--model", "resnet50"), image_size=image_size,
                       batch_size=int(flag("--batch-size", "256")), precision=flag("--precision", "fp32"),
-                      **({"strategy": strategy} if strategy != "allreduce" else {}))
+                      **({"strategy": flag("--strategy", "")} if "--strategy" in flags else {}))
 
 
 def with_efficiency(hw: Hardware, **fractions: float) -> Hardware:
