@@ -8,8 +8,11 @@ clock's resolution to vanish. An activation the model runs in place has its forw
 its backward out of place (an in-place op cannot run twice on one autograd graph; the same kernel). Under bf16
 or fp16 an op's input is in that precision, as the op before it hands it over under autocast (every op but a first
 layer, which gets the fp32 image): a batch norm of ResNet-20 ran 4.6x faster on the bf16 output of its convolution
-than on fp32 (`INPUTS`). `time_grid_op` builds and times one op of the grid, the one way calibrate and predict
---time-ops both time one.
+than on fp32 (`INPUTS`). Before it is timed, an op runs forward and backward until one pass takes no fresh pages
+from the kernel (`PAGES`): a training rank's heap holds every tensor of its step once the first steps have run
+(distributed/allocator.py), so its ops take none, while the first passes of a shape new to a timing process page
+its tensors in (a batch norm's backward at 256x16x32x32: 12.0 ms timed first, 5.4 once settled). `time_grid_op`
+builds and times one op of the grid, the one way calibrate and predict --time-ops both time one.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ import torch
 from torch import nn
 
 from scaletrain.perf.precision import AUTOCAST
-from scaletrain.perf.timing import median_time
+from scaletrain.perf.timing import FRESH_PAGES, median_time, minor_faults
 
 
 INPUTS = "autocast"
@@ -29,14 +32,21 @@ INPUTS = "autocast"
 "autocast", the low precision, as the op before it hands them over (a first layer's stay fp32); "fp32": fp32, for
 autocast to cast (or not: a batch norm then ran on fp32, 4.6x its time on bf16 in ResNet-20 here)."""
 
+PAGES = "settled"
+"""How an op's pages stand when it is timed (a calibration says which in its `pages`; older ones: "first"):
+"settled", after passes until one takes no fresh pages (as a training rank's steady heap), and only timed batches
+that took none count (perf/timing.median_time); "first", timed at once, its first passes paging in what the
+timing process's heap lacked."""
+SETTLE_PASSES = 8  # at most this many untimed passes before an op is timed (settle_pages)
+
 
 def time_op(module: nn.Module, inputs: list[torch.Tensor], *, precision: str = "fp32", input_grad: bool = True,
             device: torch.device | None = None, repeats: int = 5, min_batch_s: float = 0.01,
-            inplace: bool = False, op_inputs: str = INPUTS) -> tuple[float, float]:
+            inplace: bool = False, op_inputs: str = INPUTS, pages: str = PAGES) -> tuple[float, float]:
     """(forward seconds, backward seconds) of `module(*inputs)` in training mode. `inplace`: the model runs it in
     place (ReLU(inplace=True)), so its forward is timed so, repeated on one tensor: out of place a large output's
     fresh pages cost more than its arithmetic (a ReLU on ResNet-50's 103 MB stem activation: 54 ms out of place, 5 ms
-    in place, here). Its backward is the out-of-place op's: the same kernel. `op_inputs`: INPUTS."""
+    in place, here). Its backward is the out-of-place op's: the same kernel. `op_inputs`: INPUTS; `pages`: PAGES."""
     device = device or torch.device("cpu")
     low = AUTOCAST[precision]
     if low is not None and input_grad and op_inputs == "autocast":  # not a first layer: its producer's precision
@@ -56,26 +66,51 @@ def time_op(module: nn.Module, inputs: list[torch.Tensor], *, precision: str = "
         with torch.autocast(device.type, dtype=dtype, enabled=dtype is not None):
             return module(*xs)
 
-    forward_s = median_time(forward, repeats, min_batch_s, sync) if in_place_s is None else in_place_s
+    def timed_forward() -> float:
+        return median_time(forward, repeats, min_batch_s, sync, settled) if in_place_s is None else in_place_s
+
+    settled = pages == "settled"
+    forward_s = None if settled else timed_forward()  # "first": timed before anything else, as it was
     out = forward()
     wrt = [x for x in xs if x.requires_grad] + params
-    if not out.requires_grad or not wrt:
+    backward = out.requires_grad and bool(wrt)
+    grad = torch.randn_like(out) if backward else None
+    if settled:
+        settle_pages(lambda: torch.autograd.grad(forward(), wrt, grad) if backward else forward())
+        forward_s = timed_forward()
+    if not backward:
         return forward_s, 0.0
-    grad = torch.randn_like(out)
     backward_s = median_time(lambda: torch.autograd.grad(out, wrt, grad, retain_graph=True), repeats, min_batch_s,
-                             sync)
+                             sync, settled)
     return forward_s, backward_s
+
+
+def settle_pages(step, passes: int = SETTLE_PASSES) -> int:
+    """Run `step` (one untimed pass of an op) until a pass takes no more fresh pages from the kernel than
+    FRESH_PAGES, or than the pass before it (what is left is paged in every time: a tensor above glibc's mmap
+    threshold), at most `passes` times; the passes run (PAGES)."""
+    previous = None
+    for done in range(1, passes + 1):
+        before = minor_faults()
+        step()
+        taken = minor_faults() - before
+        if taken <= FRESH_PAGES or (previous is not None and taken >= previous - FRESH_PAGES):
+            return done
+        previous = taken
+    return passes
 
 
 def conventions(cal: dict | None = None) -> dict[str, str]:
     """How a grid op is timed: this code's way (cal None: what `calibrate` writes into a calibration), or the way
     calibration `cal` was timed (older ones lack the fields that came later: max pooling on normal numbers, low
-    precision on fp32 inputs), so that a shape timed for it is priced as its grid was."""
+    precision on fp32 inputs, ops timed at their first passes), so that a shape timed for it is priced as its grid
+    was."""
     from scaletrain.predict.ops import POOL_INPUT
 
     if cal is None:
-        return {"pool_input": POOL_INPUT, "op_inputs": INPUTS}
-    return {"pool_input": cal.get("pool_input", "normal"), "op_inputs": cal.get("op_inputs", "fp32")}
+        return {"pool_input": POOL_INPUT, "op_inputs": INPUTS, "pages": PAGES}
+    return {"pool_input": cal.get("pool_input", "normal"), "op_inputs": cal.get("op_inputs", "fp32"),
+            "pages": cal.get("pages", "first")}
 
 
 def time_grid_op(kind: str, f: dict[str, int], *, precision: str, device: torch.device, repeats: int,
@@ -87,7 +122,7 @@ def time_grid_op(kind: str, f: dict[str, int], *, precision: str, device: torch.
     how = conventions(cal)
     module, inputs = ops.build_op(kind, f, how["pool_input"])
     return time_op(module, inputs, precision=precision, input_grad=bool(f.get("grad_in", 1)), device=device,
-                   repeats=repeats, inplace=bool(f.get("inplace")), op_inputs=how["op_inputs"])
+                   repeats=repeats, inplace=bool(f.get("inplace")), op_inputs=how["op_inputs"], pages=how["pages"])
 
 
 def _in_place_forward(module: nn.Module, inputs: list[torch.Tensor], device: torch.device, repeats: int,
