@@ -65,11 +65,14 @@ def test_an_op_is_passed_until_a_pass_takes_no_fresh_pages(monkeypatch):
     assert timing.settle_pages(lambda: passes.append(1)) == 3 and len(passes) == 3
 
 
-def test_passes_stop_when_the_pages_stop_falling(monkeypatch):
-    """What every pass pages in (a tensor above the mmap threshold) would never settle: two alike are enough."""
-    taken = iter([0, 9000, 9000, 12000, 12000, 15000])  # 9000, 3000, 3000
-    monkeypatch.setattr(timing, "minor_faults", lambda: next(taken))
-    assert timing.settle_pages(lambda: None) == 3
+def test_without_the_heap_passes_stop_when_the_pages_stop_falling_and_from_it_when_they_end(monkeypatch):
+    """Without the heap, what every pass pages in (a tensor above the mmap threshold) would never settle: two alike
+    are enough. From the heap, a pass paged in while the heap grew past the op's fragments, until none is."""
+    deltas = [9000, 3000, 3000, 3000, 0]
+    for heap, want in ((False, 3), (True, 5)):
+        counts = iter([c for k in range(len(deltas)) for c in (sum(deltas[:k]), sum(deltas[:k + 1]))])
+        monkeypatch.setattr(timing, "minor_faults", lambda: next(counts))
+        assert timing.settle_pages(lambda: None, heap=heap) == want
 
 
 @pytest.mark.skipif(settle().get("malloc") != "glibc, thresholds fixed", reason="glibc's thresholds only")
@@ -105,3 +108,35 @@ def test_a_calibration_says_how_its_ops_were_timed_and_an_older_ones_shapes_are_
         seen.clear()
         Predictor(cal, NETWORK, shapes=shapes_module.OpShapes(cal, None)).op_costs(ops, "fp32", 1)
         assert seen and set(seen) == {want}
+
+
+FRESH_TENSOR = """
+import json, torch
+from scaletrain.distributed.allocator import from_heap, settle
+from scaletrain.perf.timing import minor_faults
+settle("steady")
+def pages():  # a 64 MiB tensor made, written and freed
+    before = minor_faults()
+    torch.ones(16 * 2**20)
+    return minor_faults() - before
+out = [pages() for _ in range(4)]
+with from_heap() as applied:
+    heap = [pages() for _ in range(24)]
+print(json.dumps({"applied": applied, "pages": out, "heap": heap}))
+"""
+
+
+@pytest.mark.skipif(settle().get("allocator") != "steady", reason="glibc's steady thresholds only")
+def test_from_the_heap_a_large_tensor_comes_to_take_no_fresh_pages_as_in_a_settled_step():
+    """Above the mmap threshold (32 MiB) a tensor takes pages of its own every time, unless the heap serves it, as a
+    training step's heap comes to (ResNet-50 at 224 px: none from its seventh step on) and a timing's does inside,
+    once it has grown past the fragments that small allocations leave between large free chunks (a fresh process:
+    the heap of this one may hold such a chunk already)."""
+    import json
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", FRESH_TENSOR], capture_output=True, text=True, timeout=120)
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["applied"] and min(result["pages"]) > 8000, result  # 16,384 pages of 4 KiB, every time
+    assert min(result["heap"]) <= perf_timing.FRESH_PAGES, result

@@ -8,21 +8,25 @@ clock's resolution to vanish. An activation the model runs in place has its forw
 its backward out of place (an in-place op cannot run twice on one autograd graph; the same kernel). Under bf16
 or fp16 an op's input is in that precision, as the op before it hands it over under autocast (every op but a first
 layer, which gets the fp32 image): a batch norm of ResNet-20 ran 4.6x faster on the bf16 output of its convolution
-than on fp32 (`INPUTS`). Before it is timed, an op runs forward and backward until one pass takes no fresh pages
-from the kernel (`PAGES`): a training rank's heap holds every tensor of its step once the first steps have run
-(distributed/allocator.py), so its ops take none, while the first passes of a shape new to a timing process page
-its tensors in (a batch norm's backward at 256x16x32x32: 12.0 ms timed first, 5.4 once settled). `time_grid_op`
-builds and times one op of the grid, the one way calibrate and predict --time-ops both time one.
+than on fp32 (`INPUTS`). An op is timed with its pages settled (`PAGES`): a training rank's heap comes to hold
+every tensor of its step (distributed/allocator.py), so after its first steps its ops take no fresh pages from the
+kernel, while the first passes of a shape new to a timing process page its tensors in (a batch norm's backward at
+256x16x32x32: 12.0 ms timed first, 5.4 settled), and a tensor above glibc's mmap threshold is paged in at every
+pass unless the heap serves it (ResNet-50's 7x7 stem convolution at batch 32: 185 ms forward, 78 from the heap).
+So the op is timed from the heap (allocator.from_heap), after untimed passes until one takes no fresh pages.
+`time_grid_op` builds and times one op of the grid, the one way calibrate and predict --time-ops both time one.
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import statistics
 
 import torch
 from torch import nn
 
+from scaletrain.distributed.allocator import from_heap
 from scaletrain.perf.precision import AUTOCAST
 from scaletrain.perf.timing import FRESH_PAGES, median_time, minor_faults
 
@@ -34,10 +38,10 @@ autocast to cast (or not: a batch norm then ran on fp32, 4.6x its time on bf16 i
 
 PAGES = "settled"
 """How an op's pages stand when it is timed (a calibration says which in its `pages`; older ones: "first"):
-"settled", after passes until one takes no fresh pages (as a training rank's steady heap), and only timed batches
-that took none count (perf/timing.median_time); "first", timed at once, its first passes paging in what the
-timing process's heap lacked."""
-SETTLE_PASSES = 8  # at most this many untimed passes before an op is timed (settle_pages)
+"settled", from the heap, after passes until one takes no fresh pages (as a training rank's steady heap), and only
+timed batches that took none count (perf/timing.median_time); "first", timed at once, its first passes paging in
+what the timing process's heap lacked, and a tensor above the mmap threshold at every pass."""
+SETTLE_PASSES = 12  # at most this many untimed passes before an op is timed (settle_pages)
 
 
 def time_op(module: nn.Module, inputs: list[torch.Tensor], *, precision: str = "fp32", input_grad: bool = True,
@@ -70,31 +74,34 @@ def time_op(module: nn.Module, inputs: list[torch.Tensor], *, precision: str = "
         return median_time(forward, repeats, min_batch_s, sync, settled) if in_place_s is None else in_place_s
 
     settled = pages == "settled"
-    forward_s = None if settled else timed_forward()  # "first": timed before anything else, as it was
-    out = forward()
-    wrt = [x for x in xs if x.requires_grad] + params
-    backward = out.requires_grad and bool(wrt)
-    grad = torch.randn_like(out) if backward else None
-    if settled:
-        settle_pages(lambda: torch.autograd.grad(forward(), wrt, grad) if backward else forward())
-        forward_s = timed_forward()
-    if not backward:
-        return forward_s, 0.0
-    backward_s = median_time(lambda: torch.autograd.grad(out, wrt, grad, retain_graph=True), repeats, min_batch_s,
-                             sync, settled)
+    with from_heap() if settled and device.type == "cpu" else contextlib.nullcontext(False) as heap:
+        forward_s = None if settled else timed_forward()  # "first": timed before anything else, as it was
+        out = forward()
+        wrt = [x for x in xs if x.requires_grad] + params
+        backward = out.requires_grad and bool(wrt)
+        grad = torch.randn_like(out) if backward else None
+        if settled:
+            settle_pages(lambda: torch.autograd.grad(forward(), wrt, grad) if backward else forward(), heap=heap)
+            forward_s = timed_forward()
+        if not backward:
+            return forward_s, 0.0
+        backward_s = median_time(lambda: torch.autograd.grad(out, wrt, grad, retain_graph=True), repeats,
+                                 min_batch_s, sync, settled)
     return forward_s, backward_s
 
 
-def settle_pages(step, passes: int = SETTLE_PASSES) -> int:
+def settle_pages(step, passes: int = SETTLE_PASSES, heap: bool = True) -> int:
     """Run `step` (one untimed pass of an op) until a pass takes no more fresh pages from the kernel than
-    FRESH_PAGES, or than the pass before it (what is left is paged in every time: a tensor above glibc's mmap
-    threshold), at most `passes` times; the passes run (PAGES)."""
+    FRESH_PAGES, at most `passes` times; the passes run (PAGES). From the heap (`heap`) the count falls to none
+    once the heap has grown past the op's fragments (a 64 MiB tensor alone: after 1-9 allocations here); without it,
+    what the count stops falling at is paged in every time (a tensor above glibc's mmap threshold), and two passes
+    alike are enough."""
     previous = None
     for done in range(1, passes + 1):
         before = minor_faults()
         step()
         taken = minor_faults() - before
-        if taken <= FRESH_PAGES or (previous is not None and taken >= previous - FRESH_PAGES):
+        if taken <= FRESH_PAGES or (not heap and previous is not None and taken >= previous - FRESH_PAGES):
             return done
         previous = taken
     return passes
