@@ -34,8 +34,9 @@ def predict_grid(spec, cal: dict[str, Any], network: dict[str, Any], hw, basis: 
     out, skipped = [], []
     for i, point in enumerate(grid, 1):
         if shapes is not None and progress is not None:
-            shapes.tell = lambda n, at=i: progress(f"timing the op shapes the calibration lacks: {n}", at - 1,
-                                                   len(grid))
+            # counted in shapes (the first point times nearly all of them: a count of points would stay at 0)
+            shapes.tell = lambda n, at=i: progress(f"point {at}/{len(grid)}: op shapes the calibration lacks "
+                                                   "timed here", n, None)
         try:
             if point.dropped:  # e.g. --compress fp16 on a strategy that takes no --compress: the same as another
                 from scaletrain.config import applies
