@@ -39,8 +39,9 @@ autocast to cast (or not: a batch norm then ran on fp32, 4.6x its time on bf16 i
 PAGES = "settled"
 """How an op's pages stand when it is timed (a calibration says which in its `pages`; older ones: "first"):
 "settled", from the heap, after passes until one takes no fresh pages (as a training rank's steady heap), and only
-timed batches that took none count (perf/timing.median_time); "first", timed at once, its first passes paging in
-what the timing process's heap lacked, and a tensor above the mmap threshold at every pass."""
+timed batches that took no more than the fewest any batch took count (perf/timing.median_time); "first", timed at
+once, its first passes paging in what the timing process's heap lacked, and a tensor above the mmap threshold at
+every pass."""
 SETTLE_PASSES = 12  # at most this many untimed passes before an op is timed (settle_pages)
 
 
