@@ -71,10 +71,11 @@ def time_op(module: nn.Module, inputs: list[torch.Tensor], *, precision: str = "
         with torch.autocast(device.type, dtype=dtype, enabled=dtype is not None):
             return module(*xs)
 
+    settled = pages == "settled"
+
     def timed_forward() -> float:
         return median_time(forward, repeats, min_batch_s, sync, settled) if in_place_s is None else in_place_s
 
-    settled = pages == "settled"
     with from_heap() if settled and device.type == "cpu" else contextlib.nullcontext(False) as heap:
         forward_s = None if settled else timed_forward()  # "first": timed before anything else, as it was
         out = forward()
