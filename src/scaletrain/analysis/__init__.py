@@ -11,8 +11,9 @@ from typing import Any
 
 from scaletrain.analysis.cpu import cpu_stats
 from scaletrain.analysis.diagnosis import DEFAULT_THRESHOLDS, diagnose, thresholds_from
-from scaletrain.analysis.steps import epoch_start_wait, run_means, steady
+from scaletrain.analysis.steps import epoch_start_wait, run_means, steady, steady_span
 from scaletrain.analysis.stragglers import slowest_by_step, straggler_stats
+from scaletrain.analysis.throughput import settled_step
 from scaletrain.rundir import RunDir, read_jsonl
 
 Records = list[dict[str, Any]]
@@ -48,7 +49,8 @@ def analyze_run(records_by_rank: dict[int, Records], config: dict[str, Any],
     bucket_cap_mb, compress, strategy, ps_servers, ps_push, nproc, nnodes, stages, microbatches, split,
     precision), the RUN_FACTS, and the diag_* thresholds; analysis/levers.py says which lever needs which."""
     limits = thresholds_from(config, thresholds)
-    steady_by_rank = {r: steady(recs) for r, recs in records_by_rank.items()}
+    settled = settled_step(records_by_rank)
+    steady_by_rank = {r: steady(recs, settled) for r, recs in records_by_rank.items()}
     means = run_means(steady_by_rank)
     stragglers = straggler_stats(steady_by_rank, means["step_time_mean_s"], limits["diag_straggler"])
     counts = stragglers["slowest_counts"]
@@ -56,7 +58,7 @@ def analyze_run(records_by_rank: dict[int, Records], config: dict[str, Any],
     for rank_stats in means["ranks"]:
         rank_stats["slowest_share"] = counts.get(str(rank_stats["rank"]), 0) / compared if compared else None
     result = {**means, "epoch_start": epoch_start_wait(records_by_rank), "stragglers": stragglers,
-              "thresholds": limits}
+              "thresholds": limits, "steady": steady_span(records_by_rank, steady_by_rank, settled)}
     if memory:
         by_rank = {rank: (peak, kind) for rank, peak, kind in memory}
         for rank_stats in means["ranks"]:

@@ -8,20 +8,17 @@ from __future__ import annotations
 from statistics import median
 from typing import Any
 
-from scaletrain.analysis.throughput import warmup_steps
+from scaletrain.analysis.steps import steady as steady_steps
+from scaletrain.analysis.throughput import settled_step
 
 STAGE_PHASES = ("forward", "backward", "bubble", "p2p")
 """The phases a stage's row shows; the rest of the step (data, optimizer, other) is `rest`."""
 
 
-def _steady(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Records with phases, past each epoch's warm-up steps (all of them when no step is past it)."""
+def _steady(records: list[dict[str, Any]], settled: int | None) -> list[dict[str, Any]]:
+    """Records with phases, steady (analysis/throughput.py; all of them when none is)."""
     profiled = [r for r in records if r.get("phases_s")]
-    per_epoch: dict[int, int] = {}
-    for r in profiled:
-        per_epoch[r.get("epoch", 0)] = per_epoch.get(r.get("epoch", 0), 0) + 1
-    steady = [r for r in profiled if r.get("step_in_epoch", 0) >= warmup_steps(per_epoch[r.get("epoch", 0)])]
-    return steady or profiled
+    return steady_steps(profiled, settled) or profiled
 
 
 def stage_rows(pipeline: dict[str, Any], records_by_rank: dict[int, list[dict[str, Any]]]) -> list[dict[str, Any]]:
@@ -30,9 +27,9 @@ def stage_rows(pipeline: dict[str, Any], records_by_rank: dict[int, list[dict[st
     k = int(pipeline.get("stages") or 1)
     names = pipeline.get("stage_blocks") or []
     theory = pipeline.get("bubble_theory")
-    rows = []
+    rows, settled = [], settled_step(records_by_rank)
     for rank in sorted(records_by_rank):
-        steady = _steady(records_by_rank[rank])
+        steady = _steady(records_by_rank[rank], settled)
         if not steady:
             continue
         n = len(steady)
@@ -49,7 +46,8 @@ def stage_rows(pipeline: dict[str, Any], records_by_rank: dict[int, list[dict[st
 def timeline_step(records_by_rank: dict[int, list[dict[str, Any]]]) -> int | None:
     """The step the timeline shows: of the steady steps every rank recorded spans for, the one whose slowest
     rank's step time is the median (a typical step, not the first or an outlier)."""
-    by_rank = {rank: {r["step"]: r for r in _steady(recs) if r.get("spans_s")}
+    settled = settled_step(records_by_rank)
+    by_rank = {rank: {r["step"]: r for r in _steady(recs, settled) if r.get("spans_s")}
                for rank, recs in records_by_rank.items()}
     if not by_rank or not all(by_rank.values()):
         return None

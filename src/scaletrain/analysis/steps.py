@@ -7,20 +7,36 @@ from typing import Any
 
 import numpy as np
 
-from scaletrain.analysis.throughput import warmup_steps
+from scaletrain.analysis.throughput import heap_settled_step, is_steady, settled_step, warmup_steps
 from scaletrain.analysis.timeline import PHASES, phase_names
 
 Records = list[dict[str, Any]]
 
 
-def steady(records: Records) -> Records:
-    """Steps outside each epoch's warm-up (the first min(5, steps_per_epoch // 4) steps of every epoch)."""
+def steady(records: Records, settled: int | None = None) -> Records:
+    """Steps outside each epoch's warm-up (the first min(5, steps_per_epoch // 4) steps of every epoch) and not
+    before step `settled`, the run's `throughput.settled_step` (default: this rank's heap's own)."""
     if not records:
         return []
     if "step_in_epoch" in records[0]:
         skip = warmup_steps(max(r["step_in_epoch"] for r in records) + 1)
-        return [r for r in records if r["step_in_epoch"] >= skip]
+        settled = heap_settled_step(records) if settled is None else settled
+        return [r for r in records if is_steady(r, skip, settled)]
     return records[warmup_steps(len(records)):]  # a loop without epochs: warm-up at the start only
+
+
+def steady_span(records_by_rank: dict[int, Records], steady_by_rank: dict[int, Records],
+                settled: int | None) -> dict[str, Any]:
+    """What the steady means rest on: `steps` (the fewest any rank kept) `of` its steps; the step its heap
+    settled at (`heap_settled_step`, as `step` counts; None when not recorded), the run's steps before it
+    (`heap_warm_steps`) and whether they were more than half the run (`heap_settled_late`: too short a run
+    for its model's warm-up)."""
+    total = max((len(recs) for recs in records_by_rank.values()), default=0)
+    first = min((r["step"] for recs in records_by_rank.values() for r in recs[:1]), default=0)
+    warm = None if settled is None else settled - first
+    return {"steps": min((len(recs) for recs in steady_by_rank.values()), default=0), "of": total,
+            "heap_settled_step": settled, "heap_warm_steps": warm,
+            "heap_settled_late": warm is not None and 2 * warm > total}
 
 
 def has_phases(records: Records) -> bool:
@@ -81,11 +97,11 @@ def epoch_start_wait(records_by_rank: dict[int, Records]) -> dict[str, Any] | No
     Steady-state means leave the first steps of an epoch out; this is what they leave out for data.
     None when there are no epochs or no phases.
     """
-    extras, steps_per_epoch = [], []
+    extras, steps_per_epoch, settled = [], [], settled_step(records_by_rank)
     for records in records_by_rank.values():
         if not has_phases(records) or "step_in_epoch" not in records[0]:
             return None
-        kept = steady(records)
+        kept = steady(records, settled)
         if not kept:
             return None
         base = mean(r["phases_s"]["data_wait"] for r in kept)

@@ -1,8 +1,15 @@
-"""Steady-state throughput from per-step records (pure functions; no printing)."""
+"""Steady-state steps and throughput from per-step records (pure functions; no printing).
+
+A step is steady when it is past its epoch's warm-up (`warmup_steps`: loader start-up) and past the step at
+which the rank's heap settled (`heap_settled_step`: a large model's first steps page in fresh memory from the
+kernel, seconds of a step at ResNet-50's size on CPU, until the allocator's heap holds every tensor a step
+makes). docs/metrics.md defines both."""
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping
+
+SETTLED_PAGES = 256  # fresh pages (1 MiB) a settled step may take beyond the fewest any step of the run took
 
 
 def warmup_steps(steps_per_epoch: int) -> int:
@@ -10,14 +17,42 @@ def warmup_steps(steps_per_epoch: int) -> int:
     return min(5, steps_per_epoch // 4)
 
 
-def steady_samples_per_s(records: Iterable[dict[str, Any]], world_size: int, steps_per_epoch: int) -> float | None:
+def heap_settled_step(records: Iterable[Mapping[str, Any]]) -> int | None:
+    """The `step` from which one rank's heap had settled: the first step that took no more fresh pages than the
+    fewest any of its steps took, plus SETTLED_PAGES or half that fewest, whichever is more (memory that every
+    step pages in anew, as a batch handed over by a loader worker, is part of the steady state). None when the
+    records carry no `fresh_pages` (recorded before they were)."""
+    pages = [(r["step"], r["fresh_pages"]) for r in records if r.get("fresh_pages") is not None]
+    if not pages:
+        return None
+    least = min(n for _, n in pages)
+    return next(step for step, n in pages if n <= least + max(SETTLED_PAGES, least // 2))
+
+
+def settled_step(records_by_rank: Mapping[int, Iterable[Mapping[str, Any]]]) -> int | None:
+    """The step from which every rank's heap had settled (ranks step in lockstep, so a run's steady steps start
+    where its last rank's heap settled); None when no rank's records say."""
+    steps = [s for s in (heap_settled_step(recs) for recs in records_by_rank.values()) if s is not None]
+    return max(steps) if steps else None
+
+
+def is_steady(record: Mapping[str, Any], skip: int, settled: int | None) -> bool:
+    """Past its epoch's `skip` warm-up steps and not before step `settled`."""
+    return record["step_in_epoch"] >= skip and (settled is None or record["step"] >= settled)
+
+
+def steady_samples_per_s(records: Iterable[dict[str, Any]], world_size: int, steps_per_epoch: int,
+                         settled: int | None = None) -> float | None:
     """Global training samples per second over steady-state steps: sum(samples) x world / sum(step time).
 
     Uses one rank's records (every rank waits for the slowest in the gradient all-reduce, so step times
-    agree across ranks). Returns None when no steady-state step exists (say so; never report 0).
+    agree across ranks); `settled`, the run's `settled_step` (default: this rank's own). Returns None when no
+    steady-state step exists (say so; never report 0).
     """
+    records = list(records)
     skip = warmup_steps(steps_per_epoch)
-    steady = [r for r in records if r["step_in_epoch"] >= skip]
+    settled = heap_settled_step(records) if settled is None else settled
+    steady = [r for r in records if is_steady(r, skip, settled)]
     seconds = sum(r["step_time_s"] for r in steady)
     if not steady or seconds <= 0:
         return None

@@ -34,7 +34,8 @@ def summary_table(s: dict[str, Any], replicas: int | None = None) -> Grid:
         ("epochs", f"{s['epochs']}/{s['epochs_planned']}"),
         ("top-1 / best / top-5", f"{_pct(s['top1'])} / {_pct(s['best_top1'])} / {_pct(s['top5'])}"),
         ("epoch time (mean)", f"{sum(times) / len(times):.2f} s" if times else "-"),
-        ("throughput (steady)", fmt.rate(s["samples_per_s"], "samples") if s.get("samples_per_s") is not None
+        ("throughput (steady)", fmt.rate(s["samples_per_s"], "samples") + steady_steps(s.get("steady"))
+         if s.get("samples_per_s") is not None
          else "none: too short for a steady state (each epoch's first steps are warm-up)"),
         ("effective lr", f"{s['effective_lr']:.4g}"),
         ("wall time", f"{s['wall_time_s']:.1f} s"),
@@ -49,6 +50,26 @@ def summary_table(s: dict[str, Any], replicas: int | None = None) -> Grid:
         rows.append(("unreadable images skipped", str(s["bad_images_skipped"])))
     return Grid(f"{s['model']} on {s['dataset']}: {s['status']}", ["", ""], [list(r) for r in rows], header=False,
                 text_columns=(0, 1))
+
+
+def steady_steps(steady: dict[str, Any] | None) -> str:
+    """` over 20 of 24 steps (the heap took fresh memory for the first 3)`: what the steady means rest on
+    (docs/metrics.md)."""
+    if not steady or not steady.get("of"):
+        return ""
+    warm = steady.get("heap_warm_steps")
+    return f" over {steady['steps']} of {steady['of']} steps" + (
+        f" (the heap took fresh memory for the first {warm})" if warm else "")
+
+
+def warm_up_line(s: dict[str, Any]) -> str | None:
+    """A warning when the run ended before its heap had long settled (its steady means rest on few steps)."""
+    steady = s.get("steady") or {}
+    if not steady.get("heap_settled_late"):
+        return None
+    return (f"warning: the heap took fresh memory from the kernel for {steady['heap_warm_steps']} of the run's "
+            f"{steady['of']} steps: the steady means rest on {steady['steps']}; train more steps (more samples or "
+            "epochs) for firm ones")
 
 
 def ps_line(ps: dict[str, Any]) -> str:
@@ -89,6 +110,9 @@ def print_summary(run: RunDir, replicas: int | None = None, console: Console | N
         console.print(line, highlight=False)
     for text in diagnosis_lines(s):
         console.print(f"diagnosis: {text}", highlight=False)
+    warning = warm_up_line(s)
+    if warning:
+        console.print(warning, highlight=False)
     console.print(f"run directory: {run.root}  (summary.json, metrics-rank*.jsonl, checkpoint.pt)")
     if s.get("phases_mean_s"):
         console.print(f"plots and report: scaletrain report {run.root}   timeline: {run.root / 'trace.json'} "

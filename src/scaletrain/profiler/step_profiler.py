@@ -28,6 +28,7 @@ import torch.distributed as dist
 
 from scaletrain.distributed.group import current_rank, current_world_size, gather_objects
 from scaletrain.profiler.steplog import StepLog
+from scaletrain.perf.timing import minor_faults
 from scaletrain.perf.wire import allreduce_bytes
 from scaletrain.profiler import commhook
 from scaletrain.profiler.clock import clock_for
@@ -74,6 +75,7 @@ class StepProfiler:
         self._last: Any = None
         self._start_cpu = self._last_cpu = 0.0  # process CPU seconds at _start and _last
         self._host_start = 0.0
+        self._faults = 0  # the process's minor page faults at the step's start (fresh pages: analysis/throughput.py)
         self._closed = False
         self._current: str | None = None  # the phase being timed (carve's enclosing phase)
         self._epoch, self._in_epoch = -1, 0  # each pass through data() is an epoch
@@ -169,17 +171,21 @@ class StepProfiler:
         `epoch` and `step_in_epoch` default to the count of data() passes and the step within the pass."""
         fields = {"epoch": max(self._epoch, 0), "step_in_epoch": self._in_epoch, **fields}
         self._in_epoch += 1
+        faults = minor_faults()  # a syscall, about 1 us
+        fresh, self._faults = faults - self._faults, faults
         if not self.enabled:
             loss_value = _to_float(loss)  # note: on CUDA a sync point, once per step (profile off)
             now = time.perf_counter()
             step_time, self._host_start = now - self._host_start, now
-            record = {"step": self.step, **fields, "loss": loss_value, "samples": samples, "step_time_s": step_time}
+            record = {"step": self.step, **fields, "loss": loss_value, "samples": samples, "step_time_s": step_time,
+                      "fresh_pages": fresh}
             self._advance()
             return self._emit([record])
         self._mark("other")
         raw = {"step": self.step, "fields": fields, "loss": loss, "samples": samples, "spans": self._spans,
                "start": self._start, "end": self._last, "host_start": self._host_start,
-               "cpu_start": self._start_cpu, "cpu_end": self._last_cpu, "buckets": self.recorder.take()}
+               "cpu_start": self._start_cpu, "cpu_end": self._last_cpu, "buckets": self.recorder.take(),
+               "fresh_pages": fresh}
         self._pending.append(raw)
         self._spans, self._start, self._host_start = [], self._last, time.perf_counter()
         self._start_cpu = self._last_cpu
@@ -250,7 +256,7 @@ class StepProfiler:
     # ------------------------------------------------------------ internals
     def _begin_step(self) -> None:
         self._epoch, self._in_epoch = self._epoch + 1, 0
-        self._host_start = time.perf_counter()
+        self._host_start, self._faults = time.perf_counter(), minor_faults()
         if self.enabled:
             self._start = self._last = self.clock.mark()
             self._start_cpu = self._last_cpu = time.process_time()
@@ -294,6 +300,7 @@ class StepProfiler:
             "t_start_s": round(time.time() - time.perf_counter() + raw["host_start"] + self._clock_offset, 6),
             "phases_s": {k: round(timing["phases_s"].get(k, 0.0), _ROUND) for k in phase_names(timing["phases_s"])},
             "cpu_time_s": round(raw["cpu_end"] - raw["cpu_start"], _ROUND),
+            "fresh_pages": raw["fresh_pages"],
             "phases_cpu_s": {k: round(cpu.get(k, 0.0), _ROUND) for k in phase_names(timing["phases_s"])},
             "threads": torch.get_num_threads(),
             "comm_total_s": round(timing["comm_total_s"], _ROUND),

@@ -16,12 +16,14 @@ from scaletrain.config import layout_of
 from scaletrain.config.io import train_table
 from scaletrain.errors import UserError
 from scaletrain.report import schema
-from scaletrain.analysis.throughput import steady_samples_per_s, warmup_steps
+from scaletrain.analysis.steps import steady
+from scaletrain.analysis.throughput import steady_samples_per_s
 from scaletrain.rundir import RunDir, StudyDir, read_jsonl, read_summary
 
 # the profiler's keys of summary.json (docs/run-directory.md), recomputed from metrics files when possible
 ANALYSIS_KEYS = ("phases_mean_s", "step_time_mean_s", "overlap_ratio", "comm_total_mean_s", "comm_hidden_mean_s",
-                 "bytes_sent_per_step", "ranks", "stragglers", "peak_memory_bytes", "memory_kind", "diagnosis")
+                 "bytes_sent_per_step", "ranks", "stragglers", "peak_memory_bytes", "memory_kind", "diagnosis",
+                 "steady")
 WHAT_TO_GIVE = "give the --out directory of `scaletrain train` or `scaletrain study`"
 FIX_SUMMARY = "fix that value, or delete summary.json to report from the metrics files alone"
 FIX_CONFIG = "fix that value in config.toml, or delete config.toml to report without it"
@@ -142,9 +144,8 @@ def overview(run: Run) -> dict[str, Any]:
         steady_samples_per_s(rank0, replicas, steps_per_epoch)
     step_time = run.analysis.get("step_time_mean_s")
     if step_time is None:
-        skip = warmup_steps(steps_per_epoch)
-        steady = [r["step_time_s"] for r in rank0 if r["step_in_epoch"] >= skip]
-        step_time = sum(steady) / len(steady) if steady else None
+        kept = [r["step_time_s"] for r in steady(rank0)]
+        step_time = sum(kept) / len(kept) if kept else None
     return {
         "name": _run_name(run.root), "status": s.get("status", "unfinished"), "error": s.get("error"),
         "model": s.get("model") or c.get("model"), "dataset": s.get("dataset") or c.get("dataset"),

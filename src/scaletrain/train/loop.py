@@ -178,7 +178,9 @@ class Trainer:
         analysis = self.prof.finish_analysis(config={**cfg.to_dict(), **placement})
         result = None
         if main:
-            result = summary.run_summary(self, status, time.perf_counter() - t_run, digests, placement) | ended
+            settled = ((analysis or {}).get("steady") or {}).get("heap_settled_step")
+            result = summary.run_summary(self, status, time.perf_counter() - t_run, digests, placement,
+                                         settled) | ended
             result |= analysis
             summary.write(self.run_dir, result)
         barrier()  # all ranks leave together: a rank tearing down gloo while a peer still uses it can abort

@@ -41,8 +41,10 @@ def exchange(strategy, model: torch.nn.Module) -> dict[str, Any]:
             "exchange_settings": list(strategy.exchange_settings), "lockstep": strategy.lockstep}
 
 
-def run_summary(trainer, status: str, wall_time: float, digests: list[str], where: dict[str, Any]) -> dict[str, Any]:
-    """The run's own facts, from the trainer at the end of fit (rank 0)."""
+def run_summary(trainer, status: str, wall_time: float, digests: list[str], where: dict[str, Any],
+                settled: int | None = None) -> dict[str, Any]:
+    """The run's own facts, from the trainer at the end of fit (rank 0); `settled`: the step from which every
+    rank's heap had settled (the analysis's), where the steady steps start at the latest."""
     cfg, world, h, device = trainer.cfg, trainer.rank.world_size, trainer.history, trainer.device
     records = read_jsonl(trainer.run_dir.metrics(0))
     return {
@@ -50,7 +52,7 @@ def run_summary(trainer, status: str, wall_time: float, digests: list[str], wher
         "global_batch": cfg.optim.batch_size * trainer.replicas, "epochs": len(h.epoch_times_s),
         "epochs_planned": cfg.optim.epochs,
         "top1": h.top1, "top5": h.top5, "best_top1": h.best_top1, "epoch_times_s": h.epoch_times_s,
-        "samples_per_s": steady_samples_per_s(records, trainer.replicas, trainer.steps_per_epoch),
+        "samples_per_s": steady_samples_per_s(records, trainer.replicas, trainer.steps_per_epoch, settled),
         "effective_lr": peak_lr(cfg.optim, trainer.replicas), "precision": cfg.model.precision,
         "device": device.type if device.type == "cpu" else torch.cuda.get_device_name(device),
         "backend": trainer.backend, "steps": trainer.global_step, "train_samples": len(trainer.data.train),

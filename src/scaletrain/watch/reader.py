@@ -176,7 +176,8 @@ class RunReader:
 def _step(r: dict[str, Any]) -> Step:
     return Step(step=int(r.get("step", 0)), epoch=int(r.get("epoch", 0)), step_in_epoch=int(r.get("step_in_epoch", 0)),
                 samples=int(r.get("samples", 0)), step_time_s=float(r["step_time_s"]),
-                samples_per_s=r.get("samples_per_s"), t_start_s=r.get("t_start_s"), epoch_steps=r.get("epoch_steps"))
+                samples_per_s=r.get("samples_per_s"), t_start_s=r.get("t_start_s"), epoch_steps=r.get("epoch_steps"),
+                fresh_pages=r.get("fresh_pages"))
 
 
 def _toml(text: str) -> dict[str, Any]:

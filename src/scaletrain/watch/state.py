@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from scaletrain.analysis import RUN_FACTS, analyze_run
-from scaletrain.analysis.throughput import warmup_steps
+from scaletrain.analysis.throughput import heap_settled_step, settled_step, warmup_steps
 from scaletrain.config import layout_of
 from scaletrain.config.applies import defaults
 
@@ -33,6 +33,7 @@ class Step:
     samples_per_s: float | None  # global, as recorded with the profiler on
     t_start_s: float | None  # unix seconds, as recorded with the profiler on
     epoch_steps: int | None = None  # the run's steps per epoch, as the trainer records it with every step
+    fresh_pages: int | None = None  # pages the rank took from the kernel in the step (analysis/throughput.py)
 
 
 @dataclass
@@ -185,6 +186,13 @@ def mean_throughput(obs: Observed, spe: int | None, ended: bool) -> tuple[float 
     skip = warmup_steps(spe or obs.longest_epoch)
     samples = sum(n for n, _ in obs.sums_by_position[skip:])
     seconds = sum(t for _, t in obs.sums_by_position[skip:])
+    # and not before every rank's heap settled; the primary's alone once the others' first steps are out of reach
+    settled = settled_step(obs.windows) if not obs.window_full else \
+        heap_settled_step({"step": s.step, "fresh_pages": s.fresh_pages} for s in obs.steps)
+    if settled is not None:
+        early = [s for s in obs.steps if s.step < settled and s.step_in_epoch >= skip]
+        samples -= sum(s.samples for s in early)
+        seconds -= sum(s.step_time_s for s in early)
     if seconds <= 0:
         return None, None
     return samples * replicas(obs.steps, obs.config) / seconds, "steady steps so far"
