@@ -24,13 +24,18 @@ def run(pages: list[int], slow_until: int = 0, step_s: float = 0.1) -> list[dict
              "step_time_s": 2 * step_s if i < slow_until else step_s} for i, n in enumerate(pages)]
 
 
-def test_the_heap_settles_at_the_first_step_near_the_fewest_pages():
+def test_the_heap_settles_at_the_first_step_near_its_steady_level():
     assert heap_settled_step(run([90_000, 40_000, 9_000, 200, 0, 5_000, 0] + [0] * 17)) == 3
     assert heap_settled_step(run([0] * STEPS)) == 0
     # pages every step takes anew (a loader worker's batch) are the steady level, not warm-up
     assert heap_settled_step(run([60_000, 30_000, 5_100, 4_800, 4_900] + [4_700] * 19)) == 2
     assert heap_settled_step(run([SETTLED_PAGES + 1, SETTLED_PAGES] + [0] * 22)) == 1
     assert heap_settled_step([{k: v for k, v in r.items() if k != "fresh_pages"} for r in run([0] * STEPS)]) is None
+    # a settled heap that still maps some steps' tensors anew, more in some steps than others (ResNet-50 at 224 px
+    # on two ranks, runs/r50-s16a): the level is the later half's median, not its fewest
+    two_ranks = [2_324_311, 1_888_437, 1_348_565, 915_764, 238_357, 1_235_657, 878_134, 896_949, 370_072, 137_997,
+                 241_493, 100_368]
+    assert heap_settled_step(run(two_ranks + [None] * 12)) == 4
 
 
 def test_steps_before_the_heap_settled_are_warm_up_even_past_the_epochs():
