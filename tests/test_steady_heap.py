@@ -14,7 +14,7 @@ from scaletrain.analysis.steps import steady
 from scaletrain.analysis.throughput import SETTLED_PAGES, heap_settled_step, settled_step, steady_samples_per_s
 from scaletrain.console.summary import steady_steps, warm_up_line
 from scaletrain.profiler import StepProfiler
-from scaletrain.watch.state import Observed, Step, mean_throughput
+from scaletrain.watch.state import Observed, Step, heap_settled, mean_throughput
 
 STEPS = 24  # 2 epochs of 12: each epoch's warm-up is its first 3 steps
 
@@ -94,7 +94,8 @@ def test_watch_mean_so_far_waits_for_the_heap():
         sums[min(s.step_in_epoch, 5)][1] += s.step_time_s
     obs = Observed(root="r", config={"nproc": 2}, summary=None, summary_mtime=None, last_write=None, launched=None,
                    primary=0, steps=steps, windows=records, window=2000, window_full=False,
-                   sums_by_position=sums, longest_epoch=12)
+                   sums_by_position=sums, longest_epoch=12, settled=heap_settled(steps, records, False))
+    assert obs.settled == 6 and heap_settled(steps, records, True) == 2  # the primary's alone: rank 0 settled at 2
     rate, source = mean_throughput(obs, 12, ended=False)
     assert source == "steady steps so far"
     assert rate == pytest.approx(steady_samples_per_s(records[0], 2, 12, settled=6)) == pytest.approx(160)

@@ -261,15 +261,16 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path):
 
 def test_the_mean_so_far_is_the_summarys_definition(watched, tmp_path):
     """Before summary.json exists, the mean is steady-state samples/s over the steps read, as the run defines it."""
-    from scaletrain.analysis.throughput import steady_samples_per_s
-    from scaletrain.rundir import read_jsonl
+    from scaletrain.analysis import load_records
+    from scaletrain.analysis.throughput import settled_step, steady_samples_per_s
 
     run = copy_run(watched.out, tmp_path / "run")
     snap = RunReader(open_run(run)).snapshot()
-    records = read_jsonl(run / "metrics-rank0.jsonl")
+    records = load_records(run)
     spe = snap.progress.steps_per_epoch
     assert snap.mean_source == "steady steps so far"
-    assert snap.samples_per_s_mean == pytest.approx(steady_samples_per_s(records, 2, spe))
+    # past each epoch's warm-up and the step every rank's heap had settled at
+    assert snap.samples_per_s_mean == pytest.approx(steady_samples_per_s(records[0], 2, spe, settled_step(records)))
     assert snap.samples_per_s_mean == pytest.approx(summary(watched.out)["samples_per_s"])
 
 

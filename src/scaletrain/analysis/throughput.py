@@ -7,7 +7,7 @@ makes). docs/metrics.md defines both."""
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Mapping, Sequence
 
 SETTLED_PAGES = 256  # fresh pages (1 MiB) a settled step may take beyond the run's steady level
 
@@ -24,7 +24,11 @@ def heap_settled_step(records: Iterable[Mapping[str, Any]]) -> int | None:
     handed over by a loader worker; a tensor above glibc's mmap threshold that no free chunk of the heap fits),
     which varies from step to step (ResNet-50 at 224 px, two ranks: 0.1-0.9 million a step after its first
     warm-up of 2-3 million). None when the records carry no `fresh_pages` (recorded before they were)."""
-    pages = [(r["step"], r["fresh_pages"]) for r in records if r.get("fresh_pages") is not None]
+    return settled_at([(r["step"], r["fresh_pages"]) for r in records if r.get("fresh_pages") is not None])
+
+
+def settled_at(pages: Sequence[tuple[int, int]]) -> int | None:
+    """`heap_settled_step` of one rank's (step, fresh pages) in step order (None for none)."""
     if not pages:
         return None
     later = sorted(n for _, n in pages[len(pages) // 2:])

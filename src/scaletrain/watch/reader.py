@@ -19,7 +19,7 @@ from scaletrain.config.io import train_table
 from scaletrain.errors import UserError
 from scaletrain.rundir import RunDir
 from scaletrain.train.restarts import path_of, restarts
-from scaletrain.watch.state import POSITIONS, Observed, Snapshot, Step, analyze, snapshot
+from scaletrain.watch.state import POSITIONS, Observed, Snapshot, Step, analyze, heap_settled, snapshot
 from scaletrain.watch.tail import JsonlTail
 
 DEFAULT_WINDOW = 2000
@@ -61,8 +61,9 @@ class RunReader:
         self._sums = [[0, 0.0] for _ in range(POSITIONS)]
         self._epochs_tail, self._epochs = JsonlTail(run.epochs), []
         self._files: dict[Path, tuple[float, Any]] = {}  # path -> (mtime, parsed) for config and summary
-        self._version = self._analysed = 0
+        self._version = self._analysed = self._settled_version = 0
         self._analysis: dict[str, Any] | None = None
+        self._settled: int | None = None
 
     def snapshot(self, now: float | None = None, stale_s: float | None = None) -> Snapshot:
         obs = self.observe()
@@ -91,13 +92,16 @@ class RunReader:
         if ended:
             notes += [str(n) for n in summary.get("notes") or []]
         writes = [t.mtime for t in self._tails.values() if t.mtime is not None]
+        windows = {rank: list(recs) for rank, recs in self._recent.items()}
+        window_full = bool(self.window) and any(c > self.window for c in self._counts.values())
+        if self._settled_version != self._version:  # a whole pass over the steps: only when new ones came
+            self._settled, self._settled_version = heap_settled(self._steps, windows, window_full), self._version
         return Observed(
             root=str(self.run.root), config=config, summary=summary,
             summary_mtime=self._files.get(self.run.summary, (None,))[0] if summary is not None else None,
             last_write=max(writes) if writes else None, launched=self._files.get(self.run.config, (None,))[0],
             primary=self._primary, steps=self._steps,
-            windows={rank: list(recs) for rank, recs in self._recent.items()}, window=self.window,
-            window_full=bool(self.window) and any(c > self.window for c in self._counts.values()),
+            windows=windows, window=self.window, window_full=window_full, settled=self._settled,
             epochs=self._epochs, sums_by_position=[list(x) for x in self._sums],
             longest_epoch=self._longest_epoch, longest_pause_s=self._longest_pause,
             restarts=len(restarts(restart_lines)) if restart_lines else None, notes=notes)

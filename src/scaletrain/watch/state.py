@@ -8,10 +8,11 @@ Definitions: docs/watch.md.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from itertools import takewhile
 from typing import Any
 
 from scaletrain.analysis import RUN_FACTS, analyze_run
-from scaletrain.analysis.throughput import heap_settled_step, settled_step, warmup_steps
+from scaletrain.analysis.throughput import settled_at, settled_step, warmup_steps
 from scaletrain.config import layout_of
 from scaletrain.config.applies import defaults
 
@@ -56,6 +57,7 @@ class Observed:
     sums_by_position: list[list[float]] = field(default_factory=lambda: [[0, 0.0] for _ in range(POSITIONS)])
     longest_epoch: int = 0  # most steps the primary recorded in one epoch
     longest_pause_s: float = 0.0  # the primary's longest time between the end of a step and the next's start
+    settled: int | None = None  # the step the heap settled at (heap_settled; computed when new steps arrive)
     restarts: int | None = None  # restarts.jsonl's failures the workers were restarted from (None: no file)
     notes: list[str] = field(default_factory=list)
 
@@ -186,16 +188,21 @@ def mean_throughput(obs: Observed, spe: int | None, ended: bool) -> tuple[float 
     skip = warmup_steps(spe or obs.longest_epoch)
     samples = sum(n for n, _ in obs.sums_by_position[skip:])
     seconds = sum(t for _, t in obs.sums_by_position[skip:])
-    # and not before every rank's heap settled; the primary's alone once the others' first steps are out of reach
-    settled = settled_step(obs.windows) if not obs.window_full else \
-        heap_settled_step({"step": s.step, "fresh_pages": s.fresh_pages} for s in obs.steps)
-    if settled is not None:
-        early = [s for s in obs.steps if s.step < settled and s.step_in_epoch >= skip]
+    if obs.settled is not None:  # and not before the heap settled
+        early = [s for s in takewhile(lambda s: s.step < obs.settled, obs.steps) if s.step_in_epoch >= skip]
         samples -= sum(s.samples for s in early)
         seconds -= sum(s.step_time_s for s in early)
     if seconds <= 0:
         return None, None
     return samples * replicas(obs.steps, obs.config) / seconds, "steady steps so far"
+
+
+def heap_settled(steps: list[Step], windows: dict[int, list[dict[str, Any]]], window_full: bool) -> int | None:
+    """The step from which the run's heap had settled (analysis/throughput.py): every rank's while the windows
+    hold all their steps, the primary's alone once the others' first steps are out of reach."""
+    if not window_full:
+        return settled_step(windows)
+    return settled_at([(s.step, s.fresh_pages) for s in steps if s.fresh_pages is not None])
 
 
 def stale_after(obs: Observed, recent_step_s: float | None) -> float:
