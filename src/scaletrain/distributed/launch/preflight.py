@@ -162,21 +162,25 @@ def preflight(cfg: TrainConfig) -> tuple[RunDir, TrainConfig]:
 
 
 def _note_world_change(ckpt: dict, cfg: TrainConfig) -> None:
-    """A resume on another number of processes is allowed, but it is not the same run: say so."""
-    before, now = ckpt.get("world_size"), cfg.layout.world
-    strategy_class(cfg.strategy.name).check_resume(cfg, now)  # e.g. a parameter server's layout
+    """A resume on another number of processes is allowed, but it is not the same run: say so. A checkpoint
+    counts the ranks that train (a parameter server's workers, not its servers), as the layout's trainers do."""
+    layout = cfg.layout
+    before, now = ckpt.get("world_size"), layout.trainers
+    strategy_class(cfg.strategy.name).check_resume(cfg, layout.world)  # e.g. a parameter server's layout
     if before is None or before == now:
         return
+    nproc = before + layout.servers  # the processes to launch: the trainers and the servers
+    as_started = f"--nproc {nproc // layout.nodes if nproc % layout.nodes == 0 else nproc}"
     if ckpt.get("within_epoch"):
         raise UserError(f"the checkpoint in {cfg.launch.out} was written part way through epoch {ckpt['epoch'] + 1} by "
                         f"{before} processes, and its place in the epoch is theirs: resume with {before} processes "
-                        f"(--nproc {before // cfg.launch.nnodes if before % cfg.launch.nnodes == 0 else before})")
+                        f"({as_started})")
+    per_trainer = layout.replicas / now  # the replicas a training rank stands for (a pipeline's stages share one)
     batch = ckpt["config"].get("batch_size")
-    print(f"note: the run was trained with {before} processes (global batch {before * batch}), this resume "
-          f"uses {now} (global batch {now * cfg.optim.batch_size}): the LR schedule is re-planned for the new "
-          "steps per epoch and the data order does not replay; --nproc "
-          f"{before // cfg.launch.nnodes if before % cfg.launch.nnodes == 0 else before} continues it exactly",
-          file=sys.stderr)
+    print(f"note: the run was trained with {before} processes (global batch {round(before * per_trainer) * batch}), "
+          f"this resume uses {now} (global batch {layout.replicas * cfg.optim.batch_size}): the LR schedule is "
+          f"re-planned for the new steps per epoch and the data order does not replay; {as_started} continues it "
+          "exactly", file=sys.stderr)
 
 
 def check_address(flag: str, addr: str) -> None:
