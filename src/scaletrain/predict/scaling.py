@@ -30,7 +30,7 @@ def predict_grid(spec, cal: dict[str, Any], network: dict[str, Any], hw, basis: 
     # one thread count for every point unless --threads gives it: cores / the grid's largest nproc, as `study`
     # runs the same flags (so that the speedup over ranks is the ranks' alone, and validate compares like with like)
     spec, _ = fair_threads(spec, cores or predictor.cores)
-    grid = points(spec)
+    grid = points(spec, keep_refused=True)
     out, skipped = [], []
     for i, point in enumerate(grid, 1):
         if shapes is not None and progress is not None:
@@ -38,6 +38,8 @@ def predict_grid(spec, cal: dict[str, Any], network: dict[str, Any], hw, basis: 
             shapes.tell = lambda n, at=i: progress(f"point {at}/{len(grid)}: op shapes the calibration lacks "
                                                    "timed here", n, None)
         try:
+            if point.refused:  # options that do not combine (fp16 with a parameter server): skipped, not fatal
+                raise UserError(point.refused)
             if point.dropped:  # e.g. --compress fp16 on a strategy that takes no --compress: the same as another
                 from scaletrain.config import applies
 
@@ -97,9 +99,12 @@ def check_grid(spec, hw, global_batch: int | None) -> None:
     """Every point of the spec checked before a calibration is read or a model traced: the global batch
     against every point's trainers, then what points.check_point refuses. A point refused where others
     are not is left to predict_grid, which skips it with its reason; refused when all are."""
-    from scaletrain.study.grid import points
+    from scaletrain.study.grid import point_name, points
 
-    configs = [p.config for p in points(spec)]
+    grid = points(spec, keep_refused=True)
+    if all(p.refused for p in grid):
+        raise UserError(f"{point_name(grid[0].id, grid[0].axes)}: {grid[0].refused}")
+    configs = [p.config for p in grid if not p.refused]
     if global_batch is not None:
         counts = sorted({trainers(c) for c in configs})
         bad = next((t for t in counts if global_batch % t), None)

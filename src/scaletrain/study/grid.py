@@ -47,6 +47,7 @@ class Point:
     axes: dict[str, Any]
     config: TrainConfig
     dropped: tuple[str, ...] = ()  # axis values set to no effect here (config/applies.py): the point repeats another
+    refused: str | None = None  # with points(keep_refused=True): why its options do not combine (config is None)
 
     def settings(self) -> dict[str, Any]:
         """The point's full train settings, without the per-run ones (out, resume, progress)."""
@@ -226,11 +227,13 @@ def point_id(values: dict[str, Any], varying: list[str]) -> str:
     return "-".join(parts)
 
 
-def points(spec: StudySpec) -> list[Point]:
+def points(spec: StudySpec, keep_refused: bool = False) -> list[Point]:
     """Every combination in grid order (nproc varies fastest, so a scaling series is contiguous), validated.
 
     A setting that applies only with another (config/applies.py: `--stages` with `--strategy pipeline`) is
-    left out of the points that lack it, and refused when no point has it."""
+    left out of the points that lack it, and refused when no point has it. A combination whose options do not
+    combine is refused in one line (a study runs what it was asked to), or, with `keep_refused` (predict and
+    plan price what combines), kept as a point with its reason and no config."""
     names = list(spec.axes)
     varying = [n for n in names if len(spec.axes[n]) > 1]
     result = []
@@ -245,7 +248,10 @@ def points(spec: StudySpec) -> list[Point]:
             cfg = build_config({k: v for k, v in spec.train.items() if k not in dropped},
                                {k: v for k, v in values.items() if k not in dropped})
         except UserError as e:
-            raise UserError(f"{point_name(pid, values)}: {e}") from None
+            if not keep_refused:
+                raise UserError(f"{point_name(pid, values)}: {e}") from None
+            result.append(Point(id=pid, axes=values, config=None, refused=str(e)))  # type: ignore[arg-type]
+            continue
         result.append(Point(id=pid, axes=values, config=cfg, dropped=tuple(n for n in names if n in dropped)))
     if unused:
         name = next(n for n in applies.NEEDS if n in unused)
