@@ -12,6 +12,8 @@ whole optimizer state (gathered to rank 0), so they are read back by any number 
 
 from __future__ import annotations
 
+import functools
+
 import hashlib
 from typing import Any
 
@@ -182,14 +184,18 @@ def collective_seconds(unit_param_bytes: list[int], world: int, alpha: float, be
 
 def unit_bytes(model_name: str, facts: dict[str, Any], stem: str, width: float) -> list[int]:
     """Parameter bytes of each unit FSDP shards (shard_units, and the root's rest), the model built on the meta
-    device (no memory)."""
+    device (no memory); kept for the process (a sweep or a plan prices many points of one model)."""
+    return list(_unit_bytes(model_name, facts["classes"], facts["channels"], facts["image_size"], stem, width))
+
+
+@functools.lru_cache(maxsize=32)
+def _unit_bytes(model_name: str, classes: int, channels: int, size: int, stem: str, width: float) -> tuple[int, ...]:
     from scaletrain.models.registry import build_model
 
-    size = facts["image_size"]
     with torch.device("meta"):
-        model = build_model(model_name, num_classes=facts["classes"], in_channels=facts["channels"],
-                            image_size=size, stem=stem, width=width)
-    names = shard_units(model, (facts["channels"], size, size))
+        model = build_model(model_name, num_classes=classes, in_channels=channels, image_size=size, stem=stem,
+                            width=width)
+    names = shard_units(model, (channels, size, size))
     units = [sum(p.numel() * 4 for p in model.get_submodule(n).parameters()) for n in names]
     rest = sum(p.numel() * 4 for p in model.parameters()) - sum(units)
-    return units + ([rest] if rest > 0 else [])
+    return tuple(units + ([rest] if rest > 0 else []))

@@ -164,14 +164,15 @@ def budget_of(cfg: TrainConfig, device_type: str) -> int | None:
 
 
 def resolve_checkpointing(cfg: TrainConfig, factory: Callable, sample_shape: tuple[int, ...],
-                          device_type: str) -> TrainConfig:
+                          device_type: str, cache: dict | None = None) -> TrainConfig:
     """`--checkpoint-activations auto` as the blocks it checkpoints: none when the plan fits the budget
     (budget_of), else the fewest blocks, those saving the most first, that bring it within (all of them when
-    nothing does: the budget check then says so). Other values come back as they are."""
+    nothing does: the budget check then says so). Other values come back as they are. `cache`: the model's
+    walks, kept between calls on the same model (as per_rank's)."""
     if cfg.model.checkpoint_activations != "auto":
         return cfg
     budget = budget_of(cfg, device_type)
-    cache: dict = {}
+    cache = {} if cache is None else cache
 
     def need(value: str) -> int | None:
         f = per_rank(cfg.replace(checkpoint_activations=value), factory, sample_shape, device_type, cache=cache)
@@ -180,7 +181,7 @@ def resolve_checkpointing(cfg: TrainConfig, factory: Callable, sample_shape: tup
     plain = need("none")
     if plain is None or budget is None or within(plain, budget):
         return cfg.replace(checkpoint_activations="none" if plain is not None else "blocks")
-    mm = next(m for m in cache.values() if m is not None)
+    mm = _walks(cfg, factory, sample_shape, device_type, None, cache)[0](cfg.optim.batch_size)
     order = sorted(mm.blocks, key=lambda b: b.input - b.saved)  # the largest saving first
     names: list[str] = []
     for b in order:

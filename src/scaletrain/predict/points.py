@@ -194,7 +194,8 @@ def predict_config(p: Predictor, cfg, *, shared_cores: int | None = None, cores:
 
 def recomputed_share(cfg, facts: dict[str, Any]) -> float:
     """The share of the forward that activation checkpointing runs again in backward: the checkpointed blocks'
-    forward FLOPs over the model's (the block graph on meta tensors; `auto` as the launcher would resolve it)."""
+    forward FLOPs over the model's (the block graph on meta tensors; `auto` as the launcher would resolve it).
+    The model's walks are kept for the process (a sweep, a plan, walks each model once)."""
     if cfg.model.checkpoint_activations == "none":
         return 0.0
     from scaletrain.comm.memory import resolve_checkpointing
@@ -202,14 +203,22 @@ def recomputed_share(cfg, facts: dict[str, Any]) -> float:
     from scaletrain.train.recompute import plan_units
 
     factory, shape = model_factory(cfg, facts), sample_shape(facts)
-    value = resolve_checkpointing(cfg, factory, shape, "cpu").model.checkpoint_activations
-    mm = model_memory(factory, 1, shape, cfg.optim.optimizer, cfg.model.precision)
-    if mm is None or value == "none":
+    walks = _model_walks(cfg, facts)
+    value = resolve_checkpointing(cfg, factory, shape, "cpu", cache=walks).model.checkpoint_activations
+    if value == "none":
         return 0.0
-    with torch.device("meta"):
-        again = {u.block for u in plan_units(factory(), shape, value)}  # (a lone layer, e.g. fc, is not)
+    key = (1, shape, cfg.optim.optimizer, cfg.model.precision, None)
+    if key not in walks:
+        walks[key] = model_memory(factory, 1, shape, cfg.optim.optimizer, cfg.model.precision)
+    mm = walks[key]
+    if mm is None:
+        return 0.0
+    units = (id(walks), shape, value)
+    if units not in _UNITS:
+        with torch.device("meta"):
+            _UNITS[units] = {u.block for u in plan_units(factory(), shape, value)}  # (a lone layer, e.g. fc, is not)
     total = sum(b.flops for b in mm.blocks)
-    return sum(b.flops for b in mm.blocks if b.name in again) / total if total else 0.0
+    return sum(b.flops for b in mm.blocks if b.name in _UNITS[units]) / total if total else 0.0
 
 
 def runs_lean(cfg, memory_kind: str) -> bool:
@@ -235,6 +244,14 @@ def sample_shape(facts: dict[str, Any]) -> tuple[int, int, int]:
 
 
 _WALKS: dict[tuple, dict] = {}  # the model's memory walks per model, kept for the process (a sweep walks once)
+_UNITS: dict[tuple, set] = {}  # the blocks each checkpointing value recomputes, per model walks, shape and value
+
+
+def _model_walks(cfg, facts: dict[str, Any]) -> dict:
+    """The walks of the point's model kept for the process (comm/memory's cache: by batch, shape, optimizer,
+    precision and retained heap; and the checkpointed units by value)."""
+    key = (cfg.model.name, cfg.model.stem, cfg.model.width, facts["classes"], facts["channels"])
+    return _WALKS.setdefault(key, {})
 
 
 def rank_memory(cfg, facts: dict[str, Any], memory_kind: str) -> dict[str, int]:
@@ -244,9 +261,8 @@ def rank_memory(cfg, facts: dict[str, Any], memory_kind: str) -> dict[str, int]:
     meta device."""
     from scaletrain.comm.memory import per_rank
 
-    key = (cfg.model.name, cfg.model.stem, cfg.model.width, facts["classes"], facts["channels"])
     device = "cuda" if memory_kind == "cuda" else "cpu"
-    fp = per_rank(cfg, model_factory(cfg, facts), sample_shape(facts), device, cache=_WALKS.setdefault(key, {}))
+    fp = per_rank(cfg, model_factory(cfg, facts), sample_shape(facts), device, cache=_model_walks(cfg, facts))
     return {} if fp is None else dataclasses.asdict(fp)
 
 
