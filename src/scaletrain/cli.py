@@ -21,7 +21,7 @@ from scaletrain.errors import UserError  # noqa: E402
 # the modules whose COMMANDS make the command line, in the order `scaletrain --help` lists them
 COMMAND_MODULES = ("scaletrain.train.cli", "scaletrain.study.cli", "scaletrain.report.cli", "scaletrain.commbench.cli",
                    "scaletrain.testbed.cli", "scaletrain.predict.calibrate_cli", "scaletrain.predict.cli",
-                   "scaletrain.validate.cli", "scaletrain.graph.cli", "scaletrain.split.cli", "scaletrain.slurm.cli",
+                   "scaletrain.plan.cli", "scaletrain.validate.cli", "scaletrain.graph.cli", "scaletrain.split.cli", "scaletrain.slurm.cli",
                    "scaletrain.doctor.cli", "scaletrain.watch.cli", "scaletrain.models.cli", "scaletrain.data.cli")
 
 

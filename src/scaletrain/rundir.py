@@ -71,6 +71,7 @@ class StudyDir:
 # the result files of the other commands, in their --out (docs/run-directory.md)
 STUDY_SPEC, STUDY_RESULTS = "study.toml", "study.json"
 PREDICTION = "prediction.json"
+PLAN = "plan.json"
 VALIDATION = "validation.json"
 SPLIT = "split.json"
 GRAPH = "graph.json"
@@ -115,6 +116,7 @@ KINDS = (Kind("training run", "train", ("config.toml", "summary.json", "epochs.j
                                         "trace.json", "metrics-rank*.jsonl")),
          Kind("study", "study", (STUDY_SPEC, STUDY_RESULTS)),
          Kind("prediction", "predict", (PREDICTION,)),
+         Kind("plan", "plan", (PLAN, "plan.png")),
          Kind("graph", "graph", (GRAPH, "graph.dot")),
          Kind("split", "split", (SPLIT,)),
          Kind("validation", "validate", (VALIDATION,)),

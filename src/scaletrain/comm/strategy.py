@@ -62,6 +62,7 @@ class Strategy:
     local_update = True  # the rank's own optimizer applies the update (a parameter server's workers: no)
     exchange_settings: tuple[str, ...] = ()  # settings besides batch and --compress that change its exchange's time
     priced = True  # its cost(pricing) prices a step (predict refuses a strategy that does not, before tracing)
+    plan_leaves_out = ""  # why `scaletrain plan` does not search it (empty: plan searches it)
 
     def __init__(self, cfg: TrainConfig, rank: RankInfo, device: torch.device, backend: str) -> None:
         self.cfg = cfg

@@ -131,6 +131,8 @@ class AsyncParameterServer(ParameterServer):
 
     worker_group = False  # no collective may wait for a worker that died
     server_class = AsyncServer
+    plan_leaves_out = ("asynchronous updates change the optimisation (stale gradients), not only the time: plan "
+                       "ranks configurations that train the same model; predict it alone to see its speed")
     synchronous = False
     tolerates_dead_workers = True
     lockstep = False  # workers step at their own pace: they agree only at epoch ends

@@ -1,0 +1,122 @@
+"""`scaletrain plan`: which configuration to run, from a calibration or a data sheet (docs/plan.md)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from scaletrain.command import Command
+from scaletrain.errors import UserError
+
+
+def add_plan_args(p: argparse.ArgumentParser) -> None:
+    p.description = ("Search every configuration the performance model prices (strategy and layout, batch, loader "
+                     "workers, precision, compression, activation checkpointing, bucket size) for a model on N "
+                     "nodes of P processes, keep those within the memory budget and rank them by time to train.")
+    p.epilog = ("example: scaletrain plan --model resnet50 --image-size 224 --nodes 4 --nproc 8 --hardware "
+                "dgx-a100-80gb --out runs/plan")
+    p.add_argument("--model", required=True, help="a model name (scaletrain models) or package.module:factory")
+    p.add_argument("--image-size", type=int, default=None, help="image side in pixels (default: the dataset's)")
+    p.add_argument("--nodes", type=int, default=1, help="nodes of the cluster (default 1)")
+    p.add_argument("--nproc", type=int, required=True, help="processes per node (one per GPU)")
+    p.add_argument("--calibration", help="calibration file (default: this machine's, made with --quick the first time)")
+    p.add_argument("--hardware", help="a hardware profile (a shipped name such as dgx-a100-80gb, or a TOML): a "
+                                      "data-sheet basis, no calibration")
+    p.add_argument("--loader", help="with --hardware: a loader-rate file from `scaletrain calibrate --only loader`")
+    p.add_argument("--memory-per-device", help="memory budget per device, e.g. 40GiB (default: the device's)")
+    p.add_argument("--global-batch", type=int, default=None,
+                   help="keep this global batch: each layout's trainers share it (default: search --batch-size)")
+    p.add_argument("--batch-size", default=None,
+                   help="per-device batches to search, a comma list (default 16,32,64,128,256)")
+    p.add_argument("--epochs", type=int, default=1, help="epochs to train: the ranking is by time to train them")
+    p.add_argument("--dataset", default="synthetic", help="the training data (default synthetic)")
+    p.add_argument("--synthetic-samples", type=int, default=1_281_167,
+                   help="samples of an epoch with --dataset synthetic (default ImageNet-1k's 1,281,167)")
+    p.add_argument("--link", help="link rate between nodes, e.g. 100gbit (default: the calibration's or profile's)")
+    p.add_argument("--latency", default=None, help="one-way latency between nodes, with --link")
+    p.add_argument("--network", help="commbench.json measured between nodes (replaces --link/--latency)")
+    p.add_argument("--time-ops", default="auto", metavar="auto|off|SECONDS",
+                   help="time the model's op shapes the calibration lacks, here (as predict --time-ops)")
+    p.add_argument("--top", type=int, default=5, help="candidates to show (default 5)")
+    p.add_argument("--out", required=True, help="directory for plan.json and plan.png")
+
+
+def request_from(args: argparse.Namespace):
+    from scaletrain.plan.space import Request
+    from scaletrain.units import size_flag
+
+    for flag, value, least in (("--nodes", args.nodes, 1), ("--nproc", args.nproc, 1), ("--epochs", args.epochs, 1),
+                               ("--top", args.top, 1)):
+        if value < least:
+            raise UserError(f"{flag} {value}: give at least {least}")
+    if args.global_batch is not None and args.batch_size is not None:
+        raise UserError(f"--global-batch {args.global_batch} and --batch-size {args.batch_size} both set the batch: "
+                        "give one of them")
+    if args.global_batch is not None and args.global_batch < 1:
+        raise UserError(f"--global-batch {args.global_batch}: give the batch of all trainers together, at least 1")
+    batches: tuple[int, ...] = ()
+    if args.batch_size is not None:
+        try:
+            batches = tuple(sorted({int(t) for t in args.batch_size.split(",")}))
+        except ValueError:
+            raise UserError(f"--batch-size {args.batch_size!r}: give a comma list of whole numbers, e.g. 32,64")
+        if min(batches) < 1:
+            raise UserError(f"--batch-size {args.batch_size}: every batch must be at least 1")
+    budget = size_flag(args.memory_per_device, "--memory-per-device") if args.memory_per_device else None
+    return Request(model=args.model, nodes=args.nodes, nproc=args.nproc, image_size=args.image_size,
+                   dataset=args.dataset, synthetic_samples=args.synthetic_samples, epochs=args.epochs,
+                   batch_sizes=batches, global_batch=args.global_batch, memory_budget=budget, top=args.top)
+
+
+def run_plan(args: argparse.Namespace) -> int:
+    from scaletrain.console.phase import phase
+    from scaletrain.console.width import output_console
+    from scaletrain.grid import rich_table
+    from scaletrain.plan.present import plot, skipped_grid, top_grid
+    from scaletrain.plan.search import search
+    from scaletrain.predict.cli import load_basis, network_from, shapes_mode, speed_probe
+    from scaletrain.predict.shapes import for_calibration
+    from scaletrain.rundir import PLAN, check_out, write_json_atomic
+
+    req = request_from(args)
+    check_out(args.out, "plan")  # before a calibration is made or read
+    args.probe, args.shared_cores = "off", None  # predict's basis flags that a plan does not take
+    if args.hardware and args.calibration:
+        raise UserError("--hardware and --calibration: a plan rests on one basis, a data sheet or a calibration of "
+                        "a machine: give one of them")
+    if args.loader and not args.hardware:
+        raise UserError(f"--loader {args.loader} gives a data-sheet plan its input pipeline's rate: add --hardware")
+    try:
+        time_ops = shapes_mode(args.time_ops)
+    except argparse.ArgumentTypeError as e:
+        raise UserError(str(e)) from None
+    cal, hw, basis = load_basis(args)
+    network = network_from(args, cal, hw)
+    shapes = for_calibration(cal if hw is None else None, time_ops)
+    with phase("plan: pricing every candidate", eta=False) as update:
+        plan = search(req, cal, network, hw, basis, probe=speed_probe(cal, hw, "off"), shapes=shapes,
+                      progress=update)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(out / PLAN, plan)
+    picture = plot(plan, out / "plan.png")
+    console = output_console(highlight=False)
+    console.print(rich_table(top_grid(plan)))
+    console.print(rich_table(skipped_grid(plan)))
+    for line in plan["caveats"] + plan["notes"]:
+        console.print(f"note: {line}")
+    console.print(f"{plan['candidates']} candidates, {plan['priced']} priced in {plan['search_s']:.1f} s; "
+                  f"chosen: {plan['chosen'] or ('none fits the memory budget' if plan['priced'] else 'none')}")
+    console.print(f"{PLAN}: {out / PLAN}" + (f"\nplot: {picture}" if picture else ""))
+    if not plan["chosen"]:
+        why = (f"none of the {plan['priced']} priced candidates fits {args.memory_per_device or 'the device'}: give more "
+               "--memory-per-device, smaller --batch-size values, or more --nproc / --nodes" if plan["priced"] else
+               f"no candidate could be priced ({plan['skipped_why'][0]['reason']})")
+        raise UserError(f"plan: {why}; plan.json lists every candidate")
+    return 0
+
+
+COMMANDS = (
+    Command("plan", "choose the configuration to run: every one the model prices, ranked by time to train",
+            add_plan_args, run_plan),
+)

@@ -1,0 +1,93 @@
+"""The plan shown: the top candidates (table), why others were skipped, and the candidates' predicted time
+against their memory with the chosen one marked (plan.png)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from scaletrain import fmt
+from scaletrain.grid import Grid
+
+VARIED = ("strategy", "stages", "batch_size", "workers", "precision", "compress", "checkpoint_activations")
+
+
+def describe(c: dict[str, Any]) -> str:
+    """A candidate in flags: what differs between candidates (the bucket the model chose, where one applies)."""
+    a = c["axes"]
+    words = [a["strategy"] + (f" x{a['stages']} stages" if a["strategy"] == "pipeline" else "")]
+    words.append(f"batch {c['config']['batch_size']}")
+    words.append(f"{a['workers']} worker{'s' if a['workers'] != 1 else ''}")
+    words.append(a["precision"])
+    if c["config"].get("compress", "none") != "none":
+        words.append(f"compress {c['config']['compress']}")
+    if c["config"].get("checkpoint_activations", "none") != "none":
+        words.append(f"checkpointing {c['config']['checkpoint_activations']}")
+    if c.get("bucket_cap_mb"):
+        words.append(f"bucket {c['bucket_cap_mb']:g} MB")
+    return ", ".join(words)
+
+
+def top_grid(plan: dict[str, Any]) -> Grid:
+    req = plan["request"]
+    top = plan["ranked"][:req["top"]]
+    phases = ("data_wait", "forward", "backward", "comm_exposed", "optimizer")
+    g = Grid(f"plan: the {len(top)} fastest of {plan['priced']} priced candidates ({req['model']}, {req['nodes']} "
+             f"node(s) x {req['nproc']} processes, {req['epochs']} epoch(s))",
+             ["#", "configuration", "to train", "step", "samples/s", *phases, "memory", "limit", "lever"],
+             text_columns=(1, 10, 11))
+    for c in top:
+        ph = c["phases_s"]
+        g.rows.append([str(c["rank"]), describe(c), fmt.duration(c["time_to_train_s"]),
+                       f"{c['step_time_s'] * 1e3:,.1f} ms", f"{c['samples_per_s']:,.0f}",
+                       *(f"{ph.get(k, 0.0) * 1e3:,.1f}" for k in phases),
+                       fmt.size(c["peak_memory_bytes"]) if c["peak_memory_bytes"] else "?",
+                       c["limit"], c["limit_note"] or ""])
+    g.note = (f"phases in ms per step; memory per device at the step's peak, within "
+              f"{fmt.size(plan['memory_budget_bytes']) if plan['memory_budget_bytes'] else 'no budget'} less "
+              f"{plan['memory_margin']:.0%}; chosen: #1")
+    return g
+
+
+def skipped_grid(plan: dict[str, Any]) -> Grid:
+    g = Grid(f"not priced: {len(plan['skipped'])} candidates, {len(plan['over_budget'])} over the memory budget",
+             ["candidates", "why"], text_columns=(1,))
+    for r in plan["skipped_why"]:
+        g.rows.append([str(r["candidates"]), r["reason"]])
+    if plan["over_budget"]:
+        g.rows.append([str(len(plan["over_budget"])), "over the memory budget (with its margin)"])
+    for name, why in plan["not_searched"].items():
+        g.rows.append(["-", f"{name}: {why}"])
+    return g
+
+
+def plot(plan: dict[str, Any], path: Path) -> Path | None:
+    """Predicted time to train against memory per device, every priced candidate within the budget; the
+    chosen one marked."""
+    ranked = [c for c in plan["ranked"] if c["peak_memory_bytes"]]
+    if not ranked:
+        return None
+    from matplotlib.figure import Figure
+
+    from scaletrain.plot import save
+
+    fig = Figure(figsize=(7, 4.5))
+    ax = fig.add_subplot()
+    by_strategy: dict[str, list[dict[str, Any]]] = {}
+    for c in ranked:
+        by_strategy.setdefault(c["axes"]["strategy"], []).append(c)
+    for name, cs in sorted(by_strategy.items()):
+        ax.scatter([c["peak_memory_bytes"] / 2**30 for c in cs], [c["time_to_train_s"] for c in cs], s=14,
+                   alpha=0.6, label=name)
+    best = ranked[0] if ranked[0]["id"] == plan["chosen"] else None
+    if best is not None:
+        ax.scatter([best["peak_memory_bytes"] / 2**30], [best["time_to_train_s"]], s=140, facecolors="none",
+                   edgecolors="black", linewidths=1.5, label="chosen")
+    if plan["memory_budget_bytes"]:
+        ax.axvline(plan["memory_budget_bytes"] / 2**30, color="grey", linestyle="--", linewidth=1, label="budget")
+    ax.set_yscale("log")
+    ax.set_xlabel("memory per device at the step's peak (GiB)")
+    ax.set_ylabel(f"predicted time to train {plan['request']['epochs']} epoch(s) (s)")
+    ax.set_title(f"plan: {plan['request']['model']}, {plan['priced']} candidates priced")
+    ax.legend(fontsize=8)
+    return save(fig, path, dpi=110)

@@ -1,0 +1,111 @@
+"""Price every candidate through predict's one cost seam, keep those within the memory budget, rank them by
+time to train (docs/plan.md). Computation only: present.py shows the result."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from typing import Any, Callable
+
+import scaletrain
+from scaletrain.errors import UserError
+from scaletrain.comm.memory import MARGIN, within
+from scaletrain.plan.space import Request, grids, left_out, train_settings
+
+LINEAR_SCALING_BASE = 256  # Goyal et al. 2017: lr = 0.1 x global batch / 256, warm-up over 5 epochs
+
+
+def search(req: Request, cal: dict[str, Any] | None, network: dict[str, Any], hw, basis: str, *,
+           probe: dict[str, Any] | None = None, shapes=None,
+           progress: Callable[[str, int, int], None] | None = None) -> dict[str, Any]:
+    """plan.json's content: the request, every candidate priced or skipped (with why), the ones over the
+    memory budget, and the rest ranked by predicted time to train `req.epochs` epochs."""
+    from scaletrain.predict.cli import predict_spec
+    from scaletrain.predict.scaling import predict_grid
+
+    device_kind = hw.kind if hw is not None else cal["device"]["type"]
+    cores = (hw.cpu_cores or hw.count) if hw is not None else cal["device"]["cores"]
+    precisions = None if hw is not None else tuple(cal["precisions"])
+    space = grids(req, device_kind, cores, precisions)
+    budget = req.memory_budget or device_memory(cal, hw)
+    t0 = time.perf_counter()
+    priced, skipped, notes = [], [], set()
+    for axes in space:
+        try:
+            prediction = predict_grid(predict_spec(None, axes, train_settings(req, axes["strategy"][0])), cal, network, hw, basis,
+                                      global_batch=req.global_batch, probe=probe, shapes=shapes, progress=progress)
+        except UserError as e:  # no candidate of this strategy combines: each one skipped with the reason
+            skipped.append({"id": axes["strategy"][0], "axes": {"strategy": axes["strategy"][0]}, "reason": str(e)})
+            continue
+        for p in prediction["points"] + prediction["skipped"]:  # one grid per strategy: its name makes ids unique
+            p["id"] = f"{axes['strategy'][0]}-{p['id']}"
+        priced += prediction["points"]
+        skipped += prediction["skipped"]
+        notes.update(prediction["notes"])
+    search_s = time.perf_counter() - t0
+    fits = [p for p in priced if budget is None or p["peak_memory_bytes"] is None
+            or within(p["peak_memory_bytes"], budget)]
+    over = [{"id": p["id"], "axes": p["axes"], "peak_memory_bytes": p["peak_memory_bytes"]}
+            for p in priced if p not in fits]
+    ranked = sorted((_candidate(p, req) for p in fits), key=rank_key)
+    for i, c in enumerate(ranked, 1):
+        c["rank"] = i
+    return {"format": 1, "kind": "plan", "scaletrain_version": scaletrain.__version__,
+            "request": dataclasses.asdict(req), "basis": "datasheet" if hw is not None else "calibration",
+            "basis_note": basis,
+            "memory_budget_bytes": budget, "memory_margin": MARGIN, "grids": space,
+            "not_searched": left_out(),
+            "candidates": len(priced) + len(skipped), "priced": len(priced), "search_s": search_s,
+            "skipped": skipped, "skipped_why": reasons(skipped), "over_budget": over,
+            "ranked": ranked, "chosen": ranked[0]["id"] if ranked else None,
+            "caveats": caveats(ranked[:req.top]), "notes": sorted(notes)}
+
+
+TIE = 0.005  # predicted times this close are one time: the model cannot tell them apart, the simpler one is ranked first
+
+
+def rank_key(c: dict[str, Any]) -> tuple:
+    """Time to train in steps of TIE (half a percent), then the fewer levers pulled (compression, activation
+    checkpointing, loader workers: each costs something the model may not price), then less memory."""
+    cfg = c["config"]
+    levers = (cfg.get("compress", "none") != "none") + (cfg.get("checkpoint_activations", "none") != "none")
+    return (math.floor(math.log(c["time_to_train_s"]) / math.log1p(TIE)) if c["time_to_train_s"] > 0 else 0,
+            levers, cfg.get("workers", 0), c["peak_memory_bytes"] or 0, c["id"])
+
+
+def device_memory(cal: dict[str, Any] | None, hw) -> int | None:
+    """The basis's memory per device: the data sheet's, or the calibrated machine's (its RAM on a CPU)."""
+    if hw is not None:
+        return hw.memory_bytes
+    return (cal or {}).get("device", {}).get("memory_bytes")
+
+
+def _candidate(p: dict[str, Any], req: Request) -> dict[str, Any]:
+    global_batch = p["config"]["batch_size"] * p["trainers"]
+    return {"id": p["id"], "axes": p["axes"], "config": p["config"], "global_batch": global_batch,
+            "time_to_train_s": p["epoch_time_s"] * req.epochs, "epoch_time_s": p["epoch_time_s"],
+            "step_time_s": p["step_time_s"], "samples_per_s": p["samples_per_s"], "phases_s": p["phases_s"],
+            "peak_memory_bytes": p["peak_memory_bytes"], "memory_bytes": p["memory_bytes"],
+            "memory_kind": p["memory_kind"], "limit": p["limit"], "limit_note": p["limit_note"],
+            "bucket_cap_mb": p["comm"].get("best_bucket_cap_mb"), "plausibility": p["plausibility"]["flag"]}
+
+
+def reasons(skipped: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The skipped candidates' reasons, each once with how many it skipped (most first)."""
+    counts: dict[str, int] = {}
+    for s in skipped:
+        counts[s["reason"]] = counts.get(s["reason"], 0) + 1
+    return [{"reason": r, "candidates": n} for r, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))]
+
+
+def caveats(top: list[dict[str, Any]]) -> list[str]:
+    """What the ranking by time cannot say: a larger global batch changes the optimisation."""
+    batches = sorted({c["global_batch"] for c in top})
+    if len(batches) < 2:
+        return []
+    big = batches[-1]
+    return [f"the top candidates train with global batches {', '.join(map(str, batches))}: a larger one takes fewer, "
+            f"larger steps and may need more epochs to reach the same accuracy; the linear scaling rule (Goyal et al. "
+            f"2017) would scale the learning rate by global batch / {LINEAR_SCALING_BASE} (x{big / LINEAR_SCALING_BASE:g} "
+            f"at {big}) with a warm-up of about 5 epochs (--warmup-epochs); fix --global-batch to compare at one"]

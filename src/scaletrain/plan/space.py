@@ -1,0 +1,101 @@
+"""The candidates a plan searches: every axis the performance model prices, as values for one request.
+
+A candidate is a point of predict's grid (study/grid.py): the values of options a strategy does not take
+drop out of its config, so a combination that repeats another, or that the layout cannot run, is skipped by
+the search with its reason, never aborting it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+BATCHES = (16, 32, 64, 128, 256)  # per device, when neither --batch-size nor --global-batch is given
+WORKERS = (0, 1, 2, 4, 8, 16)  # loader workers per rank, up to the node's cores per rank
+PRECISIONS = {"cpu": ("fp32", "bf16"), "cuda": ("fp32", "bf16", "fp16")}
+CHECKPOINTING = ("none", "auto")  # auto: blocks only where the plan would not fit the budget otherwise
+COMPRESS = ("none", "fp16")  # the one lossless-enough compression every bucketed strategy that takes one runs
+
+
+@dataclass(frozen=True)
+class Request:
+    """What the user asks the plan for (scaletrain plan's flags)."""
+
+    model: str
+    nodes: int
+    nproc: int  # processes per node
+    image_size: int | None = None
+    dataset: str = "synthetic"
+    synthetic_samples: int = 1_281_167  # ImageNet-1k's training set: an epoch of a real job
+    epochs: int = 1
+    batch_sizes: tuple[int, ...] = ()
+    global_batch: int | None = None
+    memory_budget: int | None = None  # bytes per device; None: the basis's device memory
+    top: int = 5
+
+    @property
+    def world(self) -> int:
+        return self.nodes * self.nproc
+
+
+def stage_counts(world: int, nproc: int) -> list[int]:
+    """Pipeline depths worth searching: 2, 4, 8 ... that divide the job's ranks (replicas of equal depth)."""
+    return [s for s in (2, 4, 8, 16) if s <= world and world % s == 0 and (s <= nproc or s % nproc == 0)]
+
+
+def strategies() -> list[str]:
+    """The strategies a plan searches: every one predict prices that does not say why a plan leaves it out."""
+    from scaletrain.comm.registry import STRATEGIES, strategy_class
+
+    return [n for n in STRATEGIES if strategy_class(n).priced and not strategy_class(n).plan_leaves_out]
+
+
+def left_out() -> dict[str, str]:
+    """The strategies a plan does not search, and why (shown in its output)."""
+    from scaletrain.comm.registry import STRATEGIES, strategy_class
+
+    return {n: strategy_class(n).plan_leaves_out for n in STRATEGIES if strategy_class(n).plan_leaves_out}
+
+
+def grids(req: Request, device_kind: str, cores_per_node: int, precisions: tuple[str, ...] | None = None
+          ) -> list[dict[str, list[Any]]]:
+    """predict's axes for the request, one grid per strategy with the options that strategy takes (a value of
+    an option it does not take would only repeat a candidate): their union is the candidates, before those
+    that do not combine are skipped. Loader workers stop at the node's cores per rank: more only share them."""
+    from scaletrain.comm.registry import OPTIONS
+
+    per_rank = max(1, cores_per_node // req.nproc)
+    common: dict[str, list[Any]] = {
+        "nproc": [req.nproc], "nnodes": [req.nodes],
+        "precision": list(precisions or PRECISIONS[device_kind]),
+        "workers": [w for w in WORKERS if w <= per_rank],
+        "checkpoint_activations": list(CHECKPOINTING),
+    }
+    if req.global_batch is None:
+        common["batch_size"] = list(req.batch_sizes or BATCHES)
+    out = []
+    for name in strategies():
+        grid = {"strategy": [name], **common}
+        if "compress" in OPTIONS[name]:
+            grid["compress"] = list(COMPRESS)
+        if "stages" in OPTIONS[name]:
+            stages = stage_counts(req.world, req.nproc)
+            if not stages:
+                continue
+            grid["stages"] = stages
+        out.append(grid)
+    return out
+
+
+def train_settings(req: Request, strategy: str) -> dict[str, Any]:
+    """The fixed settings of a strategy's candidates: the model and data, and the gradient bucket the model
+    finds best where the strategy buckets its gradients."""
+    from scaletrain.comm.registry import OPTIONS
+
+    settings: dict[str, Any] = {"model": req.model, "dataset": req.dataset, "epochs": req.epochs}
+    if req.dataset == "synthetic":
+        settings["synthetic_samples"] = req.synthetic_samples
+    if "bucket_cap_mb" in OPTIONS[strategy]:
+        settings["bucket_cap_mb"] = "auto"
+    if req.image_size is not None:
+        settings["image_size"] = req.image_size
+    return settings

@@ -1,0 +1,102 @@
+"""`scaletrain plan`: the candidates a request allows (one grid per strategy, its own options), options that do not
+combine skipped with their reason (never aborting the search), the memory budget, the ranking by time to train
+with ties to the simpler configuration, plan.json and plan.png, and bad requests in one line."""
+
+import json
+
+import pytest
+
+from scaletrain.cli import main
+from scaletrain.plan.search import TIE, rank_key
+from scaletrain.plan.space import Request, grids, stage_counts
+from scaletrain.predict.cli import predict_spec
+from scaletrain.study.grid import points
+
+LENET = ("plan", "--model", "lenet5", "--nodes", "1", "--nproc", "2", "--hardware", "dgx-a100-80gb",
+         "--batch-size", "32,64", "--dataset", "digits")
+
+
+def test_each_strategy_searches_its_own_options():
+    by = {g["strategy"][0]: g for g in grids(Request(model="resnet50", nodes=2, nproc=4), "cuda", 32)}
+    assert set(by) == {"allreduce", "ring", "ps-sync", "fsdp", "pipeline"}
+    assert "compress" in by["allreduce"] and "compress" not in by["ring"] and "compress" not in by["fsdp"]
+    assert by["pipeline"]["stages"] == [2, 4, 8] and "stages" not in by["allreduce"]
+    assert by["allreduce"]["workers"] == [0, 1, 2, 4, 8]  # 32 cores over 4 ranks a node: 8 each at most
+    assert by["allreduce"]["precision"] == ["fp32", "bf16", "fp16"]
+    assert by["allreduce"]["batch_size"] == [16, 32, 64, 128, 256]
+    fixed = grids(Request(model="resnet50", nodes=1, nproc=2, global_batch=256), "cpu", 2)
+    assert all("batch_size" not in g for g in fixed) and fixed[0]["precision"] == ["fp32", "bf16"]
+    assert stage_counts(6, 3) == [2] and stage_counts(1, 1) == []  # 4 does not divide 6; one rank has no pipeline
+    assert "pipeline" not in {g["strategy"][0] for g in grids(Request(model="lenet5", nodes=1, nproc=1), "cpu", 2)}
+
+
+def test_options_that_do_not_combine_are_kept_with_their_reason():
+    spec = predict_spec(None, {"nproc": [2], "strategy": ["ps-sync", "allreduce"], "precision": ["fp16"]},
+                        {"model": "lenet5", "dataset": "digits"})
+    refused = [p for p in points(spec, keep_refused=True) if p.refused]
+    assert len(refused) == 1 and refused[0].config is None and "fp16 is not supported" in refused[0].refused
+    with pytest.raises(Exception, match="fp16 is not supported"):
+        points(spec)  # a study runs what it is asked: the same combination is refused there
+
+
+def test_ties_go_to_the_simpler_configuration():
+    def cand(t, compress="none", workers=0, memory=1):
+        return {"id": f"{t}-{compress}-{workers}", "time_to_train_s": t, "peak_memory_bytes": memory,
+                "config": {"compress": compress, "checkpoint_activations": "none", "workers": workers}}
+
+    a, b = cand(100.0, compress="fp16"), cand(100.0 * (1 + TIE / 4))
+    assert sorted([a, b], key=rank_key)[0] is b  # within half a percent: no compression wins
+    c = cand(100.0 * (1 + 3 * TIE))
+    assert sorted([a, c], key=rank_key)[0] is a  # clearly faster wins whatever it pulls
+    assert sorted([cand(50.0, workers=4), cand(50.0, workers=0)], key=rank_key)[0]["config"]["workers"] == 0
+
+
+@pytest.fixture(scope="module")
+def lenet_plan(tmp_path_factory):
+    out = tmp_path_factory.mktemp("plan") / "p"
+    assert main([*LENET, "--out", str(out)]) == 0
+    return out, json.loads((out / "plan.json").read_text())
+
+
+def test_a_plan_prices_ranks_and_explains(lenet_plan, capsys):
+    out, plan = lenet_plan
+    assert (out / "plan.png").stat().st_size > 10_000
+    assert plan["kind"] == "plan" and plan["basis"] == "datasheet" and plan["priced"] > 100
+    assert plan["candidates"] == plan["priced"] + len(plan["skipped"])
+    assert {s["id"].split("-")[0] for s in plan["skipped"]} >= {"ps"}  # ps-sync at fp16: skipped, search went on
+    assert any("fp16 is not supported" in r["reason"] for r in plan["skipped_why"])
+    ranked = plan["ranked"]
+    assert [c["rank"] for c in ranked] == list(range(1, len(ranked) + 1))
+    assert ranked == sorted(ranked, key=rank_key) and plan["chosen"] == ranked[0]["id"]
+    assert len({c["id"] for c in ranked}) == len(ranked)  # every strategy's grid named apart
+    assert {c["axes"]["strategy"] for c in ranked} == {"allreduce", "ring", "ps-sync", "fsdp"}
+    first = ranked[0]
+    assert first["time_to_train_s"] == pytest.approx(first["epoch_time_s"])  # one epoch asked
+    assert first["global_batch"] == 2 * first["config"]["batch_size"] and first["limit"]
+
+
+def test_the_memory_budget_leaves_out_what_does_not_fit(tmp_path, capsys):
+    out = tmp_path / "p"
+    assert main([*LENET, "--memory-per-device", "1KiB", "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "fits 1KiB" in err[0] and "--memory-per-device" in err[0]
+    plan = json.loads((out / "plan.json").read_text())
+    assert plan["ranked"] == [] and len(plan["over_budget"]) == plan["priced"] > 0
+
+
+@pytest.mark.parametrize("extra, words", [
+    (("--global-batch", "128"), "both set the batch"),
+    (("--nodes", "0"), "--nodes 0: give at least 1"),
+    (("--calibration", "x.json"), "one basis"),
+])
+def test_bad_requests_are_one_line(tmp_path, capsys, extra, words):
+    assert main([*LENET, *extra, "--out", str(tmp_path / "p")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and words in err[0], err
+    assert not (tmp_path / "p").exists()
+
+
+def test_a_plan_never_writes_into_another_commands_result(tmp_path, capsys):
+    (tmp_path / "prediction.json").write_text("{}")
+    assert main([*LENET, "--out", str(tmp_path)]) == 2
+    assert "holds a prediction" in capsys.readouterr().err
