@@ -109,8 +109,8 @@ def run_plan(args: argparse.Namespace) -> int:
                   f"chosen: {plan['chosen'] or ('none fits the memory budget' if plan['priced'] else 'none')}")
     console.print(f"{PLAN}: {out / PLAN}" + (f"\nplot: {picture}" if picture else ""))
     if not plan["chosen"]:
-        why = (f"none of the {plan['priced']} priced candidates fits {args.memory_per_device or 'the device'}: give more "
-               "--memory-per-device, smaller --batch-size values, or more --nproc / --nodes" if plan["priced"] else
+        why = (f"none of the {plan['priced']} priced candidates fits {args.memory_per_device or 'the device'}: give "
+               "more --memory-per-device, smaller --batch-size values, or more --nproc / --nodes" if plan["priced"] else
                f"no candidate could be priced ({plan['skipped_why'][0]['reason']})")
         raise UserError(f"plan: {why}; plan.json lists every candidate")
     return 0

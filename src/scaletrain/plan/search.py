@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
+from collections import Counter
 from typing import Any, Callable
 
 import scaletrain
@@ -29,25 +30,34 @@ def search(req: Request, cal: dict[str, Any] | None, network: dict[str, Any], hw
     precisions = None if hw is not None else tuple(cal["precisions"])
     space = grids(req, device_kind, cores, precisions)
     budget = req.memory_budget or device_memory(cal, hw)
+    total = sum(math.prod(len(v) for v in axes.values()) for axes in space)
     t0 = time.perf_counter()
-    priced, skipped, notes = [], [], set()
+    priced, skipped, notes, done = [], [], set(), 0
     for axes in space:
+        name = axes["strategy"][0]
+        # predict_grid counts points within its grid (and op shapes timed, with no total): counted over the plan
+        told = None if progress is None else (
+            lambda what, i, n, at=done: progress(what, at + i, total) if n is not None else progress(what, i, n))
         try:
-            prediction = predict_grid(predict_spec(None, axes, train_settings(req, axes["strategy"][0])), cal, network, hw, basis,
-                                      global_batch=req.global_batch, probe=probe, shapes=shapes, progress=progress)
+            prediction = predict_grid(predict_spec(None, axes, train_settings(req, name)), cal, network, hw, basis,
+                                      global_batch=req.global_batch, probe=probe, shapes=shapes, progress=told)
         except UserError as e:  # no candidate of this strategy combines: each one skipped with the reason
-            skipped.append({"id": axes["strategy"][0], "axes": {"strategy": axes["strategy"][0]}, "reason": str(e)})
+            skipped.append({"id": name, "axes": {"strategy": name}, "reason": str(e)})
             continue
+        finally:
+            done += math.prod(len(v) for v in axes.values())
         for p in prediction["points"] + prediction["skipped"]:  # one grid per strategy: its name makes ids unique
-            p["id"] = f"{axes['strategy'][0]}-{p['id']}"
+            p["id"] = f"{name}-{p['id']}"
         priced += prediction["points"]
         skipped += prediction["skipped"]
         notes.update(prediction["notes"])
     search_s = time.perf_counter() - t0
-    fits = [p for p in priced if budget is None or p["peak_memory_bytes"] is None
-            or within(p["peak_memory_bytes"], budget)]
-    over = [{"id": p["id"], "axes": p["axes"], "peak_memory_bytes": p["peak_memory_bytes"]}
-            for p in priced if p not in fits]
+    fits, over = [], []
+    for p in priced:
+        if budget is None or p["peak_memory_bytes"] is None or within(p["peak_memory_bytes"], budget):
+            fits.append(p)
+        else:
+            over.append({"id": p["id"], "axes": p["axes"], "peak_memory_bytes": p["peak_memory_bytes"]})
     ranked = sorted((_candidate(p, req) for p in fits), key=rank_key)
     for i, c in enumerate(ranked, 1):
         c["rank"] = i
@@ -62,7 +72,7 @@ def search(req: Request, cal: dict[str, Any] | None, network: dict[str, Any], hw
             "caveats": caveats(ranked[:req.top]), "notes": sorted(notes)}
 
 
-TIE = 0.005  # predicted times this close are one time: the model cannot tell them apart, the simpler one is ranked first
+TIE = 0.005  # predicted times this close are one time to the model: the simpler configuration ranks first
 
 
 def rank_key(c: dict[str, Any]) -> tuple:
@@ -93,9 +103,7 @@ def _candidate(p: dict[str, Any], req: Request) -> dict[str, Any]:
 
 def reasons(skipped: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The skipped candidates' reasons, each once with how many it skipped (most first)."""
-    counts: dict[str, int] = {}
-    for s in skipped:
-        counts[s["reason"]] = counts.get(s["reason"], 0) + 1
+    counts = Counter(s["reason"] for s in skipped)
     return [{"reason": r, "candidates": n} for r, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))]
 
 
@@ -105,7 +113,8 @@ def caveats(top: list[dict[str, Any]]) -> list[str]:
     if len(batches) < 2:
         return []
     big = batches[-1]
-    return [f"the top candidates train with global batches {', '.join(map(str, batches))}: a larger one takes fewer, "
-            f"larger steps and may need more epochs to reach the same accuracy; the linear scaling rule (Goyal et al. "
-            f"2017) would scale the learning rate by global batch / {LINEAR_SCALING_BASE} (x{big / LINEAR_SCALING_BASE:g} "
-            f"at {big}) with a warm-up of about 5 epochs (--warmup-epochs); fix --global-batch to compare at one"]
+    return [f"the top candidates train with global batches {', '.join(map(str, batches))}: a larger one takes "
+            "fewer, larger steps and may need more epochs to reach the same accuracy; the linear scaling rule (Goyal "
+            f"et al. 2017) would scale the learning rate by global batch / {LINEAR_SCALING_BASE} "
+            f"(x{big / LINEAR_SCALING_BASE:g} at {big}) with a warm-up of about 5 epochs (--warmup-epochs); fix "
+            "--global-batch to compare at one"]
