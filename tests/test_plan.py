@@ -100,3 +100,23 @@ def test_a_plan_never_writes_into_another_commands_result(tmp_path, capsys):
     (tmp_path / "prediction.json").write_text("{}")
     assert main([*LENET, "--out", str(tmp_path)]) == 2
     assert "holds a prediction" in capsys.readouterr().err
+
+
+def test_the_report_is_rebuilt_from_plan_json(lenet_plan, capsys):
+    out, plan = lenet_plan
+    page = (out / "report.html").read_text()
+    assert "the configuration to run" in page and "data:image/png;base64," in page
+    (out / "report.html").unlink()
+    assert main(["report", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "plan: the 5 fastest" in printed and "report.html" in printed
+    assert "chosen: " + plan["ranked"][0]["axes"]["strategy"] in (out / "report.html").read_text()
+    assert main(["compare", str(out), str(out)]) == 2
+    assert "a plan ranks its candidates itself" in capsys.readouterr().err
+
+
+def test_a_damaged_plan_is_one_line(tmp_path, capsys):
+    (tmp_path / "plan.json").write_text('{"kind": "plan"')
+    assert main(["report", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "is not a plan scaletrain plan wrote" in err[0]

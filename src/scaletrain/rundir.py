@@ -116,7 +116,7 @@ KINDS = (Kind("training run", "train", ("config.toml", "summary.json", "epochs.j
                                         "trace.json", "metrics-rank*.jsonl")),
          Kind("study", "study", (STUDY_SPEC, STUDY_RESULTS)),
          Kind("prediction", "predict", (PREDICTION,)),
-         Kind("plan", "plan", (PLAN, "plan.png")),
+         Kind("plan", "plan", (PLAN, "plan.png")),  # (and report.html, which runs and studies have too)
          Kind("graph", "graph", (GRAPH, "graph.dot")),
          Kind("split", "split", (SPLIT,)),
          Kind("validation", "validate", (VALIDATION,)),

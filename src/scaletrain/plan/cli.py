@@ -72,7 +72,7 @@ def run_plan(args: argparse.Namespace) -> int:
     from scaletrain.console.phase import phase
     from scaletrain.console.width import output_console
     from scaletrain.grid import rich_table
-    from scaletrain.plan.present import plot, skipped_grid, top_grid
+    from scaletrain.plan.present import skipped_grid, top_grid, write_report
     from scaletrain.plan.search import search
     from scaletrain.predict.cli import load_basis, network_from, shapes_mode, speed_probe
     from scaletrain.predict.shapes import for_calibration
@@ -99,7 +99,7 @@ def run_plan(args: argparse.Namespace) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     write_json_atomic(out / PLAN, plan)
-    picture = plot(plan, out / "plan.png")
+    report = write_report(plan, out)
     console = output_console(highlight=False)
     console.print(rich_table(top_grid(plan)))
     console.print(rich_table(skipped_grid(plan)))
@@ -107,7 +107,7 @@ def run_plan(args: argparse.Namespace) -> int:
         console.print(f"note: {line}")
     console.print(f"{plan['candidates']} candidates, {plan['priced']} priced in {plan['search_s']:.1f} s; "
                   f"chosen: {plan['chosen'] or ('none fits the memory budget' if plan['priced'] else 'none')}")
-    console.print(f"{PLAN}: {out / PLAN}" + (f"\nplot: {picture}" if picture else ""))
+    console.print(f"{PLAN}: {out / PLAN}\nreport: {report} (plan.png beside it)")
     if not plan["chosen"]:
         why = (f"none of the {plan['priced']} priced candidates fits {args.memory_per_device or 'the device'}: give "
                "more --memory-per-device, smaller --batch-size values, or more --nproc / --nodes" if plan["priced"] else

@@ -91,3 +91,46 @@ def plot(plan: dict[str, Any], path: Path) -> Path | None:
     ax.set_title(f"plan: {plan['request']['model']}, {plan['priced']} candidates priced")
     ax.legend(fontsize=8)
     return save(fig, path, dpi=110)
+
+
+def read_plan(root: Path) -> dict[str, Any]:
+    """ROOT/plan.json, or one line saying what is wrong with it."""
+    import json
+
+    from scaletrain.errors import UserError
+    from scaletrain.rundir import PLAN
+
+    try:
+        plan = json.loads((root / PLAN).read_text())
+        if plan.get("kind") != "plan" or not isinstance(plan.get("ranked"), list):
+            raise ValueError
+    except (OSError, ValueError, AttributeError):
+        raise UserError(f"{root / PLAN} is not a plan scaletrain plan wrote (unreadable, or no ranked candidates): "
+                        "plan again with the same flags") from None
+    return plan
+
+
+def write_report(plan: dict[str, Any], root: Path) -> Path:
+    """ROOT/report.html (and plan.png again) from the plan: the chosen configuration, the top candidates, the
+    candidates' time against memory, what was not priced and why."""
+    from scaletrain.report.html import Section, page, write_page
+    from scaletrain.report.output import check_report_dir, writing
+
+    root = Path(root)
+    check_report_dir(root, "report.html", "plots")
+    with writing(root / "report.html"):
+        picture = plot(plan, root / "plan.png")
+        chosen = plan["ranked"][0] if plan["ranked"] else None
+        lead = (f"chosen: {describe(chosen)} — {fmt.duration(chosen['time_to_train_s'])} to train "
+                f"{plan['request']['epochs']} epoch(s), {fmt.size(chosen['peak_memory_bytes'])} per device"
+                if chosen and chosen["peak_memory_bytes"] else "no candidate fits the memory budget")
+        figures = [(picture, "predicted time to train against memory per device; the chosen one circled")] \
+            if picture else []
+        sections = [Section("the configuration to run", lead=lead, grids=[top_grid(plan)], figures=figures,
+                            notes=plan["caveats"]),
+                    Section("what was not priced", lead=plan["basis_note"], grids=[skipped_grid(plan)],
+                            notes=plan["notes"])]
+        req = plan["request"]
+        subtitle = (f"{req['model']} on {req['nodes']} node(s) x {req['nproc']} processes: {plan['candidates']} "
+                    f"candidates, {plan['priced']} priced in {plan['search_s']:.1f} s")
+        return write_page(root / "report.html", page("plan", subtitle, sections))

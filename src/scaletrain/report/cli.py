@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from scaletrain.command import Command
 from scaletrain.console.width import output_console
@@ -14,7 +15,8 @@ from scaletrain.report.output import check_page_path, check_report_dir
 
 
 def add_report_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("dir", help="a run directory (scaletrain train --out) or a study directory (scaletrain study --out)")
+    p.add_argument("dir", help="a run directory (scaletrain train --out), a study directory (scaletrain study --out) "
+                               "or a plan (scaletrain plan --out)")
     p.description = ("Rebuild DIR/report.html and DIR/plots/ from the directory's files (nothing is rerun; no "
                      "other file is changed) and print the main tables.")
 
@@ -23,6 +25,8 @@ def run_report(args: argparse.Namespace) -> int:
     from scaletrain.report import build  # (matplotlib: 1 s that every other command's start would pay)
 
     console = output_console()
+    if kind_of(args.dir) == "plan":
+        return _report_plan(args.dir, console)
     target = load(args.dir)
     check_report_dir(target.root, build.REPORT, build.PLOTS)  # before any table is printed
     if isinstance(target, Run):
@@ -43,6 +47,18 @@ def run_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def _report_plan(folder: str, console) -> int:
+    """A plan's report rebuilt from its plan.json (scaletrain plan: docs/plan.md)."""
+    from scaletrain.plan.present import read_plan, skipped_grid, top_grid, write_report
+
+    root = Path(folder)
+    plan = read_plan(root)
+    console.print(rich_table(top_grid(plan)))
+    console.print(rich_table(skipped_grid(plan)))
+    console.print(f"report: {write_report(plan, root)}", soft_wrap=True, highlight=False)
+    return 0
+
+
 def add_compare_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("a", help="run or study directory A (the reference)")
     p.add_argument("b", help="run or study directory B, of the same kind as A")
@@ -56,6 +72,9 @@ def run_compare(args: argparse.Namespace) -> int:
     if args.html:
         check_page_path(args.html, "--html")  # before anything is read or drawn
     kind_a, kind_b = kind_of(args.a), kind_of(args.b)
+    if "plan" in (kind_a, kind_b):
+        raise UserError("compare puts two runs or two studies side by side; a plan ranks its candidates itself: "
+                        "scaletrain report PLAN_DIR shows them")
     if kind_a != kind_b:
         raise UserError(f"cannot compare a {kind_a} ({args.a}) with a {kind_b} ({args.b}): "
                         "give two run directories or two study directories")

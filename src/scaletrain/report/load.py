@@ -18,13 +18,13 @@ from scaletrain.errors import UserError
 from scaletrain.report import schema
 from scaletrain.analysis.steps import steady
 from scaletrain.analysis.throughput import steady_samples_per_s
-from scaletrain.rundir import RunDir, StudyDir, read_jsonl, read_summary
+from scaletrain.rundir import PLAN, RunDir, StudyDir, read_jsonl, read_summary
 
 # the profiler's keys of summary.json (docs/run-directory.md), recomputed from metrics files when possible
 ANALYSIS_KEYS = ("phases_mean_s", "step_time_mean_s", "overlap_ratio", "comm_total_mean_s", "comm_hidden_mean_s",
                  "bytes_sent_per_step", "ranks", "stragglers", "peak_memory_bytes", "memory_kind", "diagnosis",
                  "steady")
-WHAT_TO_GIVE = "give the --out directory of `scaletrain train` or `scaletrain study`"
+WHAT_TO_GIVE = "give the --out directory of `scaletrain train`, `scaletrain study` or `scaletrain plan`"
 FIX_SUMMARY = "fix that value, or delete summary.json to report from the metrics files alone"
 FIX_CONFIG = "fix that value in config.toml, or delete config.toml to report without it"
 FIX_LINE = "fix or delete that line"
@@ -60,7 +60,8 @@ class Study:
 
 
 def kind_of(path: str | Path) -> str:
-    """'run' or 'study', from the files the directory holds; anything else is a UserError naming what is missing."""
+    """'run', 'study' or 'plan', from the files the directory holds; anything else is a UserError naming what is
+    missing."""
     p = Path(path)
     if not p.exists():
         raise UserError(f"{p} does not exist: {WHAT_TO_GIVE}")
@@ -68,13 +69,15 @@ def kind_of(path: str | Path) -> str:
         raise UserError(f"{p} is a file, not a directory: {WHAT_TO_GIVE}")
     if StudyDir(p).results.is_file():
         return "study"
+    if (p / PLAN).is_file():
+        return "plan"
     if RunDir(p).summary.is_file() or any(RANK_FILE.fullmatch(f.name) for f in p.iterdir()):
         return "run"
     if StudyDir(p).spec.is_file():
         raise UserError(f"{p} has study.toml but no study.json: no point of the study has finished yet; "
                         "run the study (scaletrain study) before reporting it")
-    raise UserError(f"{p} is neither a run nor a study: it has no study.json, summary.json or "
-                    f"metrics-rank*.jsonl; {WHAT_TO_GIVE}")
+    raise UserError(f"{p} is neither a run nor a study (nor a plan): it has no study.json, summary.json, "
+                    f"metrics-rank*.jsonl or plan.json; {WHAT_TO_GIVE}")
 
 
 def load(path: str | Path) -> Run | Study:
@@ -84,8 +87,10 @@ def load(path: str | Path) -> Run | Study:
 def load_run(path: str | Path) -> Run:
     """A run from config.toml, summary.json, metrics-rank*.jsonl and epochs.jsonl; the analysis is recomputed."""
     root = Path(path)
-    if kind_of(root) != "run":
-        raise UserError(f"{root} is a study, not a run: give one of its runs (points/<id>/r0) or report the study")
+    kind = kind_of(root)
+    if kind != "run":
+        raise UserError(f"{root} is a {kind}, not a run: " + ("give one of its runs (points/<id>/r0) or report the "
+                        "study" if kind == "study" else "scaletrain report shows it"))
     notes: list[str] = []
     summary = read_summary(root, fix=FIX_SUMMARY)
     if summary is None:
