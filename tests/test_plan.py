@@ -120,3 +120,32 @@ def test_a_damaged_plan_is_one_line(tmp_path, capsys):
     assert main(["report", str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "is not a plan scaletrain plan wrote" in err[0]
+
+
+def test_train_runs_what_the_plan_chose_and_flags_override_it(lenet_plan, tmp_path):
+    from scaletrain.cli import build_parser
+    from scaletrain.train.cli import train_config
+
+    out, plan = lenet_plan
+    first, second = plan["ranked"][0], plan["ranked"][1]
+
+    def cfg(*extra):
+        return train_config(build_parser().parse_args(["train", "--plan", str(out), "--out", str(tmp_path / "r"),
+                                                       *extra]))
+
+    c = cfg()
+    assert (c.strategy.name, c.optim.batch_size, c.data.workers, c.model.precision, c.launch.nproc) == (
+        first["axes"]["strategy"], first["config"]["batch_size"], first["axes"]["workers"], first["axes"]["precision"],
+        2)
+    assert c.model.name == "lenet5" and c.data.dataset == "digits"
+    if first["bucket_cap_mb"] is not None:
+        assert c.strategy.bucket_cap_mb == first["bucket_cap_mb"]  # the bucket the plan priced, not `auto` again
+    assert cfg("--batch-size", "8").optim.batch_size == 8  # a flag given wins
+    k = cfg("--plan-rank", "2")
+    assert (k.strategy.name, k.model.precision, k.data.workers) == (second["axes"]["strategy"],
+                                                                    second["axes"]["precision"],
+                                                                    second["axes"]["workers"])
+    with pytest.raises(Exception, match="--plan-rank 999: the plan in"):
+        cfg("--plan-rank", "999")
+    with pytest.raises(Exception, match="no plan.json there"):
+        train_config(build_parser().parse_args(["train", "--plan", str(tmp_path), "--out", str(tmp_path / "r")]))

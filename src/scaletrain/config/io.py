@@ -142,12 +142,18 @@ def config_from_dict(data: dict[str, Any]) -> TrainConfig:
     """A configuration from its flat settings (a run's config.toml or summary.json `config`): others are left out."""
     return TrainConfig.from_dict(data)
 
-def resolve_train_config(overrides: dict[str, Any], config_file: str | None) -> TrainConfig:
+def resolve_train_config(overrides: dict[str, Any], config_file: str | None,
+                         planned: dict[str, Any] | None = None) -> TrainConfig:
     """What `scaletrain train` runs: defaults < the run's saved config.toml (on --resume) < the --config
-    file < `overrides` (the flags given); `--nproc KxR` as K stages x R replicas; the default --out."""
+    file < `planned` (a plan's chosen settings, --plan) < `overrides` (the flags given); `--nproc KxR` as K
+    stages x R replicas; the default --out."""
     kxr = overrides.get("nproc") if isinstance(overrides.get("nproc"), str) else None
     overrides = expand_nproc(dict(overrides))
     file_values = load_toml(config_file) if config_file else {}
+    if planned:
+        if "dataset" in overrides and overrides["dataset"] != "synthetic":
+            planned = {k: v for k, v in planned.items() if k != "synthetic_samples"}
+        file_values = {**file_values, **planned}
     if overrides.get("resume"):
         out = overrides.get("out") or file_values.get("out")
         if not out:

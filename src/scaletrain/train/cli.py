@@ -10,9 +10,22 @@ from scaletrain.config.flags import add_train_args
 
 
 def train_config(args: argparse.Namespace) -> TrainConfig:
-    """Defaults < the run's saved config (on --resume) < --config file < flags."""
-    overrides = {k: v for k, v in vars(args).items() if k not in ("command", "config")}
-    return resolve_train_config(overrides, args.config)
+    """Defaults < the run's saved config (on --resume) < --config file < the plan's choice (--plan) < flags."""
+    overrides = {k: v for k, v in vars(args).items() if k not in ("command", "config", "plan", "plan_rank")}
+    planned = None
+    if getattr(args, "plan", None):
+        from scaletrain.plan.chosen import planned_settings
+
+        planned = planned_settings(args.plan, getattr(args, "plan_rank", 1))
+    return resolve_train_config(overrides, args.config, planned)
+
+
+def add_args(p: argparse.ArgumentParser) -> None:
+    add_train_args(p)
+    p.add_argument("--plan", metavar="DIR", help="run the configuration `scaletrain plan --out DIR` chose (its "
+                                                 "strategy, layout, batch, workers, precision, ...); flags override it")
+    p.add_argument("--plan-rank", type=int, default=1, metavar="K",
+                   help="with --plan: run the plan's K-th candidate instead of its first")
 
 
 def run_train(args: argparse.Namespace) -> int:
@@ -22,5 +35,5 @@ def run_train(args: argparse.Namespace) -> int:
 
 
 COMMANDS = (
-    Command("train", "train a model with data parallelism (DDP)", add_train_args, run_train),
+    Command("train", "train a model with data parallelism (DDP)", add_args, run_train),
 )

@@ -1,0 +1,36 @@
+"""`scaletrain train --plan DIR`: the settings of the configuration a plan chose (or its K-th), as a layer of the
+run's settings between --config and the flags given (docs/plan.md)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from scaletrain.errors import UserError
+
+PLANNED = ("model", "image_size", "nproc", "nnodes", "strategy", "stages", "batch_size", "workers", "precision",
+           "compress", "checkpoint_activations", "threads", "dataset", "synthetic_samples", "epochs")
+"""What a plan decides or was asked for; the rest (where the nodes meet, the optimizer, ...) stays the run's."""
+
+
+def planned_settings(where: str, rank: int = 1) -> dict[str, Any]:
+    """The settings of candidate `rank` (1: the chosen one) of the plan in `where` (its folder or plan.json),
+    with the gradient bucket the plan priced it at."""
+    from scaletrain.plan.present import read_plan
+
+    path = Path(where)
+    root = path.parent if path.name == "plan.json" else path
+    if not (root / "plan.json").is_file():
+        raise UserError(f"--plan {where}: no plan.json there: make one with scaletrain plan --out {where}")
+    ranked = read_plan(root)["ranked"]
+    if not 1 <= rank <= len(ranked):
+        raise UserError(f"--plan-rank {rank}: the plan in {root} ranks {len(ranked)} candidate(s) within its budget: "
+                        f"give 1 to {len(ranked)}" if ranked else f"--plan {where}: no candidate of the plan fits its "
+                        "memory budget: plan again with more memory or fewer samples per device")
+    c = ranked[rank - 1]
+    settings = {k: c["config"][k] for k in PLANNED if c["config"].get(k) is not None}
+    if settings.get("dataset") != "synthetic":
+        settings.pop("synthetic_samples", None)
+    if c.get("bucket_cap_mb") is not None:
+        settings["bucket_cap_mb"] = c["bucket_cap_mb"]
+    return settings
