@@ -73,13 +73,10 @@ def _walks(cfg: TrainConfig, factory: Callable, sample_shape: tuple[int, ...], d
     cache = {} if cache is None else cache
 
     def walked(batch: int) -> ModelMemory:
-        key = (batch, sample_shape, cfg.optim.optimizer, cfg.model.precision, retained)
-        if key not in cache:
-            cache[key] = model_memory(factory, batch, sample_shape, cfg.optim.optimizer, cfg.model.precision,
-                                      retained_below=retained)
-        if cache[key] is None:
+        mm = cached_walk(cache, factory, batch, sample_shape, cfg.optim.optimizer, cfg.model.precision, retained)
+        if mm is None:
             raise _NoMeta
-        return cache[key]
+        return mm
 
     extra = Footprint(dataset=dataset_bytes(cfg.data.dataset, sample_shape[-1], sample_shape[0]),
                       batches=BATCH_COPIES * walked(cfg.optim.batch_size).input_bytes,
@@ -90,6 +87,15 @@ def _walks(cfg: TrainConfig, factory: Callable, sample_shape: tuple[int, ...], d
         return dataclasses.replace(walked(batch), checkpointed=checkpointed, room=room)
 
     return at, extra
+
+
+def cached_walk(cache: dict, factory: Callable, batch: int, sample_shape: tuple[int, ...], optimizer: str,
+                precision: str, retained: int | None = None) -> ModelMemory | None:
+    """perf/footprint.model_memory of the model at `batch`, kept in `cache` (one model's walks) for the next call."""
+    key = (batch, sample_shape, optimizer, precision, retained)
+    if key not in cache:
+        cache[key] = model_memory(factory, batch, sample_shape, optimizer, precision, retained_below=retained)
+    return cache[key]
 
 
 def room_for(cfg: TrainConfig, extra: Footprint) -> int | None:

@@ -198,8 +198,7 @@ def recomputed_share(cfg, facts: dict[str, Any]) -> float:
     The model's walks are kept for the process (a sweep, a plan, walks each model once)."""
     if cfg.model.checkpoint_activations == "none":
         return 0.0
-    from scaletrain.comm.memory import resolve_checkpointing
-    from scaletrain.perf.footprint import model_memory
+    from scaletrain.comm.memory import cached_walk, resolve_checkpointing
     from scaletrain.train.recompute import plan_units
 
     factory, shape = model_factory(cfg, facts), sample_shape(facts)
@@ -207,13 +206,10 @@ def recomputed_share(cfg, facts: dict[str, Any]) -> float:
     value = resolve_checkpointing(cfg, factory, shape, "cpu", cache=walks).model.checkpoint_activations
     if value == "none":
         return 0.0
-    key = (1, shape, cfg.optim.optimizer, cfg.model.precision, None)
-    if key not in walks:
-        walks[key] = model_memory(factory, 1, shape, cfg.optim.optimizer, cfg.model.precision)
-    mm = walks[key]
+    mm = cached_walk(walks, factory, 1, shape, cfg.optim.optimizer, cfg.model.precision)
     if mm is None:
         return 0.0
-    units = (id(walks), shape, value)
+    units = (_model_key(cfg, facts), shape, value)
     if units not in _UNITS:
         with torch.device("meta"):
             _UNITS[units] = {u.block for u in plan_units(factory(), shape, value)}  # (a lone layer, e.g. fc, is not)
@@ -244,14 +240,16 @@ def sample_shape(facts: dict[str, Any]) -> tuple[int, int, int]:
 
 
 _WALKS: dict[tuple, dict] = {}  # the model's memory walks per model, kept for the process (a sweep walks once)
-_UNITS: dict[tuple, set] = {}  # the blocks each checkpointing value recomputes, per model walks, shape and value
+_UNITS: dict[tuple, set] = {}  # the blocks each checkpointing value recomputes, per model, shape and value
+
+
+def _model_key(cfg, facts: dict[str, Any]) -> tuple:
+    return cfg.model.name, cfg.model.stem, cfg.model.width, facts["classes"], facts["channels"]
 
 
 def _model_walks(cfg, facts: dict[str, Any]) -> dict:
-    """The walks of the point's model kept for the process (comm/memory's cache: by batch, shape, optimizer,
-    precision and retained heap; and the checkpointed units by value)."""
-    key = (cfg.model.name, cfg.model.stem, cfg.model.width, facts["classes"], facts["channels"])
-    return _WALKS.setdefault(key, {})
+    """The walks of the point's model kept for the process (comm/memory.cached_walk's cache)."""
+    return _WALKS.setdefault(_model_key(cfg, facts), {})
 
 
 def rank_memory(cfg, facts: dict[str, Any], memory_kind: str) -> dict[str, int]:
