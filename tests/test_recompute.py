@@ -126,18 +126,21 @@ def test_training_with_checkpointing_equals_without(tmp_path, run_cli, strategy)
 
 @pytest.mark.slow
 def test_checkpointing_lowers_the_measured_peak(tmp_path, run_cli):
-    """ResNet-18 at 1024 px, batch 2: the peak resident memory with checkpointing is lower (measured here:
-    1,687 MiB without, 1,406 MiB with)."""
+    """ResNet-18 at 1024 px, batch 2: the peak resident memory with checkpointing is lower. With the lean allocator
+    (freed memory goes back), so that the peak follows the live tensors, not what glibc kept of earlier steps:
+    measured 1,352 / 1,003 MiB twice (2026-11-28); the default policy's peaks moved 1,593-1,687 / 1,406-1,529 MiB
+    between runs, a saving of 64-281 MiB."""
     peaks = {}
     for mode in ("none", "blocks"):
         out = tmp_path / mode
         done = run_cli("train", "--model", "resnet18", "--dataset", "synthetic", "--synthetic-samples", "4",
                        "--batch-size", "2", "--epochs", "1", "--image-size", "1024", "--no-progress",
-                       "--tensorboard", "off", "--checkpoint-activations", mode, "--out", str(out))
+                       "--tensorboard", "off", "--checkpoint-activations", mode, "--allocator", "lean",
+                       "--out", str(out))
         assert done.returncode == 0, done.stderr
         summary = json.loads((out / "summary.json").read_text())
         peaks[mode] = max(r["peak_memory_bytes"] for r in summary["ranks"])
-    assert peaks["blocks"] < peaks["none"] - 150 * 2 ** 20
+    assert peaks["blocks"] < peaks["none"] - 250 * 2 ** 20, peaks
 
 
 def test_predict_prices_the_recomputed_forward():
