@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from scaletrain.command import Command
+from scaletrain.errors import UserError
 from scaletrain.config import TrainConfig, resolve_train_config
 from scaletrain.config.flags import add_train_args
 
@@ -17,14 +18,17 @@ def train_config(args: argparse.Namespace) -> TrainConfig:
         from scaletrain.plan.chosen import planned_settings
 
         planned = planned_settings(args.plan, getattr(args, "plan_rank", 1))
+    elif getattr(args, "plan_rank", None) is not None:
+        raise UserError(f"--plan-rank {args.plan_rank} picks a candidate of a plan: add --plan DIR")
     return resolve_train_config(overrides, args.config, planned)
 
 
 def add_args(p: argparse.ArgumentParser) -> None:
     add_train_args(p)
-    p.add_argument("--plan", metavar="DIR", help="run the configuration `scaletrain plan --out DIR` chose (its "
-                                                 "strategy, layout, batch, workers, precision, ...); flags override it")
-    p.add_argument("--plan-rank", type=int, default=1, metavar="K",
+    p.add_argument("--plan", metavar="DIR", default=argparse.SUPPRESS,
+                   help="run the configuration `scaletrain plan --out DIR` chose (its strategy, layout, batch, "
+                        "workers, precision, ...); flags override it")
+    p.add_argument("--plan-rank", type=int, default=argparse.SUPPRESS, metavar="K",
                    help="with --plan: run the plan's K-th candidate instead of its first")
 
 
