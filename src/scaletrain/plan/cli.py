@@ -74,13 +74,12 @@ def run_plan(args: argparse.Namespace) -> int:
     from scaletrain.grid import rich_table
     from scaletrain.plan.present import skipped_grid, top_grid, write_report
     from scaletrain.plan.search import search
-    from scaletrain.predict.cli import load_basis, network_from, shapes_mode, speed_probe
+    from scaletrain.predict.cli import load_basis, network_from, shapes_mode
     from scaletrain.predict.shapes import for_calibration
     from scaletrain.rundir import PLAN, check_out, write_json_atomic
 
     req = request_from(args)
     check_out(args.out, "plan")  # before a calibration is made or read
-    args.probe, args.shared_cores = "off", None  # predict's basis flags that a plan does not take
     if args.hardware and args.calibration:
         raise UserError("--hardware and --calibration: a plan rests on one basis, a data sheet or a calibration of "
                         "a machine: give one of them")
@@ -94,8 +93,7 @@ def run_plan(args: argparse.Namespace) -> int:
     network = network_from(args, cal, hw)
     shapes = for_calibration(cal if hw is None else None, time_ops)
     with phase("plan: pricing every candidate", eta=False) as update:
-        plan = search(req, cal, network, hw, basis, probe=speed_probe(cal, hw, "off"), shapes=shapes,
-                      progress=update)
+        plan = search(req, cal, network, hw, basis, shapes=shapes, progress=update)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     write_json_atomic(out / PLAN, plan)
