@@ -13,16 +13,19 @@ PLANNED = ("model", "image_size", "nproc", "nnodes", "strategy", "stages", "batc
 """What a plan decides or was asked for; the rest (where the nodes meet, the optimizer, ...) stays the run's."""
 
 
-def planned_settings(where: str, rank: int = 1) -> dict[str, Any]:
-    """The settings of candidate `rank` (1: the chosen one) of the plan in `where` (its folder or plan.json),
-    with the gradient bucket the plan priced it at."""
+def planned_settings(where: str, rank: int | None = None) -> dict[str, Any]:
+    """The settings of candidate `rank` of the plan in `where` (its folder or plan.json), with the gradient bucket
+    the plan priced it at. None: the chosen one, which is the measured fastest where `plan --validate` re-ranked
+    the top candidates beyond the spread of their rounds, else the predicted fastest."""
     from scaletrain.plan.present import read_plan
 
     path = Path(where)
     root = path.parent if path.name == "plan.json" else path
     if not (root / "plan.json").is_file():
         raise UserError(f"--plan {where}: no plan.json there: make one with scaletrain plan --out {where}")
-    ranked = read_plan(root)["ranked"]
+    plan = read_plan(root)
+    ranked = plan["ranked"]
+    rank = chosen_rank(plan) if rank is None else rank
     if not 1 <= rank <= len(ranked):
         raise UserError(f"--plan-rank {rank}: the plan in {root} ranks {len(ranked)} candidate(s) within its budget: "
                         f"give 1 to {len(ranked)}" if ranked else f"--plan {where}: no candidate of the plan fits its "
@@ -34,3 +37,12 @@ def planned_settings(where: str, rank: int = 1) -> dict[str, Any]:
     if c.get("bucket_cap_mb") is not None:
         settings["bucket_cap_mb"] = c["bucket_cap_mb"]
     return settings
+
+
+def chosen_rank(plan: dict[str, Any]) -> int:
+    """The predicted rank of the configuration to run: the validation's measured best when it beat the model's
+    choice by more than its rounds spread (a difference the rounds cannot tell from noise keeps the model's)."""
+    v = plan.get("validation") or {}
+    if v.get("best") and v.get("best_by_beyond_spread"):
+        return next(c["rank"] for c in plan["ranked"] if c["id"] == v["best"])
+    return 1

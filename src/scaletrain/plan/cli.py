@@ -29,6 +29,10 @@ def add_plan_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--batch-size", default=None,
                    help="per-device batches to search, a comma list (default 16,32,64,128,256)")
     p.add_argument("--epochs", type=int, default=1, help="epochs to train: the ranking is by time to train them")
+    for axis, example in (("strategy", "allreduce,ring"), ("precision", "bf16"), ("workers", "0,4"),
+                          ("compress", "none"), ("checkpoint-activations", "none")):
+        p.add_argument(f"--{axis}", default=None, metavar="LIST",
+                       help=f"search only these values of --{axis}, a comma list (e.g. {example}; default: all)")
     p.add_argument("--dataset", default="synthetic", help="the training data (default synthetic)")
     p.add_argument("--synthetic-samples", type=int, default=1_281_167,
                    help="samples of an epoch with --dataset synthetic (default ImageNet-1k's 1,281,167)")
@@ -38,11 +42,20 @@ def add_plan_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--time-ops", default="auto", metavar="auto|off|SECONDS",
                    help="time the model's op shapes the calibration lacks, here (as predict --time-ops)")
     p.add_argument("--top", type=int, default=5, help="candidates to show (default 5)")
+    p.add_argument("--validate", default=None, metavar="K|all",
+                   help="then run the top K candidates (all: every one ranked) briefly on this machine, interleaved "
+                        "and repeated, re-rank them by measurement and compare with the prediction")
+    p.add_argument("--repeats", type=int, default=None, help="with --validate: rounds, each running every candidate "
+                                                             "once (default 3)")
+    p.add_argument("--validate-steps", type=int, default=None,
+                   help="with --validate: training steps of each brief run (default 30; the first, while the heap "
+                        "settles, are not timed)")
     p.add_argument("--out", required=True, help="directory for plan.json and plan.png")
 
 
 def request_from(args: argparse.Namespace):
-    from scaletrain.plan.space import Request
+    from scaletrain.plan.space import ONLY, Request, strategies
+    from scaletrain.study.grid import parse_axis
     from scaletrain.units import size_flag
 
     for flag, value, least in (("--nodes", args.nodes, 1), ("--nproc", args.nproc, 1), ("--epochs", args.epochs, 1),
@@ -63,9 +76,63 @@ def request_from(args: argparse.Namespace):
         if min(batches) < 1:
             raise UserError(f"--batch-size {args.batch_size}: every batch must be at least 1")
     budget = size_flag(args.memory_per_device, "--memory-per-device") if args.memory_per_device else None
+    only = {axis: tuple(parse_axis(axis, getattr(args, axis))) for axis in ONLY if getattr(args, axis, None)}
+    strategies(only.get("strategy", ()))  # a strategy named that a plan does not search: refused before anything
     return Request(model=args.model, nodes=args.nodes, nproc=args.nproc, image_size=args.image_size,
                    dataset=args.dataset, synthetic_samples=args.synthetic_samples, epochs=args.epochs,
-                   batch_sizes=batches, global_batch=args.global_batch, memory_budget=budget, top=args.top)
+                   batch_sizes=batches, global_batch=args.global_batch, memory_budget=budget, top=args.top,
+                   only=only)
+
+
+def validate_request(args: argparse.Namespace, req) -> int | None:
+    """--validate's K (0: all), checked before the search: None without --validate."""
+    from scaletrain.plan.measure import check
+
+    if args.validate is None:
+        for flag, value in (("--repeats", args.repeats), ("--validate-steps", args.validate_steps)):
+            if value is not None:
+                raise UserError(f"{flag} {value} says how --validate measures: add --validate K")
+        return None
+    if args.validate == "all":
+        k = 0
+    else:
+        try:
+            k = int(args.validate)
+        except ValueError:
+            raise UserError(f"--validate {args.validate!r}: give how many of the top candidates to run, e.g. 3, "
+                            "or all") from None
+        if k < 1:
+            raise UserError(f"--validate {k}: give how many of the top candidates to run, at least 1 (or all)")
+    for flag, value in (("--repeats", args.repeats), ("--validate-steps", args.validate_steps)):
+        if value is not None and value < 1:
+            raise UserError(f"{flag} {value}: give at least 1")
+    check({"basis": "datasheet" if args.hardware else "calibration", "request": {"nodes": req.nodes}})
+    return k
+
+
+def run_validation(plan: dict, out: Path, k: int, args: argparse.Namespace, console) -> None:
+    """--validate: measure the top candidates, add the comparison to plan.json and the report, print it."""
+    from scaletrain.console.phase import phase
+    from scaletrain.grid import rich_table
+    from scaletrain.plan.agreement import agreement_line, compare
+    from scaletrain.plan.measure import REPEATS, STEPS, measure
+    from scaletrain.plan.present import describe, validation_grid, write_report
+    from scaletrain.rundir import PLAN, write_json_atomic
+
+    top = plan["ranked"][:k or len(plan["ranked"])]
+    repeats, steps = args.repeats or REPEATS, args.validate_steps or STEPS
+    console.print(f"validating the top {len(top)}: {len(top) * repeats} brief runs of {steps} steps "
+                  f"({repeats} rounds) in {out / 'validation'}")
+    with phase("plan --validate: running the candidates", eta=True) as update:
+        runs, failed = measure(out, plan, len(top), repeats, steps, progress=update)
+    plan["validation"] = {**compare(top, runs), "repeats": repeats, "steps": steps, "failed": failed}
+    write_json_atomic(out / PLAN, plan)
+    write_report(plan, out)
+    console.print(rich_table(validation_grid(plan)))
+    for line in failed:
+        console.print(f"failed: {line}", markup=False)
+    names = {c["id"]: describe(c) for c in top}
+    console.print(agreement_line(plan["validation"], names.get), markup=False)
 
 
 def run_plan(args: argparse.Namespace) -> int:
@@ -79,6 +146,7 @@ def run_plan(args: argparse.Namespace) -> int:
     from scaletrain.rundir import PLAN, check_out, write_json_atomic
 
     req = request_from(args)
+    validate_k = validate_request(args, req)
     check_out(args.out, "plan")  # before a calibration is made or read
     if args.hardware and args.calibration:
         raise UserError("--hardware and --calibration: a plan rests on one basis, a data sheet or a calibration of "
@@ -105,6 +173,8 @@ def run_plan(args: argparse.Namespace) -> int:
         console.print(f"note: {line}")
     console.print(f"{plan['candidates']} candidates, {plan['priced']} priced in {plan['search_s']:.1f} s; "
                   f"chosen: {plan['chosen'] or ('none fits the memory budget' if plan['priced'] else 'none')}")
+    if validate_k is not None and plan["chosen"]:
+        run_validation(plan, out, validate_k, args, console)
     console.print(f"{PLAN}: {out / PLAN}\nreport: {report} (plan.png beside it)")
     if not plan["chosen"]:
         why = (f"none of the {plan['priced']} priced candidates fits {args.memory_per_device or 'the device'}: give "

@@ -61,6 +61,34 @@ def skipped_grid(plan: dict[str, Any]) -> Grid:
     return g
 
 
+def validation_grid(plan: dict[str, Any]) -> Grid:
+    """plan --validate: each measured candidate, predicted and measured, in measured order."""
+    v = plan["validation"]
+    names = {c["id"]: describe(c) for c in plan["ranked"]}
+    g = Grid(f"validation: the top {len(v['candidates'])} measured on this machine, {v['repeats']} round(s) of "
+             f"{v['steps']} steps", ["measured #", "predicted #", "configuration", "to train, predicted",
+                                     "measured", "step error", "repeats' spread", "vs chosen, predicted",
+                                     "measured (spread)"], text_columns=(2,))
+    rows = sorted(v["candidates"], key=lambda r: (r["measured_rank"] is None, r["measured_rank"] or 0))
+    for r in rows:
+        if not r["runs"]:
+            g.rows.append(["-", str(r["predicted_rank"]), names.get(r["id"], r["id"]), "", "failed", "", "", "", ""])
+            continue
+        ratio = r["ratio_to_chosen"]
+        measured = "?" if ratio["measured"] is None else f"{ratio['measured']:.3f} ({_pct(ratio['spread'])})"
+        g.rows.append([str(r["measured_rank"]), str(r["predicted_rank"]), names.get(r["id"], r["id"]),
+                       fmt.duration(r["predicted_time_to_train_s"]), fmt.duration(r["measured_time_to_train_s"]),
+                       _pct(r["errors"]["step_time"], signed=True), _pct(r["measured"]["spread"]),
+                       f"{ratio['predicted']:.3f}", measured])
+    g.note = ("step error: (predicted - measured) / measured, the mean of the repeats; vs chosen: time to train over "
+              "the chosen one's, measured in the same round (median over rounds; spread (max - min) / median)")
+    return g
+
+
+def _pct(x: float | None, signed: bool = False) -> str:
+    return "-" if x is None else f"{100 * x:+.1f}%" if signed else f"{100 * x:.1f}%"
+
+
 def plot(plan: dict[str, Any], path: Path) -> Path | None:
     """Predicted time to train against memory per device, every priced candidate within the budget; the
     chosen one marked."""
@@ -130,6 +158,13 @@ def write_report(plan: dict[str, Any], root: Path) -> Path:
                             notes=plan["caveats"]),
                     Section("what was not priced", lead=plan["basis_note"], grids=[skipped_grid(plan)],
                             notes=plan["notes"])]
+        if plan.get("validation"):
+            from scaletrain.plan.agreement import agreement_line
+
+            names = {c["id"]: describe(c) for c in plan["ranked"]}
+            sections.insert(1, Section("measured on this machine (plan --validate)",
+                                       lead=agreement_line(plan["validation"], names.get),
+                                       grids=[validation_grid(plan)], notes=plan["validation"]["failed"]))
         req = plan["request"]
         subtitle = (f"{req['model']} on {req['nodes']} node(s) x {req['nproc']} processes: {plan['candidates']} "
                     f"candidates, {plan['priced']} priced in {plan['search_s']:.1f} s")

@@ -6,8 +6,10 @@ the search with its reason, never aborting it."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
+
+from scaletrain.errors import UserError
 
 BATCHES = (16, 32, 64, 128, 256)  # per device, when neither --batch-size nor --global-batch is given
 WORKERS = (0, 1, 2, 4, 8, 16)  # loader workers per rank, up to the node's cores per rank
@@ -31,6 +33,7 @@ class Request:
     global_batch: int | None = None
     memory_budget: int | None = None  # bytes per device; None: the basis's device memory
     top: int = 5
+    only: dict[str, tuple[Any, ...]] = field(default_factory=dict)  # an axis's values to search instead of all (ONLY)
 
     @property
     def world(self) -> int:
@@ -42,11 +45,24 @@ def stage_counts(world: int, nproc: int) -> list[int]:
     return [s for s in (2, 4, 8, 16) if s <= world and world % s == 0 and (s <= nproc or s % nproc == 0)]
 
 
-def strategies() -> list[str]:
-    """The strategies a plan searches: every one predict prices that does not say why a plan leaves it out."""
+ONLY = ("strategy", "precision", "workers", "compress", "checkpoint_activations")
+"""Axes a request may narrow to the values it names (plan --strategy, --precision, ...): a user who runs only one
+strategy, or a measured comparison that must stay affordable."""
+
+
+def strategies(only: tuple[str, ...] = ()) -> list[str]:
+    """The strategies a plan searches: every one predict prices that does not say why a plan leaves it out (of
+    those in `only`, when given: naming one it leaves out, or none, is a UserError)."""
     from scaletrain.comm.registry import STRATEGIES, strategy_class
 
-    return [n for n in STRATEGIES if strategy_class(n).priced and not strategy_class(n).plan_leaves_out]
+    searched = [n for n in STRATEGIES if strategy_class(n).priced and not strategy_class(n).plan_leaves_out]
+    for name in only:
+        if name not in STRATEGIES:
+            raise UserError(f"--strategy {name}: not a strategy; give some of {', '.join(searched)}")
+        if name not in searched:
+            why = strategy_class(name).plan_leaves_out or "predict does not price it"
+            raise UserError(f"--strategy {name}: a plan does not search it ({why}); give some of {', '.join(searched)}")
+    return [n for n in searched if n in only] if only else searched
 
 
 def left_out() -> dict[str, str]:
@@ -64,19 +80,20 @@ def grids(req: Request, device_kind: str, cores_per_node: int, precisions: tuple
     from scaletrain.comm.registry import OPTIONS
 
     per_rank = max(1, cores_per_node // req.nproc)
+    only = req.only
     common: dict[str, list[Any]] = {
         "nproc": [req.nproc], "nnodes": [req.nodes],
-        "precision": list(precisions or PRECISIONS[device_kind]),
-        "workers": [w for w in WORKERS if w <= per_rank],
-        "checkpoint_activations": list(CHECKPOINTING),
+        "precision": list(only.get("precision") or precisions or PRECISIONS[device_kind]),
+        "workers": list(only.get("workers") or [w for w in WORKERS if w <= per_rank]),
+        "checkpoint_activations": list(only.get("checkpoint_activations") or CHECKPOINTING),
     }
     if req.global_batch is None:
         common["batch_size"] = list(req.batch_sizes or BATCHES)
     out = []
-    for name in strategies():
+    for name in strategies(tuple(only.get("strategy", ()))):
         grid = {"strategy": [name], **common}
         if "compress" in OPTIONS[name]:
-            grid["compress"] = list(COMPRESS)
+            grid["compress"] = list(only.get("compress") or COMPRESS)
         if "stages" in OPTIONS[name]:
             stages = stage_counts(req.world, req.nproc)
             if not stages:

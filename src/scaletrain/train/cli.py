@@ -17,7 +17,7 @@ def train_config(args: argparse.Namespace) -> TrainConfig:
     if getattr(args, "plan", None):
         from scaletrain.plan.chosen import planned_settings
 
-        planned = planned_settings(args.plan, getattr(args, "plan_rank", 1))
+        planned = planned_settings(args.plan, getattr(args, "plan_rank", None))
     elif getattr(args, "plan_rank", None) is not None:
         raise UserError(f"--plan-rank {args.plan_rank} picks a candidate of a plan: add --plan DIR")
     return resolve_train_config(overrides, args.config, planned)
@@ -29,7 +29,8 @@ def add_args(p: argparse.ArgumentParser) -> None:
                    help="run the configuration `scaletrain plan --out DIR` chose (its strategy, layout, batch, "
                         "workers, precision, ...); flags override it")
     p.add_argument("--plan-rank", type=int, default=argparse.SUPPRESS, metavar="K",
-                   help="with --plan: run the plan's K-th candidate instead of its first")
+                   help="with --plan: run the plan's K-th candidate instead of the chosen one (its first, or "
+                        "the measured fastest of `plan --validate`)")
 
 
 def run_train(args: argparse.Namespace) -> int:

@@ -1,0 +1,77 @@
+"""plan --validate K: run the plan's top K candidates briefly on this machine, interleaved and repeated, each as
+`scaletrain train --plan DIR --plan-rank K` would run it (docs/plan.md). The comparison is agreement.py's.
+
+Runs go to DIR/validation/c<rank>/r<round> (their logs beside them); every candidate runs once per round, in the
+predicted order, so that the machine's drift falls on each alike."""
+
+from __future__ import annotations
+
+import math
+import sys
+from pathlib import Path
+from typing import Any, Callable
+
+from scaletrain.errors import UserError
+
+STEPS = 30  # training steps a brief run takes (its first ones, while the heap settles, are not timed)
+REPEATS = 3
+
+
+def check(plan: dict[str, Any]) -> None:
+    """What this machine can run: one node of the plan's ranks, on the basis it was calibrated on."""
+    req = plan["request"]
+    if plan["basis"] != "calibration":
+        raise UserError("--validate runs the candidates on this machine, and a data-sheet plan (--hardware) prices "
+                        "another: plan with --calibration of this machine to validate here, or run the chosen "
+                        "configuration there (scaletrain train --plan DIR)")
+    if req["nodes"] > 1:
+        raise UserError(f"--validate runs the candidates on this machine, one node, and the plan is of {req['nodes']} "
+                        "nodes: validate a one-node plan here (--nodes 1)")
+
+
+def brief_flags(c: dict[str, Any], steps: int) -> list[str]:
+    """A candidate's run cut to about `steps` steps: an epoch of that many batches of synthetic data, or enough
+    epochs of the real data set; evaluated once, at the end."""
+    per_epoch = max(1, round(c["epoch_time_s"] / c["step_time_s"]))
+    if c["config"].get("dataset") == "synthetic":
+        return ["--epochs", "1", "--synthetic-samples", str(c["global_batch"] * steps)]
+    epochs = max(1, math.ceil(steps / per_epoch))
+    return ["--epochs", str(epochs), "--eval-every", str(epochs)]
+
+
+def run_dir(root: Path, rank: int, k: int) -> Path:
+    return root / "validation" / f"c{rank}" / f"r{k}"
+
+
+def measure(root: Path, plan: dict[str, Any], k: int, repeats: int = REPEATS, steps: int = STEPS,
+            progress: Callable[[str, int, int], None] = lambda *a: None) -> tuple[dict[str, list], list[str]]:
+    """Each of the top `k` candidates' completed runs by id, and a line per run that did not complete."""
+    from scaletrain.distributed.env import child_env
+    from scaletrain.rundir import read_summary
+    from scaletrain.study.runner import error_line, launch
+    from scaletrain.validate.load import read_run
+
+    top = plan["ranked"][:k]
+    env = child_env()
+    runs: dict[str, list] = {c["id"]: [] for c in top}
+    failed: list[str] = []
+    total, done = len(top) * repeats, 0
+    for r in range(repeats):  # interleaved: every candidate once a round
+        for c in top:
+            run = run_dir(root, c["rank"], r)
+            log = run.with_suffix(".log")
+            if run.exists():
+                raise UserError(f"{run} exists: a validation of this plan ran before; plan again into a new --out")
+            progress(f"#{c['rank']} round {r + 1}/{repeats}", done, total)
+            cmd = [sys.executable, "-m", "scaletrain", "train", "--plan", str(root), "--plan-rank", str(c["rank"]),
+                   *brief_flags(c, steps), "--out", str(run)]
+            code = launch(cmd, log, env)
+            measured = read_run(run, str(run.relative_to(root)), point=c["id"], notes=[])
+            if code == 0 and measured is not None:
+                runs[c["id"]].append(measured)
+            else:
+                why = error_line(log.read_text(errors="replace"), read_summary(run, strict=False), code)
+                failed.append(f"#{c['rank']} round {r + 1}: {why} (log {log.relative_to(root)})")
+            done += 1
+    progress("done", done, total)
+    return runs, failed
