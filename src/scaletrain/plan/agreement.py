@@ -27,8 +27,8 @@ def compare(ranked: list[dict[str, Any]], runs: dict[str, list[MeasuredRun]]) ->
     """plan.json's `validation`: `ranked` the measured candidates in predicted order (the first the chosen one),
     `runs` each one's completed runs by id (a candidate with none failed and is left out of the re-ranking)."""
     chosen = ranked[0]
-    times = {c["id"]: {_round(r): c["time_to_train_s"] * r.step_time_s / c["step_time_s"] for r in runs.get(c["id"], [])}
-             for c in ranked}
+    times = {c["id"]: {_round(r): c["time_to_train_s"] * r.step_time_s / c["step_time_s"]
+                       for r in runs.get(c["id"], [])} for c in ranked}
     rows = []
     for c in ranked:
         mine = runs.get(c["id"]) or []
@@ -45,7 +45,8 @@ def compare(ranked: list[dict[str, Any]], runs: dict[str, list[MeasuredRun]]) ->
                      "predicted_time_to_train_s": c["time_to_train_s"],
                      "measured_time_to_train_s": statistics.median(times[c["id"]].values()),
                      "measured": measured, "errors": point_errors(measured, predicted),
-                     "ratio_to_chosen": {"predicted": c["time_to_train_s"] / chosen["time_to_train_s"], "measured": ratio,
+                     "ratio_to_chosen": {"predicted": c["time_to_train_s"] / chosen["time_to_train_s"],
+                                         "measured": ratio,
                                          "rounds": len(paired), "spread": None if own else _spread(paired),
                                          "error": relative(c["time_to_train_s"] / chosen["time_to_train_s"], ratio)}})
     return {**_ranking(rows), "candidates": rows, **_summaries(rows)}
@@ -88,7 +89,8 @@ def _ranking(rows: list[dict[str, Any]]) -> dict[str, Any]:
 def _summaries(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """Step time's errors over the candidates (with their repeats' spread), and the ratios to the chosen one's."""
     timed = [r for r in rows if r["runs"] and r["errors"]["step_time"] is not None]
-    ratios = [r["ratio_to_chosen"]["error"] for r in rows[1:] if r["runs"] and r["ratio_to_chosen"]["error"] is not None]
+    ratios = [r["ratio_to_chosen"]["error"] for r in rows[1:]
+              if r["runs"] and r["ratio_to_chosen"]["error"] is not None]
     absolute = [abs(e) for e in ratios]
     return {"summary": error_summary([r["errors"]["step_time"] for r in timed],
                                      [r["measured"]["spread"] for r in timed]),
