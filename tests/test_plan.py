@@ -62,7 +62,7 @@ def test_a_plan_prices_ranks_and_explains(lenet_plan, capsys):
     out, plan = lenet_plan
     assert (out / "plan.png").stat().st_size > 10_000
     assert plan["kind"] == "plan" and plan["basis"] == "datasheet" and plan["priced"] > 100
-    assert plan["candidates"] == plan["priced"] + len(plan["skipped"])
+    assert plan["candidates"] == plan["priced"] + sum(r["candidates"] for r in plan["skipped_why"])
     assert {s["id"].split("-")[0] for s in plan["skipped"]} >= {"ps"}  # ps-sync at fp16: skipped, search went on
     assert any("fp16 is not supported" in r["reason"] for r in plan["skipped_why"])
     ranked = plan["ranked"]

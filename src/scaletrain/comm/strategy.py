@@ -63,6 +63,7 @@ class Strategy:
     exchange_settings: tuple[str, ...] = ()  # settings besides batch and --compress that change its exchange's time
     priced = True  # its cost(pricing) prices a step (predict refuses a strategy that does not, before tracing)
     plan_leaves_out = ""  # why `scaletrain plan` does not search it (empty: plan searches it)
+    datasheet_refusal = ""  # why predict cannot price it on a data sheet (empty: it can), told before any tracing
 
     def __init__(self, cfg: TrainConfig, rank: RankInfo, device: torch.device, backend: str) -> None:
         self.cfg = cfg

@@ -77,29 +77,51 @@ class ModelMemory:
 
 
 def model_memory(factory, batch_size: int, sample_shape: tuple[int, ...], optimizer: str, precision: str,
-                 checkpointed: bool | frozenset[str] = False, retained_below: int | None = None) -> ModelMemory | None:
+                 checkpointed: bool | frozenset[str] = False, retained_below: int | None = None,
+                 walked: tuple[list, int] | None = None) -> ModelMemory | None:
     """The model's ModelMemory at `batch_size` x `sample_shape`; None when it cannot be built or run on the meta
-    device (a user model may not allow it)."""
-    try:
-        with torch.device("meta"):
-            model = factory()
-            graph = walk(model, tuple(sample_shape), batch_size)
-    except UserError:
-        raise
-    except Exception:  # noqa: BLE001 - whatever a model does on meta tensors, the estimate just stays silent
+    device (a user model may not allow it). `walked`: model_blocks' result for this batch and shape, which no
+    optimizer, precision or allocator changes (comm/memory.cached_walk keeps it)."""
+    walked = walked or model_blocks(factory, batch_size, sample_shape)
+    if walked is None:
         return None
-    blocks = group(graph, "block")
+    traced, count = walked
     size = param_bytes(precision)
-    entering = batch_size * math.prod(sample_shape) * TRACED_BYTES
     at = [BlockBytes(b.name, activations_at(b.saved, precision), activations_at(b.input, precision),
                      activations_at(b.largest, precision), b.params // TRACED_BYTES * size, b.flops,
                      None if b.inner is None else activations_at(b.inner, precision),
                      None if b.tiled_inner is None else activations_at(b.tiled_inner, precision), b.layers,
                      None if b.stem_inner is None else activations_at(b.stem_inner, precision))
-          for b in block_bytes(graph, blocks, entering)]
-    params = sum(p.numel() for p in model.parameters()) * size
-    return ModelMemory(at, params, batch_size * math.prod(sample_shape) * size, optimizer, checkpointed,
+          for b in traced]
+    return ModelMemory(at, count * size, batch_size * math.prod(sample_shape) * size, optimizer, checkpointed,
                        retained_below)
+
+
+def meta_model(factory) -> torch.nn.Module | None:
+    """The factory's model built on the meta device (no memory), or None where it cannot be."""
+    try:
+        with torch.device("meta"):
+            return factory()
+    except UserError:
+        raise
+    except Exception:  # noqa: BLE001 - a user model may not allow meta tensors: the estimate stays silent
+        return None
+
+
+def model_blocks(factory, batch_size: int, sample_shape: tuple[int, ...], model: torch.nn.Module | None = None
+                 ) -> tuple[list, int] | None:
+    """The model's blocks as traced (fp32 bytes) at `batch_size` x `sample_shape`, and its parameter count; None
+    when it cannot be built or run on the meta device. `model`: the factory's model already built on meta."""
+    try:
+        with torch.device("meta"):
+            model = model if model is not None else factory()
+            graph = walk(model, tuple(sample_shape), batch_size)
+    except UserError:
+        raise
+    except Exception:  # noqa: BLE001 - whatever a model does on meta tensors, the estimate just stays silent
+        return None
+    entering = batch_size * math.prod(sample_shape) * TRACED_BYTES
+    return block_bytes(graph, group(graph, "block"), entering), sum(p.numel() for p in model.parameters())
 
 
 RANK_PROCESS = {"steady": 411 * 2 ** 20, "lean": 345 * 2 ** 20}

@@ -50,7 +50,8 @@ def top_grid(plan: dict[str, Any]) -> Grid:
 
 
 def skipped_grid(plan: dict[str, Any]) -> Grid:
-    g = Grid(f"not priced: {len(plan['skipped'])} candidates, {len(plan['over_budget'])} over the memory budget",
+    g = Grid(f"not priced: {plan['candidates'] - plan['priced']} candidates, {len(plan['over_budget'])} over the "
+             "memory budget",
              ["candidates", "why"], text_columns=(1,))
     for r in plan["skipped_why"]:
         g.rows.append([str(r["candidates"]), r["reason"]])
@@ -111,14 +112,33 @@ def plot(plan: dict[str, Any], path: Path) -> Path | None:
     if best is not None:
         ax.scatter([best["peak_memory_bytes"] / 2**30], [best["time_to_train_s"]], s=140, facecolors="none",
                    edgecolors="black", linewidths=1.5, label="chosen")
+    _measured(ax, plan)
     if plan["memory_budget_bytes"]:
         ax.axvline(plan["memory_budget_bytes"] / 2**30, color="grey", linestyle="--", linewidth=1, label="budget")
     ax.set_yscale("log")
     ax.set_xlabel("memory per device at the step's peak (GiB)")
     ax.set_ylabel(f"predicted time to train {plan['request']['epochs']} epoch(s) (s)")
-    ax.set_title(f"plan: {plan['request']['model']}, {plan['priced']} candidates priced")
+    ax.set_title(f"plan: {plan['request']['model']}, {plan['priced']} candidates priced"
+                 + (", the top measured" if plan.get("validation") else ""))
     ax.legend(fontsize=8)
     return save(fig, path, dpi=110)
+
+
+def _measured(ax, plan: dict[str, Any]) -> None:
+    """plan --validate: each measured candidate's time at its measured peak, joined to its prediction."""
+    v = plan.get("validation")
+    if not v:
+        return
+    predicted = {c["id"]: c for c in plan["ranked"]}
+    rows = [r for r in v["candidates"] if r["runs"] and predicted[r["id"]]["peak_memory_bytes"]]
+    for i, r in enumerate(rows):
+        c = predicted[r["id"]]
+        x0 = c["peak_memory_bytes"] / 2**30
+        x1 = (r["measured"]["peak_memory_bytes"] or c["peak_memory_bytes"]) / 2**30
+        ax.plot([x0, x1], [c["time_to_train_s"], r["measured_time_to_train_s"]], color="black", linewidth=0.6,
+                alpha=0.5)
+        ax.scatter([x1], [r["measured_time_to_train_s"]], marker="x", color="black", s=30,
+                   label="measured (plan --validate)" if i == 0 else None)
 
 
 def read_plan(root: Path) -> dict[str, Any]:

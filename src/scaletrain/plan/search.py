@@ -23,16 +23,17 @@ def search(req: Request, cal: dict[str, Any] | None, network: dict[str, Any], hw
     """plan.json's content: the request, every candidate priced or skipped (with why), the ones over the
     memory budget, and the rest ranked by predicted time to train `req.epochs` epochs."""
     from scaletrain.predict.cli import predict_spec
-    from scaletrain.predict.scaling import predict_grid
+    from scaletrain.predict.scaling import make_predictor, predict_grid
 
     device_kind = hw.kind if hw is not None else cal["device"]["type"]
-    cores = (hw.cpu_cores or hw.count) if hw is not None else cal["device"]["cores"]
+    cores = req.cores_per_host or ((hw.cpu_cores or hw.count) if hw is not None else cal["device"]["cores"])
     precisions = None if hw is not None else tuple(cal["precisions"])
     space = grids(req, device_kind, cores, precisions)
     budget = req.memory_budget or device_memory(cal, hw)
     total = sum(math.prod(len(v) for v in axes.values()) for axes in space)
     t0 = time.perf_counter()
     priced, skipped, notes, done = [], [], set(), 0
+    predictor = make_predictor(cal, network, hw, probe, shapes=shapes)  # one for every grid: its fits and costs kept
     for axes in space:
         name = axes["strategy"][0]
         # predict_grid counts points within its grid (and op shapes timed, with no total): counted over the plan
@@ -40,9 +41,11 @@ def search(req: Request, cal: dict[str, Any] | None, network: dict[str, Any], hw
             lambda what, i, n, at=done: progress(what, at + i, total) if n is not None else progress(what, i, n))
         try:
             prediction = predict_grid(predict_spec(None, axes, train_settings(req, name)), cal, network, hw, basis,
-                                      global_batch=req.global_batch, probe=probe, shapes=shapes, progress=told)
+                                      global_batch=req.global_batch, probe=probe, shapes=shapes, progress=told,
+                                      shared_cores=req.shared_cores, cores=req.cores_per_host, predictor=predictor)
         except UserError as e:  # no candidate of this strategy combines: each one skipped with the reason
-            skipped.append({"id": name, "axes": {"strategy": name}, "reason": str(e)})
+            skipped.append({"id": name, "axes": {"strategy": name}, "reason": str(e),
+                            "candidates": math.prod(len(v) for v in axes.values())})
             continue
         finally:
             done += math.prod(len(v) for v in axes.values())
@@ -66,7 +69,7 @@ def search(req: Request, cal: dict[str, Any] | None, network: dict[str, Any], hw
             "basis_note": basis,
             "memory_budget_bytes": budget, "memory_margin": MARGIN, "grids": space,
             "not_searched": left_out(),
-            "candidates": len(priced) + len(skipped), "priced": len(priced), "search_s": search_s,
+            "candidates": len(priced) + skipped_count(skipped), "priced": len(priced), "search_s": search_s,
             "skipped": skipped, "skipped_why": reasons(skipped), "over_budget": over,
             "ranked": ranked, "chosen": ranked[0]["id"] if ranked else None,
             "caveats": caveats(ranked[:req.top]), "notes": sorted(notes)}
@@ -101,9 +104,16 @@ def _candidate(p: dict[str, Any], req: Request) -> dict[str, Any]:
             "bucket_cap_mb": p["comm"].get("best_bucket_cap_mb"), "plausibility": p["plausibility"]["flag"]}
 
 
+def skipped_count(skipped: list[dict[str, Any]]) -> int:
+    """Candidates skipped: one each, or a whole strategy's grid (`candidates`) where none of it combines."""
+    return sum(s.get("candidates", 1) for s in skipped)
+
+
 def reasons(skipped: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The skipped candidates' reasons, each once with how many it skipped (most first)."""
-    counts = Counter(s["reason"] for s in skipped)
+    counts: Counter = Counter()
+    for s in skipped:
+        counts[s["reason"]] += s.get("candidates", 1)
     return [{"reason": r, "candidates": n} for r, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))]
 
 

@@ -31,6 +31,24 @@ def node_times(model: nn.Module, input_shape: tuple[int, ...], batch: int, calib
     its leaf modules' qualified names (a module called twice: its calls summed). `threads` defaults to the
     calibrated machine's cores; `ranks`, the processes sharing the node (whose loop factors apply), to as
     many as the cores hold at `threads` each."""
+    key = (id(model), tuple(input_shape), batch, id(calibration), precision, threads, ranks)
+    held = _KEPT.get(key)
+    if held is None or held[0] is not model or held[1] is not calibration:
+        if len(_KEPT) >= KEEP:
+            _KEPT.pop(next(iter(_KEPT)))
+        held = _KEPT[key] = (model, calibration, _node_times(model, tuple(input_shape), batch, calibration, precision,
+                                                              threads, ranks))
+    return held[2]
+
+
+KEEP = 64
+_KEPT: dict[tuple, tuple[nn.Module, dict[str, Any], dict[str, Times]]] = {}
+"""node_times by model, shape, batch, calibration and setting: a plan splits one model at many settings
+(the model and calibration held with their result, so the ids in the key stay theirs)."""
+
+
+def _node_times(model: nn.Module, input_shape: tuple[int, ...], batch: int, calibration: dict[str, Any],
+                precision: str, threads: int | None, ranks: int | None) -> dict[str, Times]:
     from scaletrain.predict.ops import trace_ops
     from scaletrain.predict.predictor import Predictor
 

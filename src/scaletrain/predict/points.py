@@ -92,6 +92,8 @@ def check_point(cfg, hw=None) -> None:
     if not strategy_class(cfg.strategy.name).priced:
         raise UserError(f"--strategy {cfg.strategy.name}: predict does not price it yet; measure it with "
                         "scaletrain train (or a study), or predict another strategy")
+    if hw is not None and strategy_class(cfg.strategy.name).datasheet_refusal:
+        raise UserError(strategy_class(cfg.strategy.name).datasheet_refusal)
     compress = parse_compress(cfg.strategy.compress)
     if compress and compress[0] == "powersgd":
         raise UserError(f"--compress {cfg.strategy.compress}: predict cannot price PowerSGD (its bytes depend on each "

@@ -72,6 +72,9 @@ class Predictor:
         self.without = check_corrections(without)  # CORRECTIONS left out (an ablation)
         self._times: dict[tuple[str, int, bool], LayerTimes] = {}
         self._loops: dict[int, M.Loop] = {}
+        self._costs: dict[tuple, tuple[Workload, list[M.OpCost]]] = {}  # op_costs by workload (held: ids stay its)
+        self._refs: dict[int, tuple[dict[str, Any], dict[str, Any]]] = {}  # _reference by run (held, as above)
+        self._peaks: dict[str, float | None] = {}
         self.notes: list[str] = []
 
     @property
@@ -81,6 +84,11 @@ class Predictor:
     def peak_flops(self, precision: str) -> float | None:
         """The fastest conv or matmul rate the calibration measured at this precision (FLOP/s, forward or
         backward), over its thread counts: what a plausible prediction stays under (None without such rows)."""
+        if precision not in self._peaks:
+            self._peaks[precision] = self._peak_flops(precision)
+        return self._peaks[precision]
+
+    def _peak_flops(self, precision: str) -> float | None:
         rates = []
         for r in self.cal["layers"]:
             if r["precision"] == precision and r["kind"] in ("conv", "linear"):
@@ -284,6 +292,12 @@ class Predictor:
     def _reference(self, run: dict[str, Any]) -> dict[str, Any]:
         """A reference run's ops (calibrated, as when measured: their shapes are in the grid), their sums per
         direction and group (the loss with the memory-bound ops), the optimizer's law and the probe drift."""
+        held = self._refs.get(id(run))
+        if held is None or held[0] is not run:
+            held = self._refs[id(run)] = (run, self._reference_of(run))
+        return held[1]
+
+    def _reference_of(self, run: dict[str, Any]) -> dict[str, Any]:
         cal = self.cal["loop"]
         batch = run.get("batch_size", cal["batch_size"])
         ref = _reference_workload(run.get("model", "refnet"), cal["image_size"], batch)
@@ -311,7 +325,16 @@ class Predictor:
     def op_costs(self, workload: Workload, precision: str, threads: int, now: bool = True,
                  time_shapes: bool = True) -> list[M.OpCost]:
         """The ops' calibrated costs; `time_shapes`: with the shapes the grid lacks timed here first (self.shapes);
-        a reference network's are priced by the calibration's own rows, which the loop factors were fitted on."""
+        a reference network's are priced by the calibration's own rows, which the loop factors were fitted on.
+        Kept per workload: a plan prices one workload at many settings."""
+        key = (id(workload), precision, threads, now, time_shapes)
+        held = self._costs.get(key)
+        if held is None or held[0] is not workload:
+            held = self._costs[key] = (workload, self._op_costs(workload, precision, threads, now, time_shapes))
+        return held[1]
+
+    def _op_costs(self, workload: Workload, precision: str, threads: int, now: bool,
+                  time_shapes: bool) -> list[M.OpCost]:
         lt = self.times(precision, threads, grid_only=not time_shapes)
         if self.shapes is not None and time_shapes:
             self.shapes.time_missing(lt, workload.ops, precision, nearest_threads(self.cal, threads))

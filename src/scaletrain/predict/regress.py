@@ -148,9 +148,9 @@ class LayerTimes:
         for r in rows:
             by_kind.setdefault(r["kind"], []).append(r)
             self.exact[(r["kind"], _key(r["features"]))] = r
-        digest = hashlib.sha1(json.dumps([rows, fits], sort_keys=True, default=str).encode()).hexdigest()
+        digest = hashlib.sha1(json.dumps([rows, fits, _versions()], sort_keys=True, default=str).encode()).hexdigest()
         if digest not in _FITTED:  # the same rows again in this process (a sweep's points, a study): fitted once
-            _FITTED[digest] = _fit_all(by_kind, fits)
+            _FITTED[digest] = _kept_fits(digest, by_kind, fits)
             while len(_FITTED) > _FITTED_KEPT:
                 del _FITTED[next(iter(_FITTED))]
         self.laws: dict[tuple[str, str], Law | None] = _FITTED[digest]
@@ -200,6 +200,38 @@ class LayerTimes:
 
 _FITTED: dict[str, dict[tuple[str, str], Law | None]] = {}
 _FITTED_KEPT = 32  # (precision, threads) groups of a few calibrations
+
+
+def _versions() -> tuple[str, str]:
+    import sklearn
+
+    return sklearn.__version__, np.__version__
+
+
+def _kept_fits(digest: str, by_kind: dict[str, list[dict[str, Any]]], fits: dict[str, dict[str, Any]] | None
+               ) -> dict[tuple[str, str], Law | None]:
+    """The laws of these rows, fitted once per machine: kept in the user's cache (distributed/env.cache_dir) under
+    the digest of the rows, their stored cross-validations and the fitting libraries' versions, so that every
+    `predict` and `plan` after the first reads them (seconds of tree fitting per precision and thread count).
+    A kept file that cannot be read is fitted again and replaced."""
+    import pickle
+
+    from scaletrain.distributed.env import cache_dir
+    from scaletrain.rundir import replace_atomic
+
+    path = cache_dir() / "laws" / f"{digest}.pkl"
+    try:
+        with open(path, "rb") as f:
+            return pickle.load(f)  # written by this function alone, into the user's own cache
+    except (OSError, pickle.UnpicklingError, EOFError, AttributeError, ImportError):
+        pass
+    laws = _fit_all(by_kind, fits)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        replace_atomic(path, lambda f: pickle.dump(laws, f), mode="wb")
+    except OSError:  # a read-only cache: fitted again next time
+        pass
+    return laws
 
 
 def _fit_all(by_kind: dict[str, list[dict[str, Any]]], fits: dict[str, dict[str, Any]] | None

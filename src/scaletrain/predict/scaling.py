@@ -19,14 +19,16 @@ LADDER_NODES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 def predict_grid(spec, cal: dict[str, Any], network: dict[str, Any], hw, basis: str, *,
                  global_batch: int | None = None, shared_cores: int | None = None, cores: int | None = None,
                  probe: dict[str, Any] | None = None, without: frozenset[str] = frozenset(),
-                 progress: Callable[[str, int, int], None] | None = None, shapes=None) -> dict[str, Any]:
+                 progress: Callable[[str, int, int], None] | None = None, shapes=None,
+                 predictor=None) -> dict[str, Any]:
     """Every point of the spec predicted; `probe` (probe.speed_now()) scales the calibrated compute;
     `progress(point, done, points)` told after each (a model is traced, one forward pass, per batch size) and as
     `shapes` (predict/shapes.OpShapes: the points' shapes the calibration's grid lacks, timed here) times each;
-    `without`: corrections of a calibration basis left out (predictor.CORRECTIONS: an ablation)."""
+    `without`: corrections of a calibration basis left out (predictor.CORRECTIONS: an ablation); `predictor`:
+    make_predictor's for these arguments, made once for several grids (a plan's)."""
     from scaletrain.study.grid import fair_threads, points
 
-    predictor = make_predictor(cal, network, hw, probe, without, shapes)
+    predictor = predictor or make_predictor(cal, network, hw, probe, without, shapes)
     # one thread count for every point unless --threads gives it: cores / the grid's largest nproc, as `study`
     # runs the same flags (so that the speedup over ranks is the ranks' alone, and validate compares like with like)
     spec, _ = fair_threads(spec, cores or predictor.cores)

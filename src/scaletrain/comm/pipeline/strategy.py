@@ -43,6 +43,9 @@ from scaletrain.train.evaluate import EvalResult, Tally
 class Pipeline(Strategy):
     """One stage of one replica of a K-stage pipeline."""
 
+    datasheet_refusal = ("pipeline predictions need a calibration of the machine (per-block laws), not a hardware "
+                         "profile: drop --hardware")
+
     def __init__(self, cfg: TrainConfig, rank: RankInfo, device: torch.device, backend: str) -> None:
         super().__init__(cfg, rank, device, backend)
         self.stages = cfg.layout.stages
@@ -71,8 +74,7 @@ class Pipeline(Strategy):
 
         s, cfg, p = pricing.setting, pricing.cfg, pricing.predictor
         if p.hardware is not None:
-            raise UserError("pipeline predictions need a calibration of the machine (per-block laws), not a "
-                            "hardware profile: drop --hardware")
+            raise UserError(cls.datasheet_refusal)
         alpha, beta = pricing.link("allreduce")
         # a stage's activations and gradients are point-to-point messages: priced by commbench's `ps` fit (on 2
         # ranks one send and one receive per worker), not the all-reduce's
