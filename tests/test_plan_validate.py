@@ -4,6 +4,9 @@ real, what this machine cannot validate refused in one line, narrowed axes, and 
 measured best; end to end (slow) the runs themselves."""
 
 import json
+import os
+import shutil
+import subprocess
 
 import pytest
 
@@ -131,3 +134,46 @@ def test_validate_runs_the_top_candidates_and_train_plan_runs_the_chosen(tmp_pat
     ran = json.loads((tmp_path / "run" / "summary.json").read_text())
     want = plan["ranked"][chosen_rank(plan) - 1]["config"]
     assert ran["world_size"] == 2 and ran["global_batch"] == 2 * want["batch_size"]
+
+
+@pytest.mark.parametrize("flags,words", [
+    (["--testbed"], ["no testbed is up", "testbed up"]),
+    (["--cores-per-host", "1"], ["--cores-per-host 1", "add --testbed"]),
+    (["--testbed", "--link", "1gbit"], ["--link", "drop --link"]),
+])
+def test_a_testbed_plan_needs_the_testbed(tmp_path, capsys, monkeypatch, flags, words):
+    monkeypatch.setenv("SCALETRAIN_TESTBED_STATE", str(tmp_path / "none.json"))  # no testbed up, whatever this machine
+    assert main([*PLAN, "--calibration", "none.json", *flags, "--out", str(tmp_path / "p")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and all(w in err for w in words), err
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("ip") is None or shutil.which("tc") is None,
+                    reason="the testbed needs root and iproute2")
+def test_a_testbed_plan_is_validated_on_its_hosts(tmp_path):
+    from conftest import assert_ok, scaletrain
+    from scaletrain.predict import calibration
+    from predict_fixtures import fake_calibration
+
+    listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    if any(line.startswith("st-") for line in listed.splitlines()):
+        pytest.skip("a testbed is already up on this machine; not touching it")
+    env = {"SCALETRAIN_TESTBED_STATE": str(tmp_path / "testbed.json")}
+    cal = calibration.save(fake_calibration(threads=(1,)), tmp_path / "cal.json")
+    out = tmp_path / "p"
+    try:
+        assert_ok(scaletrain("testbed", "up", "--hosts", "2", "--rate", "100mbit", env=env))
+        assert_ok(scaletrain("plan", "--model", "lenet5", "--nproc", "1", "--testbed", "--calibration", str(cal),
+                             "--time-ops", "off", "--batch-size", "64", "--dataset", "digits", "--strategy",
+                             "allreduce,ring", "--precision", "fp32", "--workers", "0", "--checkpoint-activations",
+                             "none", "--compress", "none", "--validate", "all", "--repeats", "1",
+                             "--validate-steps", "12", "--out", str(out), env=env, timeout=600))
+    finally:
+        scaletrain("testbed", "down", env=env)
+    plan = json.loads((out / "plan.json").read_text())
+    assert plan["request"]["nodes"] == 2 and plan["request"]["testbed"] and plan["request"]["cores_per_host"] >= 1
+    assert not plan["validation"]["failed"] and len(plan["validation"]["measured_order"]) == 2
+    for rank in (1, 2):
+        summary = json.loads((out / "validation" / f"c{rank}" / "r0" / "summary.json").read_text())
+        assert summary["world_size"] == 2 and summary["testbed"]  # one rank on each host, across the shaped link

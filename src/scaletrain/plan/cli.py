@@ -17,7 +17,7 @@ def add_plan_args(p: argparse.ArgumentParser) -> None:
                 "dgx-a100-80gb --out runs/plan")
     p.add_argument("--model", required=True, help="a model name (scaletrain models) or package.module:factory")
     p.add_argument("--image-size", type=int, default=None, help="image side in pixels (default: the dataset's)")
-    p.add_argument("--nodes", type=int, default=1, help="nodes of the cluster (default 1)")
+    p.add_argument("--nodes", type=int, default=None, help="nodes of the cluster (default 1; with --testbed its hosts)")
     p.add_argument("--nproc", type=int, required=True, help="processes per node (one per GPU)")
     p.add_argument("--calibration", help="calibration file (default: this machine's, made with --quick the first time)")
     p.add_argument("--hardware", help="a hardware profile (a shipped name such as dgx-a100-80gb, or a TOML): a "
@@ -39,6 +39,11 @@ def add_plan_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--link", help="link rate between nodes, e.g. 100gbit (default: the calibration's or profile's)")
     p.add_argument("--latency", default=None, help="one-way latency between nodes, with --link")
     p.add_argument("--network", help="commbench.json measured between nodes (replaces --link/--latency)")
+    p.add_argument("--testbed", action="store_true",
+                   help="plan for the testbed that is up (`scaletrain testbed up`): its hosts the nodes, its link, "
+                        "each host's cores as `testbed run` shares them; --validate runs the candidates on it")
+    p.add_argument("--cores-per-host", type=int, default=None, metavar="N",
+                   help="with --testbed: the cores each host gets (default as testbed run: the machine's // hosts)")
     p.add_argument("--time-ops", default="auto", metavar="auto|off|SECONDS",
                    help="time the model's op shapes the calibration lacks, here (as predict --time-ops)")
     p.add_argument("--top", type=int, default=5, help="candidates to show (default 5)")
@@ -58,7 +63,8 @@ def request_from(args: argparse.Namespace):
     from scaletrain.study.grid import parse_axis
     from scaletrain.units import size_flag
 
-    for flag, value, least in (("--nodes", args.nodes, 1), ("--nproc", args.nproc, 1), ("--epochs", args.epochs, 1),
+    nodes = 1 if args.nodes is None else args.nodes
+    for flag, value, least in (("--nodes", nodes, 1), ("--nproc", args.nproc, 1), ("--epochs", args.epochs, 1),
                                ("--top", args.top, 1)):
         if value < least:
             raise UserError(f"{flag} {value}: give at least {least}")
@@ -78,10 +84,31 @@ def request_from(args: argparse.Namespace):
     budget = size_flag(args.memory_per_device, "--memory-per-device") if args.memory_per_device else None
     only = {axis: tuple(parse_axis(axis, getattr(args, axis))) for axis in ONLY if getattr(args, axis, None)}
     strategies(only.get("strategy", ()))  # a strategy named that a plan does not search: refused before anything
-    return Request(model=args.model, nodes=args.nodes, nproc=args.nproc, image_size=args.image_size,
+    return Request(model=args.model, nodes=nodes, nproc=args.nproc, image_size=args.image_size,
                    dataset=args.dataset, synthetic_samples=args.synthetic_samples, epochs=args.epochs,
                    batch_sizes=batches, global_batch=args.global_batch, memory_budget=budget, top=args.top,
                    only=only)
+
+
+def on_testbed(args: argparse.Namespace, req):
+    """--testbed: the request's nodes, link and cores from the testbed that is up (predict's testbed_basis)."""
+    import dataclasses
+
+    from scaletrain.predict.cli import testbed_basis
+
+    if not args.testbed:
+        raise UserError(f"--cores-per-host {args.cores_per_host} gives each testbed host its cores: add --testbed, "
+                        "or drop --cores-per-host")
+    given = [f for f, v in (("--hardware", args.hardware), ("--link", args.link), ("--latency", args.latency),
+                            ("--network", args.network)) if v is not None]
+    if given:
+        raise UserError(f"--testbed takes the hosts' link and cores from the testbed that is up, and {given[0]} "
+                        f"gives them too: drop {given[0]}")
+    if args.cores_per_host is not None and args.cores_per_host < 1:
+        raise UserError(f"--cores-per-host {args.cores_per_host}: give at least 1")
+    hosts, per_host = testbed_basis(args, [args.nodes] if args.nodes else None, "--nodes")
+    return dataclasses.replace(req, nodes=hosts, testbed=True, cores_per_host=per_host,
+                               shared_cores=args.shared_cores)
 
 
 def validate_request(args: argparse.Namespace, req) -> int | None:
@@ -106,7 +133,8 @@ def validate_request(args: argparse.Namespace, req) -> int | None:
     for flag, value in (("--repeats", args.repeats), ("--validate-steps", args.validate_steps)):
         if value is not None and value < 1:
             raise UserError(f"{flag} {value}: give at least 1")
-    check({"basis": "datasheet" if args.hardware else "calibration", "request": {"nodes": req.nodes}})
+    check({"basis": "datasheet" if args.hardware else "calibration",
+           "request": {"nodes": req.nodes, "testbed": req.testbed}})
     return k
 
 
@@ -146,6 +174,8 @@ def run_plan(args: argparse.Namespace) -> int:
     from scaletrain.rundir import PLAN, check_out, write_json_atomic
 
     req = request_from(args)
+    if args.testbed or args.cores_per_host is not None:
+        req = on_testbed(args, req)
     validate_k = validate_request(args, req)
     check_out(args.out, "plan")  # before a calibration is made or read
     if args.hardware and args.calibration:

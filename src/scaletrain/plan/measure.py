@@ -24,9 +24,17 @@ def check(plan: dict[str, Any]) -> None:
         raise UserError("--validate runs the candidates on this machine, and a data-sheet plan (--hardware) prices "
                         "another: plan with --calibration of this machine to validate here, or run the chosen "
                         "configuration there (scaletrain train --plan DIR)")
-    if req["nodes"] > 1:
-        raise UserError(f"--validate runs the candidates on this machine, one node, and the plan is of {req['nodes']} "
-                        "nodes: validate a one-node plan here (--nodes 1)")
+    if req["nodes"] > 1 and not req.get("testbed"):
+        raise UserError(f"--validate runs the candidates on this machine, and the plan is of {req['nodes']} nodes: "
+                        "validate a one-node plan here (--nodes 1), or plan the testbed's hosts (--testbed)")
+    if req.get("testbed"):
+        from scaletrain.testbed.net import current
+
+        tb = current()
+        if tb is None or tb.hosts != req["nodes"]:
+            now = "none is up" if tb is None else f"the one up has {tb.hosts} hosts"
+            raise UserError(f"--validate runs the plan's {req['nodes']} nodes on the testbed, and {now}: "
+                            f"`scaletrain testbed up --hosts {req['nodes']}` as it was planned")
 
 
 def brief_flags(c: dict[str, Any], steps: int) -> list[str]:
@@ -37,6 +45,15 @@ def brief_flags(c: dict[str, Any], steps: int) -> list[str]:
         return ["--epochs", "1", "--synthetic-samples", str(c["global_batch"] * steps)]
     epochs = max(1, math.ceil(steps / per_epoch))
     return ["--epochs", str(epochs), "--eval-every", str(epochs)]
+
+
+def launcher(req: dict[str, Any]) -> list[str]:
+    """What starts `scaletrain train` for the plan's nodes: here, or on every host of the testbed that is up
+    (each host its cores, as the plan priced them)."""
+    here = [sys.executable, "-m", "scaletrain"]
+    if not req.get("testbed"):
+        return here
+    return [*here, "testbed", "run", "--cores-per-host", str(req["cores_per_host"]), "--", "scaletrain"]
 
 
 def run_dir(root: Path, rank: int, k: int) -> Path:
@@ -63,7 +80,7 @@ def measure(root: Path, plan: dict[str, Any], k: int, repeats: int = REPEATS, st
             if run.exists():
                 raise UserError(f"{run} exists: a validation of this plan ran before; plan again into a new --out")
             progress(f"#{c['rank']} round {r + 1}/{repeats}", done, total)
-            cmd = [sys.executable, "-m", "scaletrain", "train", "--plan", str(root), "--plan-rank", str(c["rank"]),
+            cmd = [*launcher(plan["request"]), "train", "--plan", str(root), "--plan-rank", str(c["rank"]),
                    *brief_flags(c, steps), "--out", str(run)]
             code = launch(cmd, log, env)
             measured = read_run(run, str(run.relative_to(root)), point=c["id"], notes=[])

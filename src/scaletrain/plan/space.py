@@ -34,6 +34,9 @@ class Request:
     memory_budget: int | None = None  # bytes per device; None: the basis's device memory
     top: int = 5
     only: dict[str, tuple[Any, ...]] = field(default_factory=dict)  # an axis's values to search instead of all (ONLY)
+    testbed: bool = False  # the nodes are the hosts of the testbed that is up (plan --testbed)
+    cores_per_host: int | None = None  # with testbed: the cores `testbed run` gives each host
+    shared_cores: int | None = None  # with testbed: the cores its hosts share, where they do not fit side by side
 
     @property
     def world(self) -> int:

@@ -311,12 +311,21 @@ def run_largest(args: argparse.Namespace) -> int:
 
 
 def testbed_request(args: argparse.Namespace, spec: StudySpec) -> tuple[StudySpec, int]:
-    """The testbed that is up as predict's request: its hosts the nodes (an --nnodes given must be theirs), its
-    rate and delay the link between nodes (a message crosses two shaped interfaces: twice the delay one
-    way), and the cores `testbed run` gives each host; hosts that do not fit the machine's CPUs side by
-    side share them (--shared-cores). Returns the spec and the cores per host; sets args.link/latency/
-    shared_cores."""
+    """The testbed that is up as predict's request (testbed_basis), its hosts the nodes (an --nnodes given must
+    be theirs). Returns the spec and the cores per host."""
     import dataclasses
+
+    hosts, per_host = testbed_basis(args, spec.axes.get("nnodes"), "--nnodes")
+    axes = {**spec.axes, "nnodes": [hosts]}
+    train = {"master_port": 29500, "master_addr": "node0", **spec.train}  # where hosts meet changes no prediction
+    return dataclasses.replace(spec, axes=axes, train=train), per_host
+
+
+def testbed_basis(args: argparse.Namespace, nodes: list[int] | None, flag: str) -> tuple[int, int]:
+    """The testbed that is up: its rate and delay the link between nodes (a message crosses two shaped
+    interfaces: twice the delay one way), and the cores `testbed run` gives each host; hosts that do not fit the
+    machine's CPUs side by side share them (--shared-cores). Sets args.link/latency/shared_cores; returns the
+    hosts and the cores per host. `nodes`: the nodes the request gave (with `flag`), which must be its hosts."""
     import os
 
     from scaletrain.testbed.cores import share_cores
@@ -325,23 +334,20 @@ def testbed_request(args: argparse.Namespace, spec: StudySpec) -> tuple[StudySpe
     tb = current()
     if tb is None:
         raise UserError("--testbed: no testbed is up: build it with `scaletrain testbed up --hosts H --rate R`, or "
-                        "predict hosts with --nnodes, --link and --shared-cores")
-    nodes = spec.axes.get("nnodes")
-    if nodes is not None and nodes != [tb.hosts]:
-        raise UserError(f"--nnodes {','.join(map(str, nodes))}: the testbed that is up has {tb.hosts} hosts: drop "
-                        "--nnodes (--testbed predicts its hosts)")
+                        "give the nodes with --link and --shared-cores")
+    if nodes is not None and list(nodes) != [tb.hosts]:
+        raise UserError(f"{flag} {','.join(map(str, nodes))}: the testbed that is up has {tb.hosts} hosts: drop "
+                        f"{flag} (--testbed takes its hosts)")
     share = share_cores(sorted(os.sched_getaffinity(0)), tb.hosts, args.cores_per_host)
     args.link = tb.rate
     delay = parse_latency(tb.delay)
     args.latency = f"{2 * delay * 1e6:g}us" if delay else None
     args.shared_cores = len(share.machine_cpus) if share.cpus is None else None
-    axes = {**spec.axes, "nnodes": [tb.hosts]}
     if args.shared_cores is None:  # each host pinned to its own CPUs: no host competes with another
         print(share.describe())
     else:
         print(f"{share.describe()}: predicted as hosts sharing {args.shared_cores} cores")
-    train = {"master_port": 29500, "master_addr": "node0", **spec.train}  # where hosts meet changes no prediction
-    return dataclasses.replace(spec, axes=axes, train=train), share.per_host
+    return tb.hosts, share.per_host
 
 
 def speed_probe(cal: dict[str, Any], hw, mode: str) -> dict[str, Any] | None:
