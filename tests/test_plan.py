@@ -8,7 +8,7 @@ import pytest
 
 from scaletrain.cli import main
 from scaletrain.plan.search import TIE, rank_key
-from scaletrain.plan.space import Request, grids, stage_counts
+from scaletrain.plan.space import Request, grid_name, grids, stage_counts
 from scaletrain.predict.cli import predict_spec
 from scaletrain.study.grid import points
 
@@ -17,15 +17,19 @@ LENET = ("plan", "--model", "lenet5", "--nodes", "1", "--nproc", "2", "--hardwar
 
 
 def test_each_strategy_searches_its_own_options():
-    by = {g["strategy"][0]: g for g in grids(Request(model="resnet50", nodes=2, nproc=4), "cuda", 32)}
-    assert set(by) == {"allreduce", "ring", "ps-sync", "fsdp", "pipeline"}
+    space = grids(Request(model="resnet50", nodes=2, nproc=4), "cuda", 32)
+    by = {grid_name(g): g for g in space}
+    assert set(by) == {"allreduce", "ring", "ps-sync", "fsdp", "pipeline", "spatial", "spatial-staged"}
+    assert by["spatial"]["spatial"] == [2, 4, 8] and "stages" not in by["spatial"]  # tiles alone
+    assert by["spatial-staged"]["stages"] == [2, 4]  # and in pipeline stages of 2 tiles each (8 ranks)
     assert "compress" in by["allreduce"] and "compress" not in by["ring"] and "compress" not in by["fsdp"]
     assert by["pipeline"]["stages"] == [2, 4, 8] and "stages" not in by["allreduce"]
     assert by["allreduce"]["workers"] == [0, 1, 2, 4, 8]  # 32 cores over 4 ranks a node: 8 each at most
     assert by["allreduce"]["precision"] == ["fp32", "bf16", "fp16"]
     assert by["allreduce"]["batch_size"] == [16, 32, 64, 128, 256]
-    fixed = grids(Request(model="resnet50", nodes=1, nproc=2, global_batch=256), "cpu", 2)
+    fixed = grids(Request(model="resnet50", nodes=1, nproc=2, global_batch=256), "cpu", 2, budget=None)
     assert all("batch_size" not in g for g in fixed) and fixed[0]["precision"] == ["fp32", "bf16"]
+    assert fixed[0]["checkpoint_activations"] == ["none"]  # no budget: auto would checkpoint nothing
     assert stage_counts(6, 3) == [2] and stage_counts(1, 1) == []  # 4 does not divide 6; one rank has no pipeline
     assert "pipeline" not in {g["strategy"][0] for g in grids(Request(model="lenet5", nodes=1, nproc=1), "cpu", 2)}
 

@@ -48,6 +48,20 @@ def test_the_ranking_is_redone_from_rounds_measured_side_by_side():
     assert v["summary"]["count"] == 3 and v["summary"]["under"] == 3  # every step predicted fast
 
 
+def test_one_disturbed_run_moves_its_candidate_not_its_round():
+    ranked = [cand(1, 0.010), cand(2, 0.011), cand(3, 0.012)]
+    # the chosen one's second run ran 3x slow on its own (another process): the round's drift is the others'
+    measured = {"c1": runs("c1", [0.010, 0.030, 0.010]), "c2": runs("c2", [0.012] * 3),
+                "c3": runs("c3", [0.011] * 3)}
+    v = compare(ranked, measured)
+    assert v["round_drift"] == {"r0": 1.0, "r1": 1.0, "r2": 1.0}
+    rows = {r["id"]: r for r in v["candidates"]}
+    assert rows["c2"]["ratio_to_chosen"]["measured"] == pytest.approx(1.2)
+    assert rows["c3"]["ratio_to_chosen"]["measured"] == pytest.approx(1.1)
+    assert rows["c2"]["ratio_to_chosen"]["spread"] == pytest.approx(0.0, abs=1e-12)  # two of three rounds agree
+    assert v["chosen_is_best"] and v["measured_order"] == ["c1", "c3", "c2"]
+
+
 def test_a_difference_within_the_rounds_spread_keeps_the_models_choice(tmp_path):
     ranked = [cand(1, 0.010), cand(2, 0.0102)]
     measured = {"c1": runs("c1", [0.010, 0.010]), "c2": runs("c2", [0.0093, 0.0105])}  # ratio 0.93 and 1.05

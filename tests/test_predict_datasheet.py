@@ -261,3 +261,21 @@ def test_fsdp_on_a_data_sheet_names_the_host_cost_it_does_not_price(tmp_path, mo
     notes = json.loads((out / "prediction.json").read_text())["notes"]
     (note,) = [n for n in notes if "fsdp" in n]
     assert "host work per unit" in note and "resnet20's" in note and "not priced" in note
+
+
+def test_fp16_compression_prices_its_two_casts_on_the_buckets_path():
+    from types import SimpleNamespace
+
+    from scaletrain.predict.pricing import codec_seconds, reduce_seconds
+
+    a100 = load_hardware("dgx-a100-80gb")
+    p = DatasheetPredictor(a100, NETWORK)
+    numel = 25 * 2**20 // 4  # DDP's default 25 MB bucket
+    casts = 12 * numel / (a100.memory_bandwidth_bytes_per_s * a100.efficiency.memory) + 2 * LAUNCH_OVERHEAD_S["cuda"]
+    assert p.codec_s(numel, 1) == pytest.approx(casts, rel=1e-12)  # 4 read + 2 written, then back: 12 bytes each
+    setting = SimpleNamespace(compress=("fp16", None), trainers=8, rank_threads=1)
+    codec = codec_seconds(SimpleNamespace(setting=setting, predictor=p))
+    plain, cast = reduce_seconds(setting, (1e-5, 1e-11)), reduce_seconds(setting, (1e-5, 1e-11), codec)
+    assert cast(4 * numel) - plain(4 * numel) == pytest.approx(casts, rel=1e-12)
+    for other in (None, ("topk", 0.01)):  # nothing cast, or a compressor whose own work is not priced
+        assert codec_seconds(SimpleNamespace(setting=SimpleNamespace(compress=other), predictor=p)) is None

@@ -8,8 +8,9 @@ from typing import Any
 
 from scaletrain.errors import UserError
 
-PLANNED = ("model", "image_size", "nproc", "nnodes", "strategy", "stages", "batch_size", "workers", "precision",
-           "compress", "checkpoint_activations", "threads", "dataset", "synthetic_samples", "epochs")
+PLANNED = ("model", "image_size", "nproc", "nnodes", "strategy", "stages", "spatial", "microbatches", "batch_size",
+           "workers", "precision", "compress", "checkpoint_activations", "threads", "dataset", "synthetic_samples",
+           "epochs")
 """What a plan decides or was asked for; the rest (where the nodes meet, the optimizer, ...) stays the run's."""
 
 
@@ -30,8 +31,15 @@ def planned_settings(where: str, rank: int | None = None) -> dict[str, Any]:
         raise UserError(f"--plan-rank {rank}: the plan in {root} ranks {len(ranked)} candidate(s) within its budget: "
                         f"give 1 to {len(ranked)}" if ranked else f"--plan {where}: no candidate of the plan fits its "
                         "memory budget: plan again with more memory or fewer samples per device")
-    c = ranked[rank - 1]
-    settings = {k: c["config"][k] for k in PLANNED if c["config"].get(k) is not None}
+    return settings_of(ranked[rank - 1])
+
+
+def settings_of(c: dict[str, Any]) -> dict[str, Any]:
+    """A ranked candidate's settings as train takes them, with the gradient bucket it was priced at."""
+    from scaletrain.config import applies
+
+    # (the candidate's config holds every setting at some value: those of another strategy left out)
+    settings = applies.applicable({k: c["config"][k] for k in PLANNED if c["config"].get(k) is not None})
     if settings.get("dataset") != "synthetic":
         settings.pop("synthetic_samples", None)
     if c.get("bucket_cap_mb") is not None:
@@ -41,7 +49,8 @@ def planned_settings(where: str, rank: int | None = None) -> dict[str, Any]:
 
 def chosen_rank(plan: dict[str, Any]) -> int:
     """The predicted rank of the configuration to run: the validation's measured best when it beat the model's
-    choice by more than its rounds spread (a difference the rounds cannot tell from noise keeps the model's)."""
+    choice by more than the two's spreads over rounds (a difference the rounds cannot tell from noise keeps the
+    model's)."""
     v = plan.get("validation") or {}
     if v.get("best") and v.get("best_by_beyond_spread"):
         return next(c["rank"] for c in plan["ranked"] if c["id"] == v["best"])

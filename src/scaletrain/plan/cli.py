@@ -192,6 +192,12 @@ def run_plan(args: argparse.Namespace) -> int:
     shapes = for_calibration(cal if hw is None else None, time_ops)
     with phase("plan: pricing every candidate", eta=False) as update:
         plan = search(req, cal, network, hw, basis, shapes=shapes, progress=update)
+    if req.image_size is None and plan["chosen"]:  # no side fixed: the largest each layout trains within budget
+        from scaletrain.plan.sides import largest_sides
+
+        with phase("plan: the largest image side of each layout (meta-device walks)", eta=False) as update:
+            plan["largest_sides"] = largest_sides(plan, hw.kind if hw is not None else cal["device"]["type"],
+                                                  progress=update)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     write_json_atomic(out / PLAN, plan)
@@ -199,6 +205,10 @@ def run_plan(args: argparse.Namespace) -> int:
     console = output_console(highlight=False)
     console.print(rich_table(top_grid(plan)))
     console.print(rich_table(skipped_grid(plan)))
+    if plan.get("largest_sides"):
+        from scaletrain.plan.sides import sides_grid
+
+        console.print(rich_table(sides_grid(plan)))
     for line in plan["caveats"] + plan["notes"]:
         console.print(f"note: {line}")
     console.print(f"{plan['candidates']} candidates, {plan['priced']} priced in {plan['search_s']:.1f} s; "

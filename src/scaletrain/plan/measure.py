@@ -92,3 +92,18 @@ def measure(root: Path, plan: dict[str, Any], k: int, repeats: int = REPEATS, st
             done += 1
     progress("done", done, total)
     return runs, failed
+
+
+def collected(root: Path, plan: dict[str, Any]) -> dict[str, list]:
+    """The completed runs of a validation already made in `root`, by candidate id (to compare them again)."""
+    from scaletrain.validate.load import read_run
+
+    runs: dict[str, list] = {}
+    for c in plan["ranked"]:
+        where = root / "validation" / f"c{c['rank']}"
+        if not where.is_dir():
+            continue
+        found = [read_run(d, str(d.relative_to(root)), point=c["id"], notes=[]) for d in sorted(where.glob("r*"))
+                 if d.is_dir()]
+        runs[c["id"]] = [r for r in found if r is not None]
+    return runs

@@ -14,8 +14,11 @@ VARIED = ("strategy", "stages", "batch_size", "workers", "precision", "compress"
 
 def describe(c: dict[str, Any]) -> str:
     """A candidate in flags: what differs between candidates (the bucket the model chose, where one applies)."""
-    a = c["axes"]
-    words = [a["strategy"] + (f" x{a['stages']} stages" if a["strategy"] == "pipeline" else "")]
+    a, cfg = c["axes"], c["config"]
+    staged = (cfg.get("stages") or 1) > 1
+    layout = {"pipeline": f" x{cfg.get('stages')} stages",
+              "spatial": f" x{cfg.get('spatial')} tiles" + (f" in {cfg['stages']} stages" if staged else "")}
+    words = [a["strategy"] + layout.get(a["strategy"], "")]
     words.append(f"batch {c['config']['batch_size']}")
     words.append(f"{a['workers']} worker{'s' if a['workers'] != 1 else ''}")
     words.append(a["precision"])
@@ -81,8 +84,10 @@ def validation_grid(plan: dict[str, Any]) -> Grid:
                        fmt.duration(r["predicted_time_to_train_s"]), fmt.duration(r["measured_time_to_train_s"]),
                        _pct(r["errors"]["step_time"], signed=True), _pct(r["measured"]["spread"]),
                        f"{ratio['predicted']:.3f}", measured])
-    g.note = ("step error: (predicted - measured) / measured, the mean of the repeats; vs chosen: time to train over "
-              "the chosen one's, measured in the same round (median over rounds; spread (max - min) / median)")
+    g.note = ("measured: the median over rounds; step error: (predicted - measured) / measured, the mean of the "
+              "repeats, whose spread is (max - min) / mean; vs chosen: time to train over the chosen one's, each "
+              "round's drift (the median over its candidates) taken out, its spread the two candidates' median "
+              "absolute deviations over rounds together")
     return g
 
 
@@ -178,6 +183,12 @@ def write_report(plan: dict[str, Any], root: Path) -> Path:
                             notes=plan["caveats"]),
                     Section("what was not priced", lead=plan["basis_note"], grids=[skipped_grid(plan)],
                             notes=plan["notes"])]
+        if plan.get("largest_sides"):
+            from scaletrain.plan.sides import sides_grid
+
+            sections.append(Section("the largest image side of each layout", grids=[sides_grid(plan)],
+                                    lead="no image size was fixed: the largest square side the chosen configuration, "
+                                         "and each layout of its ranks that holds less, trains within the budget"))
         if plan.get("validation"):
             from scaletrain.plan.agreement import agreement_line
 

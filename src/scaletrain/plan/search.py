@@ -12,7 +12,7 @@ from typing import Any, Callable
 import scaletrain
 from scaletrain.errors import UserError
 from scaletrain.comm.memory import MARGIN, within
-from scaletrain.plan.space import Request, grids, left_out, train_settings
+from scaletrain.plan.space import Request, grid_name, grids, left_out, train_settings
 
 LINEAR_SCALING_BASE = 256  # Goyal et al. 2017: lr = 0.1 x global batch / 256, warm-up over 5 epochs
 
@@ -28,19 +28,20 @@ def search(req: Request, cal: dict[str, Any] | None, network: dict[str, Any], hw
     device_kind = hw.kind if hw is not None else cal["device"]["type"]
     cores = req.cores_per_host or ((hw.cpu_cores or hw.count) if hw is not None else cal["device"]["cores"])
     precisions = None if hw is not None else tuple(cal["precisions"])
-    space = grids(req, device_kind, cores, precisions)
     budget = req.memory_budget or device_memory(cal, hw)
+    space = grids(req, device_kind, cores, precisions, budget)
     total = sum(math.prod(len(v) for v in axes.values()) for axes in space)
     t0 = time.perf_counter()
     priced, skipped, notes, done = [], [], set(), 0
     predictor = make_predictor(cal, network, hw, probe, shapes=shapes)  # one for every grid: its fits and costs kept
     for axes in space:
-        name = axes["strategy"][0]
+        name = grid_name(axes)
         # predict_grid counts points within its grid (and op shapes timed, with no total): counted over the plan
         told = None if progress is None else (
             lambda what, i, n, at=done: progress(what, at + i, total) if n is not None else progress(what, i, n))
         try:
-            prediction = predict_grid(predict_spec(None, axes, train_settings(req, name)), cal, network, hw, basis,
+            spec = predict_spec(None, axes, train_settings(req, axes["strategy"][0]))
+            prediction = predict_grid(spec, cal, network, hw, basis,
                                       global_batch=req.global_batch, probe=probe, shapes=shapes, progress=told,
                                       shared_cores=req.shared_cores, cores=req.cores_per_host, predictor=predictor)
         except UserError as e:  # no candidate of this strategy combines: each one skipped with the reason

@@ -53,6 +53,11 @@ ONLY = ("strategy", "precision", "workers", "compress", "checkpoint_activations"
 strategy, or a measured comparison that must stay affordable."""
 
 
+def tile_counts(world: int) -> list[int]:
+    """Spatial tiles per image worth searching: 2, 4, 8 that divide the job's ranks (a square-ish grid each)."""
+    return [s for s in (2, 4, 8) if s <= world and world % s == 0]
+
+
 def strategies(only: tuple[str, ...] = ()) -> list[str]:
     """The strategies a plan searches: every one predict prices that does not say why a plan leaves it out (of
     those in `only`, when given: naming one it leaves out, or none, is a UserError)."""
@@ -75,11 +80,12 @@ def left_out() -> dict[str, str]:
     return {n: strategy_class(n).plan_leaves_out for n in STRATEGIES if strategy_class(n).plan_leaves_out}
 
 
-def grids(req: Request, device_kind: str, cores_per_node: int, precisions: tuple[str, ...] | None = None
-          ) -> list[dict[str, list[Any]]]:
+def grids(req: Request, device_kind: str, cores_per_node: int, precisions: tuple[str, ...] | None = None,
+          budget: int | None = 0) -> list[dict[str, list[Any]]]:
     """predict's axes for the request, one grid per strategy with the options that strategy takes (a value of
     an option it does not take would only repeat a candidate): their union is the candidates, before those
-    that do not combine are skipped. Loader workers stop at the node's cores per rank: more only share them."""
+    that do not combine are skipped. Loader workers stop at the node's cores per rank: more only share them.
+    `budget` None (no memory budget): checkpointing `auto` would checkpoint nothing, so only `none` is searched."""
     from scaletrain.comm.registry import OPTIONS
 
     per_rank = max(1, cores_per_node // req.nproc)
@@ -88,7 +94,8 @@ def grids(req: Request, device_kind: str, cores_per_node: int, precisions: tuple
         "nproc": [req.nproc], "nnodes": [req.nodes],
         "precision": list(only.get("precision") or precisions or PRECISIONS[device_kind]),
         "workers": list(only.get("workers") or [w for w in WORKERS if w <= per_rank]),
-        "checkpoint_activations": list(only.get("checkpoint_activations") or CHECKPOINTING),
+        "checkpoint_activations": list(only.get("checkpoint_activations")
+                                       or (CHECKPOINTING if budget is not None else ("none",))),
     }
     if req.global_batch is None:
         common["batch_size"] = list(req.batch_sizes or BATCHES)
@@ -97,6 +104,14 @@ def grids(req: Request, device_kind: str, cores_per_node: int, precisions: tuple
         grid = {"strategy": [name], **common}
         if "compress" in OPTIONS[name]:
             grid["compress"] = list(only.get("compress") or COMPRESS)
+        if "spatial" in OPTIONS[name]:  # S tiles of each image, alone, and in K pipeline stages of S tiles each
+            tiles = tile_counts(req.world)
+            if tiles:
+                out.append({**grid, "spatial": tiles})
+                staged = [k for k in stage_counts(req.world, req.nproc) if req.world % (2 * k) == 0]
+                if staged:
+                    out.append({**grid, "spatial": tiles, "stages": staged})
+            continue
         if "stages" in OPTIONS[name]:
             stages = stage_counts(req.world, req.nproc)
             if not stages:
@@ -104,6 +119,12 @@ def grids(req: Request, device_kind: str, cores_per_node: int, precisions: tuple
             grid["stages"] = stages
         out.append(grid)
     return out
+
+
+def grid_name(axes: dict[str, list[Any]]) -> str:
+    """A grid's name, the prefix of its candidates' ids: its strategy (spatial tiles in pipeline stages apart)."""
+    name = axes["strategy"][0]
+    return f"{name}-staged" if "spatial" in axes and "stages" in axes else name
 
 
 def train_settings(req: Request, strategy: str) -> dict[str, Any]:

@@ -122,6 +122,11 @@ class DatasheetPredictor:
             self.notes.append(SIXTEEN_BIT_NOTE)
         return [op_cost(op, self.hardware, precision) for op in workload.ops]
 
+    def codec_s(self, numel: int, threads: int) -> float:
+        """Seconds of fp16 gradient compression's two casts of `numel` fp32 elements: reading 4 and writing 2 bytes
+        each, then back, two memory-bound kernels."""
+        return roofline_time(0, 12 * numel, self.hardware, "fp32", kernels=2)
+
     def loss_s(self, batch: int, classes: int, precision: str, threads: int, now: bool = True) -> tuple[float, float]:
         t = roofline_time(0, 3 * 2 * batch * classes * 4, self.hardware, precision, kernels=3)
         return t, t

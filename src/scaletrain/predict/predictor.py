@@ -386,6 +386,12 @@ class Predictor:
         f = self.in_chain(*lt.times("eltwise", {"elements": max(1, nbytes // 4), "inputs": 1})[:2], threads)[0]
         return self.speed(threads) * f
 
+    def codec_s(self, numel: int, threads: int) -> float:
+        """Seconds of fp16 gradient compression's two casts of `numel` fp32 elements (to half before the exchange,
+        back after it): two element-wise passes, by the calibration's element-wise law."""
+        f = self.times("fp32", threads).times("eltwise", {"elements": numel, "inputs": 1})[0]
+        return 2 * self.speed(threads) * self.in_chain(f, 0.0, threads)[0]
+
     def loss_s(self, batch: int, classes: int, precision: str, threads: int, now: bool = True) -> tuple[float, float]:
         lt = self.times(precision, threads)
         f, b = self.in_chain(*lt.times("eltwise", {"elements": batch * classes, "inputs": 1})[:2], threads)

@@ -91,7 +91,7 @@ def ddp_buckets(pr: Pricing, fit: str) -> Cost:
             sizes.append(g)
     bwd = pr.phases["backward"]
     ready = [r * bwd / elapsed for r in ready] if elapsed > 0 else ready
-    comm_time = reduce_seconds(s, pr.link(fit))
+    comm_time = reduce_seconds(s, pr.link(fit), codec_seconds(pr))
     result = buckets.backward_overlap(ready, sizes, comm_time, s.bucket_cap_mb)
     best_cap, best = buckets.best_bucket_cap(ready, sizes, comm_time, BUCKET_CAPS_MB)
     residual = pr.residual_s
@@ -103,15 +103,30 @@ def ddp_buckets(pr: Pricing, fit: str) -> Cost:
     return Cost(result["comm_exposed_s"] + residual, comm)
 
 
-def reduce_seconds(s, alpha_beta: tuple[float, float]) -> Callable[[int], float]:
+def codec_seconds(pr: Pricing) -> Callable[[int], float] | None:
+    """Seconds a bucket of `bytes` fp32 gradient bytes spends in fp16 compression's casts (the basis's
+    `codec_s`), on the bucket's path like its exchange; None where no cast is priced (no compression, or a
+    compressor whose own work the model does not price: top-k's selection, PowerSGD's factorisation)."""
+    s = pr.setting
+    if not s.compress or s.compress[0] != "fp16" or pr.predictor is None or not hasattr(pr.predictor, "codec_s"):
+        return None
+    return lambda nbytes: pr.predictor.codec_s(nbytes // 4, s.rank_threads)
+
+
+def reduce_seconds(s, alpha_beta: tuple[float, float],
+                   codec: Callable[[int], float] | None = None) -> Callable[[int], float]:
     """Seconds to reduce one bucket of `bytes` fp32 gradient bytes over the trainers (alpha-beta), compressed
-    as --compress says: a linear compressor's payload all-reduced, another's all-gathered."""
+    as --compress says: a linear compressor's payload all-reduced, another's all-gathered; with `codec`, plus
+    the compressor's own seconds for the bucket."""
     alpha, beta = alpha_beta
     world = s.trainers
 
     def seconds(nbytes: int) -> float:
         if world < 2:
             return 0.0
+        return _exchange(nbytes) + (codec(nbytes) if codec is not None else 0.0)
+
+    def _exchange(nbytes: int) -> float:
         numel = nbytes // 4
         if wire.linear(s.compress):
             payload = wire.compressed_bytes(numel, s.compress) if s.compress and s.compress[0] != "powersgd" else \

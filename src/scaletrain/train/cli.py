@@ -14,7 +14,11 @@ def train_config(args: argparse.Namespace) -> TrainConfig:
     """Defaults < the run's saved config (on --resume) < --config file < the plan's choice (--plan) < flags."""
     overrides = {k: v for k, v in vars(args).items() if k not in ("command", "config", "plan", "plan_rank")}
     planned = None
-    if getattr(args, "plan", None):
+    if getattr(args, "plan", None) == "auto":
+        from scaletrain.plan.auto import auto_settings
+
+        planned = auto_settings(overrides, args.config, getattr(args, "plan_rank", None))
+    elif getattr(args, "plan", None):
         from scaletrain.plan.chosen import planned_settings
 
         planned = planned_settings(args.plan, getattr(args, "plan_rank", None))
@@ -25,9 +29,10 @@ def train_config(args: argparse.Namespace) -> TrainConfig:
 
 def add_args(p: argparse.ArgumentParser) -> None:
     add_train_args(p)
-    p.add_argument("--plan", metavar="DIR", default=argparse.SUPPRESS,
+    p.add_argument("--plan", metavar="DIR|auto", default=argparse.SUPPRESS,
                    help="run the configuration `scaletrain plan --out DIR` chose (its strategy, layout, batch, "
-                        "workers, precision, ...); flags override it")
+                        "workers, precision, ...); flags override it. auto: plan this run here first, on this "
+                        "machine's calibration, the settings given fixing their axes (one node)")
     p.add_argument("--plan-rank", type=int, default=argparse.SUPPRESS, metavar="K",
                    help="with --plan: run the plan's K-th candidate instead of the chosen one (its first, or "
                         "the measured fastest of `plan --validate`)")

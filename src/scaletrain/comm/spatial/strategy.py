@@ -29,8 +29,6 @@ from scaletrain.train.evaluate import EvalResult, Tally
 
 
 class Spatial(Strategy):
-    plan_leaves_out = ("spatial tiling is for images too large for one device: predict it with --strategy spatial "
-                       "(a plan of its tiles is not searched yet)")
 
     def __init__(self, cfg: TrainConfig, rank: RankInfo, device: torch.device, backend: str) -> None:
         super().__init__(cfg, rank, device, backend)

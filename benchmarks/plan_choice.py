@@ -1,0 +1,134 @@
+"""The planner's choice against the best of its candidates measured exhaustively (issue 27's measurement).
+
+For each case, `scaletrain plan ... --validate all`: every ranked candidate runs briefly on this machine (or the
+testbed's hosts), interleaved over rounds, and is re-ranked by its time over the chosen one's in the same round
+(docs/plan.md). Printed per case: whether the chosen one measured fastest, how far behind the measured best it
+was and whether that lead is beyond the rounds' spread, the measured top 3's predicted ranks, Kendall's tau, and
+the step-time and ratio errors with their signs. Then over the cases: how often the choice was the best, and
+within 5% of it.
+
+Cases: three models on one node of 2 ranks (LeNet-5, ResNet-20, the MLP: overhead-, compute- and
+communication-heavy), every strategy the planner searches, batch 32/64, fp32/bf16, compression none/fp16; with
+--testbed (root), ResNet-20 on 2 testbed hosts of one rank each at two link rates. ~60 min in all.
+
+Usage: .venv/bin/python benchmarks/plan_choice.py --calibration runs/cal.json [--only lenet5,...] [--testbed]
+       [--rounds 3] [--out DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+LOCAL = ["--nodes", "1", "--nproc", "2", "--dataset", "digits", "--batch-size", "32,64", "--precision", "fp32,bf16",
+         "--workers", "0", "--checkpoint-activations", "none"]
+CASES = {
+    "lenet5": ["--model", "lenet5", *LOCAL],
+    "resnet20": ["--model", "resnet20", *LOCAL],
+    "mlp": ["--model", "mlp", *LOCAL],
+}
+TESTBED = ["--model", "resnet20", "--nproc", "1", "--testbed", "--dataset", "digits", "--batch-size", "32,64",
+           "--precision", "fp32", "--workers", "0", "--checkpoint-activations", "none"]
+RATES = ("1gbit", "20mbit")
+
+
+def scaletrain(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+    proc = subprocess.run([sys.executable, "-m", "scaletrain", *args], capture_output=True, text=True)
+    if check and proc.returncode:
+        raise SystemExit(f"scaletrain {' '.join(args)} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+    return proc
+
+
+def run_case(name: str, flags: list[str], cal: str, rounds: int, out: Path) -> dict:
+    where = out / name
+    t0 = time.monotonic()
+    scaletrain("plan", *flags, "--calibration", cal, "--time-ops", "off", "--validate", "all",
+               "--repeats", str(rounds), "--out", str(where))
+    print(f"done: {name} in {time.monotonic() - t0:.0f} s", flush=True)
+    return summarise(name, where)
+
+
+def summarise(name: str, where: Path) -> dict:
+    """One case's row, its validation compared again from the runs on disk (the comparison as this code makes it)."""
+    from scaletrain.plan.agreement import compare
+    from scaletrain.plan.measure import collected
+
+    plan = json.loads((where / "plan.json").read_text())
+    runs = collected(where, plan)
+    top = [c for c in plan["ranked"] if c["id"] in runs]
+    v = {**plan["validation"], **compare(top, runs)}
+    rows = {r["id"]: r for r in v["candidates"]}
+    step_errors = [r["errors"]["step_time"] for r in v["candidates"] if r["runs"]]
+    return {"case": name, "candidates": len(plan["ranked"]), "chosen": plan["chosen"], "best": v["best"],
+            "chosen_is_best": v["chosen_is_best"], "behind": v["chosen_behind_best"],
+            "beyond": v["best_by_beyond_spread"], "best_spread": rows[v["best"]]["ratio_to_chosen"]["spread"],
+            "tau": v["kendall_tau"], "top3": v["top3_predicted_ranks"],
+            "step_median": v["summary"]["median_abs_error"], "step_over": v["summary"]["over"],
+            "step_under": v["summary"]["under"], "ratio_median": v["ratio_summary"]["median_abs_error"],
+            "ratio_p90": v["ratio_summary"]["p90_abs_error"], "ratio_over": v["ratio_summary"]["over"],
+            "ratio_under": v["ratio_summary"]["under"], "failed": len(v["failed"]),
+            "step_errors": step_errors, "dir": str(where)}
+
+
+def pct(x: float | None) -> str:
+    return "-" if x is None else f"{100 * x:.1f}%"
+
+
+def table(results: list[dict]) -> None:
+    print(f"\n{'case':18} {'cands':>5} {'chosen best':>11} {'behind best':>11} {'beyond spread':>13} "
+          f"{'top3 (pred. #)':>15} {'tau':>6} {'step |err| med':>14} {'signs':>7} {'ratio |err| med/p90':>20} "
+          f"{'signs':>7} {'failed':>6}")
+    for r in results:
+        print(f"{r['case']:18} {r['candidates']:>5} {str(r['chosen_is_best']):>11} {pct(r['behind']):>11} "
+              f"{str(r['beyond']) + ' (' + pct(r['best_spread']) + ')':>13} {','.join(map(str, r['top3'])):>15} "
+              f"{r['tau']:>+6.2f} {pct(r['step_median']):>14} {r['step_over']:>3}+{r['step_under']:<3} "
+              f"{pct(r['ratio_median']) + ' / ' + pct(r['ratio_p90']):>20} {r['ratio_over']:>3}+{r['ratio_under']:<3} "
+              f"{r['failed']:>6}")
+    best = sum(1 for r in results if r["chosen_is_best"])
+    close = sum(1 for r in results if r["chosen_is_best"] or (r["behind"] is not None and r["behind"] <= 0.05))
+    print(f"\nthe chosen configuration measured fastest in {best} of {len(results)} cases, within 5% of the measured "
+          f"best in {close} of {len(results)}; median chosen-behind-best "
+          f"{pct(statistics.median([r['behind'] or 0.0 for r in results]))}")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--calibration", help="this machine's calibration file (scaletrain calibrate); needed to run")
+    ap.add_argument("--only", default=None, help="a comma list of cases (default: every local one)")
+    ap.add_argument("--testbed", action="store_true", help="also the testbed cases (root; 2 hosts, two link rates)")
+    ap.add_argument("--rounds", type=int, default=3, help="rounds of every candidate (default 3)")
+    ap.add_argument("--out", default=None, help="where the plans and their runs go (default: a temporary folder)")
+    ap.add_argument("--from", dest="again", default=None, metavar="DIR",
+                    help="run nothing: compare again the cases an earlier run left in DIR")
+    args = ap.parse_args()
+    if args.again:
+        cases = sorted(p.parent for p in Path(args.again).glob("*/plan.json"))
+        table([summarise(p.name, p) for p in cases])
+        return 0
+    if not args.calibration:
+        ap.error("--calibration is needed to run the cases (or --from DIR to compare earlier ones again)")
+    out = Path(args.out or tempfile.mkdtemp(prefix="plan-choice-"))
+    out.mkdir(parents=True, exist_ok=True)
+    names = args.only.split(",") if args.only else list(CASES)
+    results = [run_case(n, CASES[n], args.calibration, args.rounds, out) for n in names if n in CASES]
+    if args.testbed:
+        for rate in RATES:
+            scaletrain("testbed", "up", "--hosts", "2", "--rate", rate)  # refused if one is up: not ours to touch
+            try:
+                results.append(run_case(f"testbed-{rate}", TESTBED, args.calibration, args.rounds, out))
+            finally:
+                scaletrain("testbed", "down", check=False)
+    (out / "plan_choice.json").write_text(json.dumps(results, indent=1))
+    table(results)
+    print(f"\nplans and runs: {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
