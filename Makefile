@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 COMPILED := $(VENV)/.compiled
 PYTEST_ARGS ?=
 
-.PHONY: bench-memory bench-largest bench-bigdigits setup demo test test-slow test-slurm bench bench-pipeline bench-spatial bench-recovery bench-testbed validate-predict report-check clean
+.PHONY: bench-plan bench-memory bench-largest bench-bigdigits setup demo test test-slow test-slurm bench bench-pipeline bench-spatial bench-recovery bench-testbed validate-predict report-check clean
 
 setup: $(COMPILED)
 
@@ -68,6 +68,11 @@ bench: $(COMPILED)
 	$(PY) benchmarks/overhead.py
 	$(PY) benchmarks/allocator.py
 	$(PY) benchmarks/pipeline_split.py
+
+# The planner's choice against its candidates all measured, interleaved (docs/plan.md; ~75 min at 3 rounds;
+# the testbed cases need root). CAL=FILE: a calibration of this machine (default: its cached one).
+bench-plan: $(COMPILED)
+	$(PY) benchmarks/plan_choice.py --testbed $(if $(CAL),--calibration $(CAL))
 
 # The automatic pipeline split against uniform and the exhaustive best, K=2 (docs/bench-pipeline.md; ~2 min).
 bench-pipeline: $(COMPILED)

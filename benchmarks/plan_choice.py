@@ -9,10 +9,12 @@ within 5% of it.
 
 Cases: three models on one node of 2 ranks (LeNet-5, ResNet-20, the MLP: overhead-, compute- and
 communication-heavy), every strategy the planner searches, batch 32/64, fp32/bf16, compression none/fp16; with
---testbed (root), ResNet-20 on 2 testbed hosts of one rank each at two link rates. ~60 min in all.
+--testbed (root), ResNet-20 on 2 testbed hosts of one rank each at two link rates, batch 64, fp32. About 15-20 min
+a case at 3 rounds (ResNet-20's the longest, 42 min).
 
-Usage: .venv/bin/python benchmarks/plan_choice.py --calibration runs/cal.json [--only lenet5,...] [--testbed]
-       [--rounds 3] [--out DIR]
+Usage: .venv/bin/python benchmarks/plan_choice.py [--calibration runs/cal.json] [--only lenet5,...] [--testbed]
+       [--rounds 3] [--out DIR]    (make bench-plan)
+       .venv/bin/python benchmarks/plan_choice.py --from DIR    (compare an earlier run's cases again)
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ CASES = {
     "resnet20": ["--model", "resnet20", *LOCAL],
     "mlp": ["--model", "mlp", *LOCAL],
 }
-TESTBED = ["--model", "resnet20", "--nproc", "1", "--testbed", "--dataset", "digits", "--batch-size", "32,64",
+TESTBED = ["--model", "resnet20", "--nproc", "1", "--testbed", "--dataset", "digits", "--batch-size", "64",
            "--precision", "fp32", "--workers", "0", "--checkpoint-activations", "none"]
 RATES = ("1gbit", "20mbit")
 
@@ -45,10 +47,10 @@ def scaletrain(*args: str, check: bool = True) -> subprocess.CompletedProcess:
     return proc
 
 
-def run_case(name: str, flags: list[str], cal: str, rounds: int, out: Path) -> dict:
+def run_case(name: str, flags: list[str], cal: str | None, rounds: int, out: Path) -> dict:
     where = out / name
     t0 = time.monotonic()
-    scaletrain("plan", *flags, "--calibration", cal, "--time-ops", "off", "--validate", "all",
+    scaletrain("plan", *flags, *(["--calibration", cal] if cal else []), "--time-ops", "off", "--validate", "all",
                "--repeats", str(rounds), "--out", str(where))
     print(f"done: {name} in {time.monotonic() - t0:.0f} s", flush=True)
     return summarise(name, where)
@@ -82,13 +84,14 @@ def pct(x: float | None) -> str:
 
 def table(results: list[dict]) -> None:
     print(f"\n{'case':18} {'cands':>5} {'chosen best':>11} {'behind best':>11} {'beyond spread':>13} "
-          f"{'top3 (pred. #)':>15} {'tau':>6} {'step |err| med':>14} {'signs':>7} {'ratio |err| med/p90':>20} "
-          f"{'signs':>7} {'failed':>6}")
+          f"{'top3 (pred. #)':>15} {'tau':>6} {'step |err| med':>14} {'over/under':>10} {'ratio |err| med/p90':>20} "
+          f"{'over/under':>10} {'failed':>6}")
     for r in results:
         print(f"{r['case']:18} {r['candidates']:>5} {str(r['chosen_is_best']):>11} {pct(r['behind']):>11} "
               f"{str(r['beyond']) + ' (' + pct(r['best_spread']) + ')':>13} {','.join(map(str, r['top3'])):>15} "
-              f"{r['tau']:>+6.2f} {pct(r['step_median']):>14} {r['step_over']:>3}+{r['step_under']:<3} "
-              f"{pct(r['ratio_median']) + ' / ' + pct(r['ratio_p90']):>20} {r['ratio_over']:>3}+{r['ratio_under']:<3} "
+              f"{'-' if r['tau'] is None else format(r['tau'], '+.2f'):>6} {pct(r['step_median']):>14} {str(r['step_over']) + '/' + str(r['step_under']):>10} "
+              f"{pct(r['ratio_median']) + ' / ' + pct(r['ratio_p90']):>20} "
+              f"{str(r['ratio_over']) + '/' + str(r['ratio_under']):>10} "
               f"{r['failed']:>6}")
     best = sum(1 for r in results if r["chosen_is_best"])
     close = sum(1 for r in results if r["chosen_is_best"] or (r["behind"] is not None and r["behind"] <= 0.05))
@@ -99,7 +102,8 @@ def table(results: list[dict]) -> None:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--calibration", help="this machine's calibration file (scaletrain calibrate); needed to run")
+    ap.add_argument("--calibration", help="a calibration file of this machine (default: its cached one, which "
+                                          "predict makes with --quick the first time)")
     ap.add_argument("--only", default=None, help="a comma list of cases (default: every local one)")
     ap.add_argument("--testbed", action="store_true", help="also the testbed cases (root; 2 hosts, two link rates)")
     ap.add_argument("--rounds", type=int, default=3, help="rounds of every candidate (default 3)")
@@ -111,11 +115,9 @@ def main() -> int:
         cases = sorted(p.parent for p in Path(args.again).glob("*/plan.json"))
         table([summarise(p.name, p) for p in cases])
         return 0
-    if not args.calibration:
-        ap.error("--calibration is needed to run the cases (or --from DIR to compare earlier ones again)")
     out = Path(args.out or tempfile.mkdtemp(prefix="plan-choice-"))
     out.mkdir(parents=True, exist_ok=True)
-    names = args.only.split(",") if args.only else list(CASES)
+    names = args.only.split(",") if args.only is not None else list(CASES)
     results = [run_case(n, CASES[n], args.calibration, args.rounds, out) for n in names if n in CASES]
     if args.testbed:
         for rate in RATES:

@@ -33,7 +33,7 @@ def test_plan_auto_chooses_what_the_run_left_open_and_runs_it(machine_calibratio
 
 
 @pytest.mark.parametrize("flags,words", [
-    (["--nnodes", "2", "--master-addr", "127.0.0.1"], ["--plan auto plans one node", "--plan DIR"]),
+    (["--nnodes", "2", "--master-addr", "127.0.0.1", "--master-port", "29999"], ["--plan auto plans one node", "--plan DIR"]),
     (["--strategy", "ps-async"], ["ps-async", "does not search it"]),
     (["--plan-rank", "99", "--strategy", "ring", "--precision", "fp32", "--workers", "0", "--batch-size", "32",
       "--checkpoint-activations", "none"], ["--plan-rank 99", "give 1 to 1"]),

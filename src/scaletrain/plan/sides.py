@@ -20,7 +20,11 @@ def largest_sides(plan: dict[str, Any], device_type: str,
     budget, ranked = plan["memory_budget_bytes"], plan["ranked"]
     if not budget or not ranked:
         return []
-    cfg = TrainConfig.from_dict(ranked[0]["config"])
+    from scaletrain.config import applies
+
+    # the other layouts replace its strategy: settings only its own takes (the bucket, compression) go back to none
+    own = {k: applies.defaults()[k] for k in ("bucket_cap_mb", "compress")}
+    cfg = TrainConfig.from_dict({**ranked[0]["config"], **own})
     facts = data_facts(cfg.data.dataset, None, cfg.data.synthetic_samples, cfg.data.synthetic_classes)
 
     def build(c, side: int):

@@ -210,16 +210,16 @@ def _versions() -> tuple[str, str]:
 
 def _kept_fits(digest: str, by_kind: dict[str, list[dict[str, Any]]], fits: dict[str, dict[str, Any]] | None
                ) -> dict[tuple[str, str], Law | None]:
-    """The laws of these rows, fitted once per machine: kept in the user's cache (distributed/env.cache_dir) under
+    """The laws of these rows, fitted once per machine: kept in the user's cache (beside the machine's calibration) under
     the digest of the rows, their stored cross-validations and the fitting libraries' versions, so that every
     `predict` and `plan` after the first reads them (seconds of tree fitting per precision and thread count).
     A kept file that cannot be read is fitted again and replaced."""
     import pickle
 
-    from scaletrain.distributed.env import cache_dir
+    from scaletrain.predict.calibration import cache_path
     from scaletrain.rundir import replace_atomic
 
-    path = cache_dir() / "laws" / f"{digest}.pkl"
+    path = cache_path().parent / "laws" / f"{digest}.pkl"
     try:
         with open(path, "rb") as f:
             return pickle.load(f)  # written by this function alone, into the user's own cache

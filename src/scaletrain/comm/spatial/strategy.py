@@ -29,6 +29,9 @@ from scaletrain.train.evaluate import EvalResult, Tally
 
 
 class Spatial(Strategy):
+    plan_leaves_out = ("its pricing (the tiles' front searched within memory at every candidate) takes seconds a "
+                       "candidate yet, minutes for a plan: predict it with --strategy spatial; a plan's largest "
+                       "image sides include its layouts")
 
     def __init__(self, cfg: TrainConfig, rank: RankInfo, device: torch.device, backend: str) -> None:
         super().__init__(cfg, rank, device, backend)
