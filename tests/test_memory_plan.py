@@ -317,3 +317,24 @@ def test_the_memory_model_meets_each_strategys_measured_growth(tmp_path, run_cli
     model_growth = grown[64][1] - grown[16][1]
     assert model_growth > 50 * MiB
     assert measured_growth == pytest.approx(model_growth, rel=0.15)
+
+
+def test_the_fronts_graph_is_walked_once_per_model_and_shape(monkeypatch):
+    """comm/spatial/front._graph keeps its walks (a plan asks for the front of one model at every candidate): the
+    same model built again is not walked again; another shape or another model is."""
+    from collections import OrderedDict
+
+    from scaletrain.comm.spatial import front
+    from scaletrain.comm.spatial.geometry import TileGrid, square_grid
+
+    walked, real = [], front.layer_graph
+    monkeypatch.setattr(front, "layer_graph", lambda m, shape, b: walked.append(shape) or real(m, shape, b))
+    monkeypatch.setattr(front, "_graphs", OrderedDict())
+    build = lambda name, side: build_model(name, num_classes=10, in_channels=3, image_size=side)  # noqa: E731
+    grid = TileGrid(*square_grid(2))
+    first = front.plan_front(build("resnet20", 64), "auto", grid, (3, 64, 64))
+    assert front.plan_front(build("resnet20", 64), "auto", grid, (3, 64, 64)) == first
+    assert front.front_ends(build("resnet20", 64), (3, 64, 64))[-1] == first.until and walked == [(3, 64, 64)]
+    front.plan_front(build("resnet20", 128), "auto", grid, (3, 128, 128))
+    front.plan_front(build("resnet56", 64), "auto", grid, (3, 64, 64))
+    assert walked == [(3, 64, 64), (3, 128, 128), (3, 64, 64)]

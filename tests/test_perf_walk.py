@@ -3,6 +3,7 @@ counts), its edges, and the cut points where exactly one tensor crosses."""
 
 from __future__ import annotations
 
+import copy
 import json
 
 import pytest
@@ -22,6 +23,20 @@ def test_every_models_graph_adds_up_to_its_flops_and_parameters(name):
     assert sum(n.params for n in graph.nodes) == count_params(model)
     assert graph.nodes[-1].op == "output" and graph.nodes[-2].shape == (1, 10)
     assert all(s < t for s, t in graph.edges)  # fx's order is topological
+
+
+def test_the_layers_walked_outside_the_flop_counter_count_none_in_it():
+    """perf/walk.NO_FLOPS (norms, activations, pooling, ...) run outside FlopCounterMode: the sum is still the whole
+    model's count, on real tensors and on meta ones, a norm's and an activation's own count 0."""
+    model = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.GroupNorm(2, 8), nn.GELU(), nn.AvgPool2d(2),
+                          nn.InstanceNorm2d(8, affine=True), nn.SiLU(), nn.AdaptiveMaxPool2d(2), nn.Flatten(),
+                          nn.Dropout(0.1), nn.Linear(32, 16), nn.LayerNorm(16), nn.Hardswish(), nn.Linear(16, 4))
+    whole = forward_flops(model, (3, 8, 8))
+    assert sum(n.flops for n in layer_graph(model, (3, 8, 8)).nodes) == whole > 0
+    with torch.device("meta"):
+        meta = layer_graph(copy.deepcopy(model).to("meta"), (3, 8, 8))
+    assert sum(n.flops for n in meta.nodes) == whole
+    assert [n.flops for n in meta.nodes if n.kind in ("GroupNorm", "GELU", "LayerNorm")] == [0, 0, 0]
 
 
 def test_lenet5_is_a_chain_every_node_is_a_cut_point():

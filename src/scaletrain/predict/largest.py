@@ -3,8 +3,9 @@ trains within B per rank, by the memory model (comm/memory.py, docs/perf.md "Mem
 
 Memory per rank is a fixed part (parameters and their state, the process) and a part that grows with the pixels
 (activations, batches): one walk at a reference side gives the slope, the side that meets the budget follows,
-and walks at that side and the next few settle it on a multiple of STEP (a side a layout cannot take, e.g. a
-width its tiles do not divide, is stepped over). Meta-device walks only: no memory, a few seconds in all."""
+and walks at that side and the next settle it on a multiple of STEP (a side a layout cannot take, e.g. a width
+its tiles do not divide, is stepped over; on a CPU a few past the first that does not fit). Meta-device walks
+only, shared by the layouts at each side: no memory, seconds for a ResNet-18's ten layouts."""
 
 from __future__ import annotations
 
@@ -50,20 +51,24 @@ def largest_sides(cfg: TrainConfig, build: Callable[[TrainConfig, int], Callable
     # (a pipeline's stages are split within the budget)
     cfg = cfg.replace(memory_per_device=str(budget), allocator=policy or "steady")
     layouts = [("as given", cfg), *memory.alternatives(cfg)]
+    walks: dict[int, dict] = {}  # the model's walks at each side, shared by the layouts (one model, one batch)
     out = []
     for i, (flags, layout) in enumerate(layouts):
-        out.append(replace(_largest(flags, layout, build, channels, budget, device_type, runtime), allocator=policy))
+        found = _largest(flags, layout, build, channels, budget, device_type, runtime, walks)
+        out.append(replace(found, allocator=policy))
         progress(flags, i + 1, len(layouts))
     return out
 
 
 def _largest(flags: str, cfg: TrainConfig, build, channels: int, budget: int, device_type: str,
-             runtime: int) -> Largest:
+             runtime: int, walks: dict[int, dict] | None = None) -> Largest:
+    walks = {} if walks is None else walks
     def need(side: int) -> int | None:
         """Bytes per rank at `side`; None where the layout cannot take it (its memory refuses the side)."""
         factory = build(cfg, side)
         try:
-            f = memory.per_rank(cfg.replace(image_size=side), factory, (channels, side, side), device_type, runtime)
+            f = memory.per_rank(cfg.replace(image_size=side), factory, (channels, side, side), device_type, runtime,
+                                cache=walks.setdefault(side, {}))
         except UserError:
             return None
         if f is None:
@@ -90,13 +95,20 @@ def _largest(flags: str, cfg: TrainConfig, build, channels: int, budget: int, de
         at = need(side)
     if at is None or not memory.within(at, budget):
         return Largest(flags, None, None, f"not even {STEP} px fits {fmt.size(budget)}")
-    while True:  # up while a side fits; memory is not monotonic on a CPU (a tensor passing the allocator's mmap
-        # threshold is returned when freed), so a few steps past the first that does not fit are tried too
-        ahead = [side + k * STEP for k in range(1, LOOKAHEAD + 1) if side + k * STEP <= LARGEST]
-        fits = [(s, b) for s, b in ((s, need(s)) for s in ahead) if b is not None and memory.within(b, budget)]
-        if not fits:
-            return Largest(flags, side, at)
-        side, at = fits[-1]
+    # up while a side fits. On a CPU memory is not monotonic (a tensor passing the allocator's mmap threshold is
+    # returned when freed): LOOKAHEAD sides past the last that fits are tried; on a GPU the first that does not fit
+    # ends it (a side the layout cannot take is stepped over either way)
+    misses, untaken, patience, s = 0, 0, LOOKAHEAD if device_type == "cpu" else 1, side
+    while misses < patience and untaken < LOOKAHEAD and s + STEP <= LARGEST:
+        s += STEP
+        b = need(s)
+        if b is None:
+            untaken += 1
+        elif memory.within(b, budget):
+            side, at, misses, untaken = s, b, 0, 0
+        else:
+            misses += 1
+    return Largest(flags, side, at)
 
 
 def largest_table(rows: list[Largest], budget: str, what: str) -> Grid:

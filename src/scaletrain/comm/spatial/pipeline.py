@@ -25,8 +25,8 @@ import torch
 from torch import nn
 
 from scaletrain.comm.pipeline.strategy import Pipeline
-from scaletrain.comm.spatial.front import (Cut, Gathered, halo_bytes_per_sample, plan_front, staged_until,
-                                          tile_blocks)
+from scaletrain.comm.spatial.front import (Cut, Gathered, blocked_on_meta, halo_bytes_per_sample, plan_front,
+                                          staged_until, tile_blocks)
 from scaletrain.comm.spatial.geometry import TileGrid, square_grid
 from scaletrain.comm.spatial.halo import H, Tiles
 from scaletrain.comm.spatial.layers import tiled
@@ -71,11 +71,9 @@ class SpatialPipeline(Pipeline):
     def check_model(cfg: TrainConfig, factory, sample_shape: tuple[int, ...]) -> None:
         """The pipeline's checks, the front's, and the front ending where a block ends (the tiles are gathered
         between two blocks, inside the stage that holds the first)."""
-        from scaletrain.split.stages import blocked
-
         Pipeline.check_model(cfg, factory, sample_shape)
         model = factory()
-        until, _ = staged_until(model, cfg.spatial.until, blocked(model, sample_shape, 1, meta=True), sample_shape)
+        until, _ = staged_until(model, cfg.spatial.until, blocked_on_meta(model, sample_shape), sample_shape)
         plan_front(model, until, TileGrid(*square_grid(cfg.spatial.tiles)), sample_shape)
 
     @classmethod

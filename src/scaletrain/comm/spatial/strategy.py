@@ -16,8 +16,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from scaletrain.comm.spatial.front import (TileInput, checkpointed_units, forward_runs, front_ends, gather_after,
-                                          halo_bytes_per_sample, plan_front, tile_blocks, tile_front)
+from scaletrain.comm.spatial.front import (TileInput, blocked_on_meta, checkpointed_units, forward_runs, front_ends,
+                                          gather_after, halo_bytes_per_sample, plan_front, tile_blocks, tile_front)
 from scaletrain.comm.spatial.geometry import TileGrid, square_grid
 from scaletrain.comm.spatial.halo import Tiles
 from scaletrain.comm.strategy import Strategy
@@ -78,12 +78,11 @@ class Spatial(Strategy):
         early as memory allows: the fewest halos), else the deepest (as without a budget)."""
         if cfg.spatial.until != "auto":
             return cfg
-        model = factory()
+        with torch.device("meta"):
+            model = factory()
         ends = front_ends(model, sample_shape)
         if cfg.layout.stages > 1:  # the tiles' pipelines gather them between two blocks
-            from scaletrain.split.stages import blocked
-
-            graph = blocked(model, sample_shape, 1, meta=True)
+            graph = blocked_on_meta(model, sample_shape)
             ends = [e for e in ends if gather_after(graph, e) is not None]
         for end in ends:
             choice = cfg.replace(spatial_until=end)
