@@ -329,7 +329,7 @@ def test_the_fronts_graph_is_walked_once_per_model_and_shape(monkeypatch):
 
     walked, real = [], front.layer_graph
     monkeypatch.setattr(front, "layer_graph", lambda m, shape, b: walked.append(shape) or real(m, shape, b))
-    monkeypatch.setattr(front, "_graphs", OrderedDict())
+    monkeypatch.setattr(front, "_kept", OrderedDict())
     build = lambda name, side: build_model(name, num_classes=10, in_channels=3, image_size=side)  # noqa: E731
     grid = TileGrid(*square_grid(2))
     first = front.plan_front(build("resnet20", 64), "auto", grid, (3, 64, 64))
@@ -338,3 +338,24 @@ def test_the_fronts_graph_is_walked_once_per_model_and_shape(monkeypatch):
     front.plan_front(build("resnet20", 128), "auto", grid, (3, 128, 128))
     front.plan_front(build("resnet56", 64), "auto", grid, (3, 64, 64))
     assert walked == [(3, 64, 64), (3, 128, 128), (3, 64, 64)]
+
+
+def test_auto_ends_the_front_where_the_tiles_still_divide_the_layers():
+    """`--spatial-until auto` takes the deepest end whose layers divide into the tiles at this image size: ResNet-18
+    at 96 px on 2 tiles reaches layer3 (layer4's strided convolution would get a 3 px tile); naming layer4 is
+    refused with that reason; a side no end divides is refused with the shallowest's."""
+    import torch
+
+    from scaletrain.comm.spatial.front import front_ends, plan_front
+    from scaletrain.comm.spatial.geometry import TileGrid, square_grid
+
+    grid = TileGrid(*square_grid(2))
+    with torch.device("meta"):
+        model = build_model("resnet18", num_classes=10, in_channels=3, image_size=96)
+    assert front_ends(model, (3, 96, 96))[-1] == "layer4"
+    assert front_ends(model, (3, 96, 96), grid)[-1] == "layer3"
+    assert plan_front(model, "auto", grid, (3, 96, 96)).until == "layer3"
+    with pytest.raises(UserError, match="layer4.0.conv1 cannot run on tiles: a tile.s width there is 3,"):
+        plan_front(model, "layer4", grid, (3, 96, 96))
+    with pytest.raises(UserError, match="stem.0 cannot run on tiles: a tile.s width there is 33,"):
+        plan_front(model, "auto", grid, (3, 66, 66))

@@ -19,7 +19,8 @@ LENET = ("plan", "--model", "lenet5", "--nodes", "1", "--nproc", "2", "--hardwar
 def test_each_strategy_searches_its_own_options():
     space = grids(Request(model="resnet50", nodes=2, nproc=4), "cuda", 32)
     by = {grid_name(g): g for g in space}
-    assert set(by) == {"allreduce", "ring", "ps-sync", "fsdp", "pipeline"}  # ps-async, spatial: left out (why)
+    assert set(by) == {"allreduce", "ring", "ps-sync", "fsdp", "pipeline", "spatial", "spatial-staged"}
+    assert by["spatial"]["spatial"] == [2, 4, 8] and "stages" not in by["spatial"]  # (ps-async: left out, why)
     assert "compress" in by["allreduce"] and "compress" not in by["ring"] and "compress" not in by["fsdp"]
     assert by["pipeline"]["stages"] == [2, 4, 8] and "stages" not in by["allreduce"]
     assert by["allreduce"]["workers"] == [0, 1, 2, 4, 8]  # 32 cores over 4 ranks a node: 8 each at most

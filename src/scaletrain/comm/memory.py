@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from scaletrain.comm.registry import strategy_class
 from scaletrain.config import TrainConfig
@@ -19,6 +19,9 @@ from scaletrain.errors import UserError
 from scaletrain.perf.footprint import (Footprint, ModelMemory, available_bytes, dataset_bytes, meta_model,
                                       model_blocks, model_memory, runtime_bytes)
 from scaletrain.train.recompute import chosen
+
+if TYPE_CHECKING:
+    from torch.nn import Module
 
 MARGIN = 0.10
 """What a plan must leave free of its budget: the model's error against measured peaks here is -9% to +12%
@@ -43,12 +46,33 @@ def per_rank(cfg: TrainConfig, factory: Callable, sample_shape: tuple[int, ...],
     """What one rank of `cfg`'s layout holds at its step's peak (the fullest rank); None when the model cannot run
     on the meta device. `runtime`: the process's own bytes (default: perf/footprint.runtime_bytes); `cache`:
     the model's walks, kept between calls on the same model."""
+    cache = {} if cache is None else cache
     try:
         at, extra = _walks(cfg, factory, sample_shape, device_type, runtime, cache)
-        part = strategy_class(cfg.strategy.name).memory(cfg, at, factory, sample_shape)
+        part = strategy_class(cfg.strategy.name).memory(cfg, at, _kept_model(cache, factory, sample_shape),
+                                                        sample_shape)
     except _NoMeta:
         return None
     return dataclasses.replace(part, dataset=extra.dataset, batches=extra.batches, runtime=extra.runtime)
+
+
+def kept_meta_model(cache: dict, factory: Callable, sample_shape: tuple[int, ...]) -> Module | None:
+    """The model on the meta device, built once per `cache` (cached_walk's, whose walks run it): what a layout's
+    memory or cost reads of the model (its front, its units), never a model to train; None where it cannot be."""
+    key = ("model", sample_shape)
+    if key not in cache:
+        cache[key] = meta_model(factory)
+    return cache[key]
+
+
+def _kept_model(cache: dict, factory: Callable, sample_shape: tuple[int, ...]) -> Callable:
+    def model():
+        built = kept_meta_model(cache, factory, sample_shape)
+        if built is None:
+            raise _NoMeta
+        return built
+
+    return model
 
 
 def stage_memory(cfg: TrainConfig, factory: Callable, sample_shape: tuple[int, ...], batch: int,
@@ -97,10 +121,8 @@ def cached_walk(cache: dict, factory: Callable, batch: int, sample_shape: tuple[
     if key not in cache:
         traced = ("walk", batch, sample_shape)
         if traced not in cache:
-            built = ("model", sample_shape)  # built once on meta for every batch (a ResNet-50's init takes 0.1 s)
-            if built not in cache:
-                cache[built] = meta_model(factory)
-            cache[traced] = None if cache[built] is None else model_blocks(factory, batch, sample_shape, cache[built])
+            model = kept_meta_model(cache, factory, sample_shape)  # once for every batch (a ResNet-50's init: 0.1 s)
+            cache[traced] = None if model is None else model_blocks(factory, batch, sample_shape, model)
         cache[key] = None if cache[traced] is None else model_memory(
             factory, batch, sample_shape, optimizer, precision, retained_below=retained, walked=cache[traced])
     return cache[key]

@@ -96,8 +96,9 @@ class Strategy:
     def memory(cls, cfg: TrainConfig, memory_at: Callable, factory: Callable[[], torch.nn.Module],
                sample_shape: tuple[int, ...]):
         """Bytes per rank of its layout (a perf.footprint.Footprint: parameters with their state, the activations'
-        peak), from `memory_at(batch)`: the model's perf.footprint.ModelMemory at a batch. A data-parallel rank
-        holds the whole model and its batch's activations."""
+        peak), from `memory_at(batch)`: the model's perf.footprint.ModelMemory at a batch; `factory()` gives the
+        model on the meta device, one instance kept for every call (read it, never train or change it). A
+        data-parallel rank holds the whole model and its batch's activations."""
         from scaletrain.perf.footprint import Footprint
 
         mm = memory_at(cfg.optim.batch_size)

@@ -249,6 +249,14 @@ def _model_key(cfg, facts: dict[str, Any]) -> tuple:
     return cfg.model.name, cfg.model.stem, cfg.model.width, facts["classes"], facts["channels"]
 
 
+def meta_model_of(cfg, facts: dict[str, Any]):
+    """The point's model on the meta device, kept with its walks for the process (read it, never train it); None
+    where it cannot be built there."""
+    from scaletrain.comm.memory import kept_meta_model
+
+    return kept_meta_model(_model_walks(cfg, facts), model_factory(cfg, facts), sample_shape(facts))
+
+
 def _model_walks(cfg, facts: dict[str, Any]) -> dict:
     """The walks of the point's model kept for the process (comm/memory.cached_walk's cache)."""
     return _WALKS.setdefault(_model_key(cfg, facts), {})

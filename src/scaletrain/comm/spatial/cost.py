@@ -32,7 +32,7 @@ from scaletrain.perf import alphabeta
 
 
 def spatial_cost(pricing):
-    from scaletrain.predict.points import model_factory, sample_shape
+    from scaletrain.predict.points import meta_model_of, model_factory, sample_shape
     from scaletrain.predict.pricing import Cost
 
     cfg, facts, ops = pricing.cfg, pricing.facts, pricing.ops
@@ -42,8 +42,10 @@ def spatial_cost(pricing):
     s = cfg.spatial.tiles
     grid = TileGrid(*square_grid(s))
     shape = sample_shape(facts)
-    with torch.device("meta"):
-        model = model_factory(cfg, facts)()
+    model = meta_model_of(cfg, facts)
+    if model is None:
+        with torch.device("meta"):
+            model = model_factory(cfg, facts)()  # (raises what the model raises on meta)
     front = plan_front(model, cfg.spatial.until, grid, shape)
     names = [o.name for o in ops]
     if front.last not in names:

@@ -54,28 +54,40 @@ class Front:
         return frozenset(chain[3] for chain in self.stems)
 
 
-GRAPHS_KEPT = 8
-_graphs: OrderedDict = OrderedDict()
+KEPT = 32
+_kept: OrderedDict = OrderedDict()
+
+
+def _keep(what: str, model: nn.Module, sample_shape: tuple[int, ...], args: tuple, make: Callable):
+    """`make()` kept for the next call on the same model (its class and its modules' repr) and shape with the same
+    `args`, its UserError too: a plan asks for the front of one model at every candidate, and a walk of a
+    ResNet-50 takes 0.3 s."""
+    key = (what, type(model), repr(model), tuple(sample_shape), args)
+    if key not in _kept:
+        try:
+            _kept[key] = make()
+        except UserError as e:
+            _kept[key] = e
+        while len(_kept) > KEPT:
+            _kept.popitem(last=False)
+    _kept.move_to_end(key)
+    if isinstance(_kept[key], UserError):
+        raise UserError(str(_kept[key])) from None
+    return _kept[key]
 
 
 def _graph(model: nn.Module, sample_shape: tuple[int, ...]) -> LayerGraph:
-    """fx's graph of a copy of the model on the meta device (tracing a large image takes no memory), at batch 1.
-    Kept for the next call on the same model and shape (its class and its modules' repr): a plan asks for the
-    front of one model at every candidate, and a walk of a ResNet-50 takes 0.3 s."""
-    key = (type(model), repr(model), tuple(sample_shape))
-    if key in _graphs:
-        _graphs.move_to_end(key)
-        return _graphs[key]
-    on_meta = all(t.is_meta for t in (*model.parameters(), *model.buffers()))
-    try:
-        graph = layer_graph(model if on_meta else copy.deepcopy(model).to("meta"), sample_shape, 1)
-    except Untraceable as e:
-        raise UserError(f"torch.fx cannot trace the model ({e}), so its front cannot be tiled: make its forward "
-                        "traceable (no data-dependent control flow)") from None
-    _graphs[key] = graph
-    while len(_graphs) > GRAPHS_KEPT:
-        _graphs.popitem(last=False)
-    return graph
+    """fx's graph of the model on the meta device (tracing a large image takes no memory), at batch 1: the model
+    itself where it is on meta, else a copy of it; kept (_keep)."""
+    def walked() -> LayerGraph:
+        on_meta = all(t.is_meta for t in (*model.parameters(), *model.buffers()))
+        try:
+            return layer_graph(model if on_meta else copy.deepcopy(model).to("meta"), sample_shape, 1)
+        except Untraceable as e:
+            raise UserError(f"torch.fx cannot trace the model ({e}), so its front cannot be tiled: make its "
+                            "forward traceable (no data-dependent control flow)") from None
+
+    return _keep("graph", model, sample_shape, (), walked)
 
 
 def blocked_on_meta(model: nn.Module, sample_shape: tuple[int, ...]):
@@ -139,11 +151,15 @@ def _check_sizes(model: nn.Module, graph: LayerGraph, last: int, grid: TileGrid)
 
 def plan_front(model: nn.Module, until: str, grid: TileGrid, sample_shape: tuple[int, ...]) -> Front:
     """The layers that run on tiles when the front ends with module `until` ("auto": the deepest of the model's
-    top-level modules that can end one); refused with one line naming what cannot."""
+    top-level modules that can end one); refused with one line naming what cannot. Kept per model (_keep)."""
+    return _keep("front", model, sample_shape, (until, grid), lambda: _plan_front(model, until, grid, sample_shape))
+
+
+def _plan_front(model: nn.Module, until: str, grid: TileGrid, sample_shape: tuple[int, ...]) -> Front:
     graph = _graph(model, sample_shape)
     cuts = set(cut_points(graph))
     if until == "auto":
-        until = _deepest(model, graph, cuts)
+        until = _deepest(model, graph, cuts, grid)
     last = _last_node(graph, until)
     if last is None:
         names = ", ".join(name for name, _ in model.named_children())
@@ -210,13 +226,32 @@ def _on_image(graph: LayerGraph, last: int) -> tuple[str, ...]:
     return tuple(plain)
 
 
-def _deepest(model: nn.Module, graph: LayerGraph, cuts: set[int]) -> str:
-    """The last top-level module whose end is a cut point and whose front can run on tiles."""
+def _deepest(model: nn.Module, graph: LayerGraph, cuts: set[int], grid: TileGrid) -> str:
+    """The last top-level module whose end is a cut point, whose front can run on tiles and whose layers' sizes
+    divide into `grid` at this image size (a deeper end's stride may not: ResNet-50 at 224 px on 2 tiles reaches
+    layer4's 7 px); refused with the shallowest end's reason when none does."""
     ends = _ends(model, graph, cuts)
     if not ends:
         raise UserError("no part of the model's front can run on tiles (its first layer has no tiled version): "
                         "use another strategy")
-    return ends[-1]
+    sized = _sized(model, graph, ends, grid)
+    if not sized:
+        _check_sizes(model, graph, _last_node(graph, ends[0]), grid)  # raises the shallowest end's reason
+    return sized[-1]
+
+
+def _sized(model: nn.Module, graph: LayerGraph, ends: list[str], grid: TileGrid | None) -> list[str]:
+    """Of `ends`, those whose front's layers divide into `grid` (all without one)."""
+    if grid is None:
+        return ends
+    out = []
+    for end in ends:
+        try:
+            _check_sizes(model, graph, _last_node(graph, end), grid)
+        except UserError:
+            continue
+        out.append(end)
+    return out
 
 
 def _ends(model: nn.Module, graph: LayerGraph, cuts: set[int]) -> list[str]:
@@ -233,10 +268,14 @@ def _ends(model: nn.Module, graph: LayerGraph, cuts: set[int]) -> list[str]:
     return ends
 
 
-def front_ends(model: nn.Module, sample_shape: tuple[int, ...]) -> list[str]:
-    """Where a front may end (`--spatial-until`), shallowest first: what `auto` chooses among."""
-    graph = _graph(model, sample_shape)
-    return _ends(model, graph, set(cut_points(graph)))
+def front_ends(model: nn.Module, sample_shape: tuple[int, ...], grid: TileGrid | None = None) -> list[str]:
+    """Where a front may end (`--spatial-until`), shallowest first: what `auto` chooses among; with `grid`, only
+    the ends whose layers' sizes divide into its tiles at this image size."""
+    def ends() -> list[str]:
+        graph = _graph(model, sample_shape)
+        return _sized(model, graph, _ends(model, graph, set(cut_points(graph))), grid)
+
+    return list(_keep("ends", model, sample_shape, (grid,), ends))
 
 
 def halo_bytes_per_sample(layer_of: Callable[[str], nn.Module], front: Front, tiles: Tiles, element_size: int,
@@ -307,10 +346,11 @@ def gather_after(blocked, until: str) -> int | None:
     return None
 
 
-def staged_until(model: nn.Module, until: str, blocked, sample_shape: tuple[int, ...]) -> tuple[str, int]:
+def staged_until(model: nn.Module, until: str, blocked, sample_shape: tuple[int, ...],
+                 grid: TileGrid | None = None) -> tuple[str, int]:
     """(the module ending the front, the blocks it covers) for tiles cut into pipeline stages: `auto`, the deepest
     top-level module the tiles reach that ends a block; a front ending inside a block is refused in one line."""
-    ends = [e for e in front_ends(model, sample_shape) if gather_after(blocked, e) is not None]
+    ends = [e for e in front_ends(model, sample_shape, grid) if gather_after(blocked, e) is not None]
     if until == "auto":
         if not ends:
             raise UserError("no top-level module of the model both runs on tiles and ends a block, so the tiles "
@@ -366,10 +406,10 @@ def tile_blocks(cfg, mm, factory, sample_shape) -> tuple[list, int]:
     rank slices out of the whole batch it reads."""
     with torch.device("meta"):
         model = factory()
-    until = cfg.spatial.until
+    until, grid = cfg.spatial.until, TileGrid(*square_grid(cfg.spatial.tiles))
     if cfg.layout.stages > 1:  # the tiles' pipelines gather between two blocks
-        until, _ = staged_until(model, until, blocked_on_meta(model, sample_shape), sample_shape)
-    front = plan_front(model, until, TileGrid(*square_grid(cfg.spatial.tiles)), sample_shape)
+        until, _ = staged_until(model, until, blocked_on_meta(model, sample_shape), sample_shape, grid)
+    front = plan_front(model, until, grid, sample_shape)
     order = [name for name, _ in model.named_children()]
     top = front.until.split(".")[0]
     # a front ending inside a top-level module: that module counted whole (a bound, not the share)

@@ -73,8 +73,9 @@ class SpatialPipeline(Pipeline):
         between two blocks, inside the stage that holds the first)."""
         Pipeline.check_model(cfg, factory, sample_shape)
         model = factory()
-        until, _ = staged_until(model, cfg.spatial.until, blocked_on_meta(model, sample_shape), sample_shape)
-        plan_front(model, until, TileGrid(*square_grid(cfg.spatial.tiles)), sample_shape)
+        grid = TileGrid(*square_grid(cfg.spatial.tiles))
+        until, _ = staged_until(model, cfg.spatial.until, blocked_on_meta(model, sample_shape), sample_shape, grid)
+        plan_front(model, until, grid, sample_shape)
 
     @classmethod
     def held_blocks(cls, cfg: TrainConfig, mm, factory, sample_shape) -> tuple[list, int]:
@@ -88,7 +89,7 @@ class SpatialPipeline(Pipeline):
         return super().wrap(model, steps_per_epoch, sample_shape)
 
     def _split(self, model: nn.Module, graph, sample_shape):
-        until, self.gather_at = staged_until(model, self.cfg.spatial.until, graph, sample_shape)
+        until, self.gather_at = staged_until(model, self.cfg.spatial.until, graph, sample_shape, self.grid)
         self.front = plan_front(model, until, self.grid, sample_shape)
         return super()._split(model, graph, sample_shape)
 

@@ -29,9 +29,6 @@ from scaletrain.train.evaluate import EvalResult, Tally
 
 
 class Spatial(Strategy):
-    plan_leaves_out = ("its pricing (the tiles' front searched within memory at every candidate) takes seconds a "
-                       "candidate yet, minutes for a plan: predict it with --strategy spatial; a plan's largest "
-                       "image sides include its layouts")
 
     def __init__(self, cfg: TrainConfig, rank: RankInfo, device: torch.device, backend: str) -> None:
         super().__init__(cfg, rank, device, backend)
@@ -80,7 +77,7 @@ class Spatial(Strategy):
             return cfg
         with torch.device("meta"):
             model = factory()
-        ends = front_ends(model, sample_shape)
+        ends = front_ends(model, sample_shape, TileGrid(*square_grid(cfg.spatial.tiles)))
         if cfg.layout.stages > 1:  # the tiles' pipelines gather them between two blocks
             graph = blocked_on_meta(model, sample_shape)
             ends = [e for e in ends if gather_after(graph, e) is not None]
