@@ -15,6 +15,8 @@ a case at 3 rounds (ResNet-20's the longest, 42 min).
 Usage: .venv/bin/python benchmarks/plan_choice.py [--calibration runs/cal.json] [--only lenet5,...] [--testbed]
        [--rounds 3] [--out DIR]    (make bench-plan)
        .venv/bin/python benchmarks/plan_choice.py --from DIR    (compare an earlier run's cases again)
+       .venv/bin/python benchmarks/plan_choice.py --from DIR --repredict --calibration C [--only ...]
+           (the stored runs against today's model: each case planned again on C, nothing run)
 """
 
 from __future__ import annotations
@@ -56,16 +58,23 @@ def run_case(name: str, flags: list[str], cal: str | None, rounds: int, out: Pat
     return summarise(name, where)
 
 
-def summarise(name: str, where: Path) -> dict:
-    """One case's row, its validation compared again from the runs on disk (the comparison as this code makes it)."""
+def summarise(name: str, where: Path, predicted: dict | None = None) -> dict:
+    """One case's row, its validation compared again from the runs on disk (the comparison as this code makes it);
+    `predicted`: another plan of the same request (today's model) whose predictions the runs are held against."""
     from scaletrain.plan.agreement import compare
     from scaletrain.plan.measure import collected
 
     plan = json.loads((where / "plan.json").read_text())
     runs = collected(where, plan)
-    top = [c for c in plan["ranked"] if c["id"] in runs]
+    ranked = (predicted or plan)["ranked"]
+    top = [c for c in ranked if c["id"] in runs]
     v = {**plan["validation"], **compare(top, runs)}
     rows = {r["id"]: r for r in v["candidates"]}
+    strategy = {c["id"]: c["config"]["strategy"] for c in ranked}
+    signed: dict[str, list[float]] = {}
+    for r in v["candidates"]:
+        if r["runs"] and r["ratio_to_chosen"]["error"] is not None and r["id"] != v["candidates"][0]["id"]:
+            signed.setdefault(strategy[r["id"]], []).append(r["ratio_to_chosen"]["error"])
     step_errors = [r["errors"]["step_time"] for r in v["candidates"] if r["runs"]]
     return {"case": name, "candidates": len(plan["ranked"]), "chosen": plan["chosen"], "best": v["best"],
             "chosen_is_best": v["chosen_is_best"], "behind": v["chosen_behind_best"],
@@ -75,7 +84,22 @@ def summarise(name: str, where: Path) -> dict:
             "step_under": v["summary"]["under"], "ratio_median": v["ratio_summary"]["median_abs_error"],
             "ratio_p90": v["ratio_summary"]["p90_abs_error"], "ratio_over": v["ratio_summary"]["over"],
             "ratio_under": v["ratio_summary"]["under"], "failed": len(v["failed"]),
-            "step_errors": step_errors, "dir": str(where)}
+            "step_errors": step_errors, "dir": str(where),
+            "by_strategy": {k: {"median": statistics.median(e), "n": len(e)} for k, e in sorted(signed.items())}}
+
+
+def repredict(name: str, where: Path, cal: str, out: Path) -> dict:
+    """The case's stored runs against today's model: the same request planned again (no runs) into `out`."""
+    old = json.loads((where / "plan.json").read_text())
+    req = old["request"]
+    flags = CASES.get(name)
+    if flags is None:  # a testbed case: the testbed must be up at its rate (testbed up --rate ...)
+        flags = TESTBED
+    scaletrain("plan", *flags, "--calibration", cal, "--time-ops", "off", "--out", str(out / name))
+    new = json.loads((out / name / "plan.json").read_text())
+    if new["request"] != req:
+        raise SystemExit(f"{name}: the case's request changed since its runs ({req} -> {new['request']})")
+    return summarise(name, where, new)
 
 
 def pct(x: float | None) -> str:
@@ -93,6 +117,10 @@ def table(results: list[dict]) -> None:
               f"{pct(r['ratio_median']) + ' / ' + pct(r['ratio_p90']):>20} "
               f"{str(r['ratio_over']) + '/' + str(r['ratio_under']):>10} "
               f"{r['failed']:>6}")
+    print("\nsigned ratio errors to the chosen one, median per strategy (predicted / measured - 1; n):")
+    for r in results:
+        parts = [f"{k} {100 * v['median']:+.1f}% ({v['n']})" for k, v in r.get("by_strategy", {}).items()]
+        print(f"  {r['case']:18} " + ", ".join(parts))
     best = sum(1 for r in results if r["chosen_is_best"])
     close = sum(1 for r in results if r["chosen_is_best"] or (r["behind"] is not None and r["behind"] <= 0.05))
     print(f"\nthe chosen configuration measured fastest in {best} of {len(results)} cases, within 5% of the measured "
@@ -110,9 +138,20 @@ def main() -> int:
     ap.add_argument("--out", default=None, help="where the plans and their runs go (default: a temporary folder)")
     ap.add_argument("--from", dest="again", default=None, metavar="DIR",
                     help="run nothing: compare again the cases an earlier run left in DIR")
+    ap.add_argument("--repredict", action="store_true",
+                    help="with --from and --calibration (the one the runs were planned on): hold the stored runs "
+                         "against today's model, each case planned again (a testbed case needs its testbed up)")
     args = ap.parse_args()
     if args.again:
         cases = sorted(p.parent for p in Path(args.again).glob("*/plan.json"))
+        if args.only is not None:
+            cases = [p for p in cases if p.name in args.only.split(",")]
+        if args.repredict:
+            if not args.calibration:
+                raise SystemExit("--repredict needs --calibration: the calibration the stored runs were planned on")
+            out = Path(args.out or tempfile.mkdtemp(prefix="plan-repredict-"))
+            table([repredict(p.name, p, args.calibration, out) for p in cases])
+            return 0
         table([summarise(p.name, p) for p in cases])
         return 0
     out = Path(args.out or tempfile.mkdtemp(prefix="plan-choice-"))

@@ -100,6 +100,46 @@ def test_fsdp_gathers_twice_and_scatters_once_per_unit():
     f, b = collective_seconds([1000, 3000], 2, 1e-4, 1e-9)
     assert b == pytest.approx(2 * f) and f > 0
     assert collective_seconds([1000], 1, 1e-4, 1e-9) == (0.0, 0.0)
+    # each of the 2 units' collectives also waits for the slower rank: once in forward, twice in backward
+    fs, bs = collective_seconds([1000, 3000], 2, 1e-4, 1e-9, skew=2e-3)
+    assert fs - f == pytest.approx(2 * 2e-3) and bs - b == pytest.approx(2 * 2 * 2e-3)
+
+
+def test_the_skew_of_computing_ranks_is_the_halo_fits_latency_beyond_the_idle_one():
+    from types import SimpleNamespace
+
+    from scaletrain.predict.pricing import Pricing
+
+    def pricing(network):
+        return Pricing(SimpleNamespace(nnodes=1), [], None, network, None, {}, 1.0)
+
+    halo = {**NETWORK["intra"], "halo": {"alpha_s": 1.8e-3, "beta_s_per_byte": 1e-9}}
+    assert pricing({"intra": halo, "inter": None}).skew_s() == pytest.approx(1.8e-3 - 1e-4)
+    assert pricing(NETWORK).skew_s() == 0.0  # no halo fit (a data sheet, an older calibration): none
+
+
+def test_fsdp_is_priced_with_the_skew_of_each_units_collectives_and_a_parameter_server_as_its_workers_compute(
+        monkeypatch):
+    """FSDP on 2 ranks: forward grows by one skew a unit (the calibration's halo fit); ps-sync on 2 ranks (1 worker,
+    1 server that waits) takes the training loop of one computing rank, allreduce that of two."""
+    from scaletrain.comm.fsdp import unit_bytes
+    from scaletrain.config import build_config
+    from scaletrain.predict.points import data_facts, predict_config
+
+    flags = {"model": "lenet5", "dataset": "digits", "nproc": 2, "batch_size": 16}
+    halo = {"intra": {**NETWORK["intra"], "halo": {"alpha_s": 3e-3, "beta_s_per_byte": 1e-9}}, "inter": None}
+    cfg = build_config({}, {**flags, "strategy": "fsdp"})
+    plain = predict_config(Predictor(CAL, NETWORK), cfg)["phases_s"]
+    skewed = predict_config(Predictor(CAL, halo), cfg)["phases_s"]
+    units = len(unit_bytes("lenet5", data_facts("digits", None, 0, 10), cfg.model.stem, cfg.model.width))
+    assert skewed["forward"] - plain["forward"] == pytest.approx(units * (3e-3 - 1e-4))
+    assert skewed["backward"] - plain["backward"] == pytest.approx(2 * units * (3e-3 - 1e-4))
+    asked = []
+    real = Predictor.loop
+    monkeypatch.setattr(Predictor, "loop", lambda self, n: asked.append(n) or real(self, n))
+    for strategy in ("ps-sync", "allreduce"):
+        predict_config(Predictor(CAL, NETWORK), build_config({}, {**flags, "strategy": strategy}))
+    assert asked == [1, 2]
 
 
 def test_prediction_json_gives_each_pipeline_point_its_split(tmp_path):

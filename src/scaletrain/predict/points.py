@@ -157,7 +157,9 @@ def predict_config(p: Predictor, cfg, *, shared_cores: int | None = None, cores:
     workers = p.workers()
     # the batch as the loader makes it (float32 images, int64 labels), copied to the device before its forward
     copy_bytes = cfg.optim.batch_size * (4 * math.prod(sample_shape(facts)) + 8)
-    loop = p.loop(cfg.launch.nproc)
+    # the loop of as many computing ranks on a node as the layout has (a parameter server waits while its workers
+    # compute: ps-sync on 2 ranks computes as one rank alone); a testbed's hosts as launched
+    loop = p.loop(cfg.launch.nproc if shared_cores else max(1, round(s.layout.trainers / max(1, s.nnodes))))
     loop = dataclasses.replace(loop, h2d_s=loop.h2d_s + p.batch_copy_s(copy_bytes))
     opt_law = p.optimizer_law(cfg.optim.optimizer, threads)
     def step_at(setting: M.Setting) -> dict[str, Any]:

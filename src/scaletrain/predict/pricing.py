@@ -43,6 +43,16 @@ class Pricing:
     def link(self, kind: str) -> tuple[float, float]:
         return link(self.setting, self.network, kind)
 
+    def skew_s(self) -> float:
+        """What one collective between ranks that compute between collectives waits beyond an idle one: for the
+        rank whose compute ran longer (the halo fit's latency beyond the idle point-to-point's: commbench's
+        `halo` swaps between computing ranks). A spatial tile's BatchNorm statistics and FSDP's per-unit
+        collectives pay it each; 0 where the basis has no halo fit (a data sheet, calibrations before
+        2026-11-27)."""
+        if "halo" not in self.network.get("intra", {}):
+            return 0.0
+        return max(0.0, self.link("halo")[0] - self.link("ps")[0])
+
 
 @dataclass
 class Cost:

@@ -73,7 +73,7 @@ def spatial_cost(pricing):
     norms = [m for m in layers.values() if type(m).__name__ == "SpatialBatchNorm2d"]
     # each tiled BatchNorm's statistics: a collective between ranks that compute between them, so it waits, as a
     # halo exchange does, for the rank whose compute ran longer: the halo fit's latency beyond the idle one's
-    skew = max(0.0, rows[0] - pricing.link("ps")[0]) if fit == "halo" else 0.0
+    skew = pricing.skew_s()
     norm_s = sum(alphabeta.predict(alpha, beta, s, 2 * m.weight.numel() * element) + skew for m in norms)
     tile_out = batch * element * math.prod(front.out_shape) // s
     gather_s = (s - 1) * (alpha + tile_out * beta)
