@@ -65,6 +65,12 @@ class Strategy:
     plan_leaves_out = ""  # why `scaletrain plan` does not search it (empty: plan searches it)
     datasheet_refusal = ""  # why predict cannot price it on a data sheet (empty: it can), told before any tracing
 
+    @classmethod
+    def price_refusal(cls, cfg: TrainConfig) -> str:
+        """Why predict cannot price this configuration of it (empty: it can), told before any tracing (a plan's
+        candidate refused here costs no memory search)."""
+        return ""
+
     def __init__(self, cfg: TrainConfig, rank: RankInfo, device: torch.device, backend: str) -> None:
         self.cfg = cfg
         self.rank = rank  # this process among the ranks that train (a parameter-server job's workers)

@@ -94,6 +94,8 @@ def check_point(cfg, hw=None) -> None:
                         "scaletrain train (or a study), or predict another strategy")
     if hw is not None and strategy_class(cfg.strategy.name).datasheet_refusal:
         raise UserError(strategy_class(cfg.strategy.name).datasheet_refusal)
+    if strategy_class(cfg.strategy.name).price_refusal(cfg):
+        raise UserError(strategy_class(cfg.strategy.name).price_refusal(cfg))
     compress = parse_compress(cfg.strategy.compress)
     if compress and compress[0] == "powersgd":
         raise UserError(f"--compress {cfg.strategy.compress}: predict cannot price PowerSGD (its bytes depend on each "

@@ -31,14 +31,17 @@ from scaletrain.errors import UserError
 from scaletrain.perf import alphabeta
 
 
+STAGED_UNPRICED = ("--strategy spatial with --stages: predict does not price tiles in pipeline stages yet; measure "
+                   "it with scaletrain train, or predict the tiles without --stages")
+
+
 def spatial_cost(pricing):
     from scaletrain.predict.points import meta_model_of, model_factory, sample_shape
     from scaletrain.predict.pricing import Cost
 
     cfg, facts, ops = pricing.cfg, pricing.facts, pricing.ops
-    if cfg.layout.stages > 1:
-        raise UserError("--strategy spatial with --stages: predict does not price tiles in pipeline stages yet; "
-                        "measure it with scaletrain train, or predict the tiles without --stages")
+    if cfg.layout.stages > 1:  # (predict's check_point refuses it first: Spatial.price_refusal)
+        raise UserError(STAGED_UNPRICED)
     s = cfg.spatial.tiles
     grid = TileGrid(*square_grid(s))
     shape = sample_shape(facts)
