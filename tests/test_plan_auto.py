@@ -46,6 +46,7 @@ def test_what_plan_auto_cannot_decide_is_refused_in_one_line(machine_calibration
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.slow  # ten layouts' memory searches of ResNet-18 (9 s; each part unit-tested in test_memory_plan.py)
 def test_a_plan_without_an_image_size_gives_each_layouts_largest_side(tmp_path, capsys):
     out = tmp_path / "p"
     assert main(["plan", "--model", "resnet18", "--nodes", "1", "--nproc", "4", "--hardware", "dgx-a100-80gb",
