@@ -326,3 +326,70 @@ def test_the_command_line_names_the_slurm_subcommands(capsys):
     assert e.value.code == 0
     out = capsys.readouterr().out
     assert "train" in out and "study" in out and "gather" in out
+
+
+# -- a plan's validation as jobs -----------------------------------------------------------------------------
+
+PLAN = ["plan", "--model", "lenet5", "--nodes", "1", "--nproc", "2", "--dataset", "digits", "--batch-size", "64",
+        "--strategy", "allreduce,ring", "--precision", "fp32", "--workers", "0", "--compress", "none",
+        "--checkpoint-activations", "none", "--time-ops", "off"]
+
+
+@pytest.fixture
+def cpu_plan(tmp_path, capsys):
+    """A plan of one node of 2 CPU ranks on a stand-in calibration (predict_fixtures)."""
+    from predict_fixtures import fake_calibration
+    from scaletrain.predict import calibration
+
+    cal = calibration.save(fake_calibration(threads=(1,)), tmp_path / "cal.json")
+    assert main([*PLAN, "--calibration", str(cal), "--out", str(tmp_path / "plan")]) == 0
+    capsys.readouterr()
+    return tmp_path / "plan"
+
+
+def test_a_plans_candidates_are_one_job_per_round_and_gather_compares_what_ended(fake_slurm, cpu_plan, capsys):
+    argv = ["slurm", "validate-plan", str(cpu_plan), "--top", "2", "--repeats", "2", "--validate-steps", "8"]
+    assert main([*argv, "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "4 brief runs to submit (dry run)" in out and "nothing written" in out
+    assert f"--plan {cpu_plan}" in out and "--plan-rank 1" in out and not (cpu_plan / "slurm").exists()
+    assert main(argv) == 0
+    assert "4 jobs submitted" in capsys.readouterr().out
+    # round by round, the predicted order within each
+    assert [Path(s).name for _, s in submitted(fake_slurm)] == ["c1-r0.sbatch", "c2-r0.sbatch", "c1-r1.sbatch",
+                                                              "c2-r1.sbatch"]
+    text = (cpu_plan / "slurm" / "c2-r1.sbatch").read_text()
+    assert f"RUN={cpu_plan}/validation/c2/r1" in text and f"--output={cpu_plan}/validation/c2/r1.log" in text
+    assert "--plan-rank 2" in text and f"slurm gather {cpu_plan}" in text
+    plan = json.loads((cpu_plan / "plan.json").read_text())
+    assert plan["validation_jobs"] == {"executor": "slurm", "top": 2, "repeats": 2, "steps": 8}
+    # two jobs ended: one run completed (a recorded 2-rank LeNet-5 run), one refused before it wrote a summary
+    import shutil
+
+    shutil.copytree(Path(__file__).parent / "data" / "recorded-lenet5-2rank", cpu_plan / "validation" / "c1" / "r0")
+    (cpu_plan / "validation" / "c2" / "r0").mkdir(parents=True)
+    (cpu_plan / "validation" / "c2" / "r0.log").write_text("error: --plan-rank 2: no such candidate\n"
+                                                          "scaletrain: train exited with 2 at now\n")
+    assert main(["slurm", "gather", str(cpu_plan)]) == 0
+    assert "1 completed, 1 failed, 2 pending" in capsys.readouterr().out
+    v = json.loads((cpu_plan / "plan.json").read_text())["validation"]
+    assert v["pending"] == 2 and v["measured_order"] == [plan["ranked"][0]["id"]]
+    assert v["failed"] == ["#2 round 1: --plan-rank 2: no such candidate (log validation/c2/r0.log)"]
+    assert "validation" in (cpu_plan / "report.html").read_text()
+    # the plan's own nodes and devices, and a validation submitted once
+    assert "--nodes 2: the plan is of 1 node(s)" in one_line_error(capsys, [*argv, "--nodes", "2"])
+    assert "validation/c1/r0 exists" in one_line_error(capsys, argv)
+    assert "holds no plan.json" in one_line_error(capsys, ["slurm", "validate-plan", str(fake_slurm)])
+
+
+def test_a_gpu_plan_asks_for_its_gpus(fake_slurm, tmp_path, capsys):
+    assert main(["plan", "--model", "lenet5", "--nodes", "1", "--nproc", "4", "--hardware", "dgx-a100-80gb",
+                 "--dataset", "digits", "--batch-size", "64", "--strategy", "allreduce", "--precision", "fp32",
+                 "--workers", "0", "--compress", "none", "--checkpoint-activations", "none",
+                 "--out", str(tmp_path / "p")]) == 0
+    capsys.readouterr()
+    argv = ["slurm", "validate-plan", str(tmp_path / "p"), "--dry-run"]
+    assert "give --gpus-per-node 4" in one_line_error(capsys, argv)
+    assert "--gpus-per-node 2: the plan runs 4 processes" in one_line_error(capsys, [*argv, "--gpus-per-node", "2"])
+    assert main([*argv, "--gpus-per-node", "4", "--top", "1", "--repeats", "1"]) == 0
+    assert "#SBATCH --gpus-per-node=4" in capsys.readouterr().out

@@ -218,3 +218,33 @@ def _two_host_job(cluster, hosts, run: Path) -> None:
     assert "node 1 of 2" in out and f"at {hosts[0].addr}:" in out  # the rendezvous at h0's address
     # h1's rank sent its share of every step's gradients over the link (lenet5: 61,706 parameters)
     assert tx_bytes(hosts[1]) - sent_before > 1_000_000
+
+
+def test_a_plans_top_candidates_run_as_jobs_and_their_ends_compare_them(cluster, tmp_path):
+    """`scaletrain slurm validate-plan`: the plan's top 2 as one job each (one round), run by SLURM as `train
+    --plan DIR --plan-rank K`; the last job to end leaves plan.json's validation complete."""
+    from predict_fixtures import fake_calibration
+    from scaletrain.predict import calibration
+
+    cal = calibration.save(fake_calibration(threads=(1,)), tmp_path / "cal.json")
+    plan = tmp_path / "plan"
+    made = scaletrain("plan", "--model", "lenet5", "--nodes", "1", "--nproc", "2", "--calibration", str(cal),
+                      "--time-ops", "off", "--dataset", "digits", "--batch-size", "64", "--strategy", "allreduce,ring",
+                      "--precision", "fp32", "--workers", "0", "--compress", "none", "--checkpoint-activations", "none",
+                      "--out", str(plan), timeout=300)
+    assert made.returncode == 0, made.stdout + made.stderr
+    proc = scaletrain("slurm", "validate-plan", str(plan), "--top", "2", "--repeats", "1", "--validate-steps", "8",
+                      env={"SLURM_CONF": str(cluster.conf)}, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    submitted = json.loads((plan / "slurm" / "jobs.json").read_text())
+    assert [Path(j["run"]).relative_to(plan).as_posix() for j in submitted] == ["validation/c1/r0", "validation/c2/r0"]
+    try:
+        for j in submitted:
+            fields = cluster.wait_job(j["job_id"], deadline_s=JOB_DEADLINE_S)
+            assert fields["JobState"] == "COMPLETED", fields
+    finally:
+        cluster.client(["scancel", *(j["job_id"] for j in submitted)], check=False)
+    v = json.loads((plan / "plan.json").read_text())["validation"]
+    assert v["pending"] == 0 and v["failed"] == [] and len(v["measured_order"]) == 2
+    assert summary(plan / "validation" / "c2" / "r0")["world_size"] == 2
+    assert "train exited with 0" in (plan / "validation" / "c1" / "r0.log").read_text()

@@ -1,9 +1,13 @@
-"""What a run's or a study's slurm/ folder holds: the batch scripts and jobs.json, the jobs submitted for it."""
+"""What a run's, a study's or a plan's slurm/ folder holds: the batch scripts and jobs.json, the jobs submitted for
+it, and the lock its gatherers take."""
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import time
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -55,3 +59,17 @@ def refuse_if_queued(root: Path, what: str) -> None:
 
 def now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S%z")
+
+
+@contextlib.contextmanager
+def locked(root: Path) -> Iterator[None]:
+    """One gatherer at a time (ROOT/slurm/gather.lock): jobs that end together would otherwise write their
+    results over each other."""
+    lock = slurm_dir(root) / "gather.lock"
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)

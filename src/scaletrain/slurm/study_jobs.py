@@ -5,9 +5,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import fcntl
 import sys
-from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -114,19 +112,6 @@ def _batch_job(study: StudyDir, p: Point, k: int, opts: SlurmOptions, workdir: P
                     title=f"scaletrain study {study.root}: point {p.id}, repeat {k}")
 
 
-@contextlib.contextmanager
-def _locked(study: StudyDir) -> Iterator[None]:
-    """One gatherer at a time: jobs that end together would otherwise write study.json over each other."""
-    lock = jobs.slurm_dir(study.root) / "gather.lock"
-    lock.parent.mkdir(parents=True, exist_ok=True)
-    with open(lock, "a") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
-
-
 def run_record(study: StudyDir, point_id: str, k: int) -> dict[str, Any]:
     """A run's study.json record from its directory: completed, failed (its summary says so) or pending."""
     run = study.run(point_id, k)
@@ -152,7 +137,7 @@ def gather(root: str | Path, write_report: bool = True) -> dict[str, int]:
         raise UserError(f"{root} holds no study.toml: give the study directory of `scaletrain slurm study --out`")
     spec = resolve_spec(load_spec_file(study.spec), {}, {}, None)
     grid = points(spec)
-    with _locked(study):
+    with jobs.locked(study.root):
         runs = {p.id: [run_record(study, p.id, k) for k in range(spec.repeats)] for p in grid}
         write_results(study, study_entries(grid, runs))
         counts = {s: sum(r["status"] == s for rs in runs.values() for r in rs) for s in ("completed", "failed",

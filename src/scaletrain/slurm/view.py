@@ -9,6 +9,7 @@ from rich.console import Console
 
 from scaletrain.grid import Grid, rich_table
 from scaletrain.slurm.options import SlurmOptions
+from scaletrain.slurm.plan_jobs import PlanSubmission
 from scaletrain.slurm.study_jobs import StudySubmission
 from scaletrain.slurm.train_job import Submission
 from scaletrain.study.view import threads_line
@@ -78,3 +79,27 @@ def print_study(console: Console, sub: StudySubmission, opts: SlurmOptions, dry_
                   f"{shlex.quote(root)}/points/<id>/r<k>")
     console.print(f"each job rewrites {root}/study.json when it ends; once all are done: scaletrain report "
                   f"{shlex.quote(root)}")
+
+
+def print_plan_validation(console: Console, sub: PlanSubmission, opts: SlurmOptions, dry_run: bool) -> None:
+    root = _path(sub.root)
+    title = (f"plan {root}: {len(sub.jobs)} brief runs to submit (dry run)" if dry_run else
+             f"plan {root}: {len(sub.jobs)} jobs submitted ({_where(opts)})")
+    grid = Grid(title, ["candidate", "round", "job" if not dry_run else "run", "log"], text_columns=(0, 2, 3))
+    for rj in sub.jobs:
+        grid.rows.append([f"#{rj.rank}", str(rj.round + 1), rj.job.job_id if rj.job else _path(rj.run),
+                          _path(rj.run.with_suffix(".log"))])
+    console.print(rich_table(grid))
+    console.print(f"the top {sub.top} candidates, {sub.repeats} round(s) of {sub.steps} steps each, submitted round "
+                  "by round in the predicted order")
+    if dry_run:
+        if sub.jobs:
+            console.print(f"the script of #{sub.jobs[0].rank} round 1 (the others differ in the candidate, run "
+                          "directory and log):")
+            console.print(sub.jobs[0].script_text, end="", markup=False, highlight=False, soft_wrap=True)
+        console.print("nothing written, nothing submitted")
+        return
+    ids = ",".join(rj.job.job_id for rj in sub.jobs if rj.job)
+    console.print(f"follow: squeue -j {ids}   |   sacct -j {ids}")
+    console.print(f"each job compares the runs done so far with the plan when it ends ({root}/plan.json "
+                  f"`validation`, {root}/report.html); by hand: scaletrain slurm gather {shlex.quote(root)}")
