@@ -325,7 +325,7 @@ def test_the_command_line_names_the_slurm_subcommands(capsys):
         main(["slurm", "--help"])
     assert e.value.code == 0
     out = capsys.readouterr().out
-    assert "train" in out and "study" in out and "gather" in out
+    assert "train" in out and "study" in out and "gather" in out and "validate-plan" in out
 
 
 # -- a plan's validation as jobs -----------------------------------------------------------------------------

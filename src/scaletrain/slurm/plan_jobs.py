@@ -44,16 +44,12 @@ class PlanSubmission:
 
 
 def read_plan(root: Path) -> dict[str, Any]:
-    import json
-
+    from scaletrain.plan.present import read_plan as read
     from scaletrain.rundir import PLAN
 
     if not (root / PLAN).is_file():
         raise UserError(f"{root} holds no {PLAN}: give the --out of `scaletrain plan`")
-    try:
-        return json.loads((root / PLAN).read_text())
-    except (OSError, ValueError) as e:
-        raise UserError(f"{root / PLAN} cannot be read ({e}): plan again into a new --out") from None
+    return read(root)
 
 
 def check_nodes(plan: dict[str, Any], opts: SlurmOptions) -> None:
