@@ -65,17 +65,35 @@ def test_a_plan_prices_ranks_and_explains(lenet_plan, capsys):
     out, plan = lenet_plan
     assert (out / "plan.png").stat().st_size > 10_000
     assert plan["kind"] == "plan" and plan["basis"] == "datasheet" and plan["priced"] > 100
-    assert plan["candidates"] == plan["priced"] + sum(r["candidates"] for r in plan["skipped_why"])
+    assert plan["candidates"] == plan["priced"] + sum(r["candidates"] for r in plan["skipped_why"]) + \
+        len(plan["pruned"])
     assert {s["id"].split("-")[0] for s in plan["skipped"]} >= {"ps"}  # ps-sync at fp16: skipped, search went on
     assert any("fp16 is not supported" in r["reason"] for r in plan["skipped_why"])
     ranked = plan["ranked"]
     assert [c["rank"] for c in ranked] == list(range(1, len(ranked) + 1))
     assert ranked == sorted(ranked, key=rank_key) and plan["chosen"] == ranked[0]["id"]
     assert len({c["id"] for c in ranked}) == len(ranked)  # every strategy's grid named apart
-    assert {c["axes"]["strategy"] for c in ranked} == {"allreduce", "ring", "ps-sync", "fsdp"}
+    pruned = {name for name in ("allreduce", "ring", "ps-sync", "fsdp") if any(i.startswith(name + "-")
+                                                                             for i in plan["pruned"])}
+    assert {c["axes"]["strategy"] for c in ranked} | pruned == {"allreduce", "ring", "ps-sync", "fsdp"}
     first = ranked[0]
     assert first["time_to_train_s"] == pytest.approx(first["epoch_time_s"])  # one epoch asked
     assert first["global_batch"] == 2 * first["config"]["batch_size"] and first["limit"]
+
+
+def test_pruning_by_the_models_bound_leaves_the_top_as_pricing_every_candidate_does(lenet_plan, tmp_path, capsys):
+    out, plan = lenet_plan
+    assert main([*LENET, "--no-prune", "--out", str(tmp_path / "all")]) == 0
+    full = json.loads((tmp_path / "all" / "plan.json").read_text())
+    assert plan["pruned"] and full["pruned"] == [] and full["priced"] == plan["priced"] + len(plan["pruned"])
+    top = lambda p: [(c["id"], c["time_to_train_s"]) for c in p["ranked"][:5]]  # noqa: E731
+    assert top(plan) == top(full)
+    times = {c["id"]: c["time_to_train_s"] for c in full["ranked"]}
+    assert all(times[i] > full["ranked"][4]["time_to_train_s"] for i in plan["pruned"] if i in times)
+    from scaletrain.plan.present import skipped_grid
+
+    assert any(row[0] == str(len(plan["pruned"])) and "pruned by the model's bound" in row[1]
+               for row in skipped_grid(plan).rows)
 
 
 def test_the_memory_budget_leaves_out_what_does_not_fit(tmp_path, capsys):

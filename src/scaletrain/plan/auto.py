@@ -36,7 +36,8 @@ def auto_settings(given: dict[str, Any], config_file: str | None, rank: int | No
                   image_size=cfg.data.image_size if "image_size" in fixed else None, dataset=cfg.data.dataset,
                   synthetic_samples=cfg.data.synthetic_samples, epochs=cfg.optim.epochs,
                   batch_sizes=(cfg.optim.batch_size,) if "batch_size" in fixed else (),
-                  only={axis: (fixed[axis],) for axis in ONLY if axis in fixed})  # given: that axis fixed
+                  only={axis: (fixed[axis],) for axis in ONLY if axis in fixed},  # given: that axis fixed
+                  priced_top=max(5, rank or 1))
     cal, hw, basis = load_basis(argparse.Namespace(hardware=None, calibration=None, loader=None))
     network = network_from(argparse.Namespace(network=None, link=None, latency=None), cal, hw)
     with phase("plan auto: pricing every candidate", eta=False) as update:

@@ -47,6 +47,9 @@ def add_plan_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--time-ops", default="auto", metavar="auto|off|SECONDS",
                    help="time the model's op shapes the calibration lacks, here (as predict --time-ops)")
     p.add_argument("--top", type=int, default=5, help="candidates to show (default 5)")
+    p.add_argument("--no-prune", dest="prune", action="store_false",
+                   help="price every candidate: by default one whose forward and backward alone are slower than the "
+                        "top's slowest (and, with --validate K, the top K's) is pruned, not priced")
     p.add_argument("--validate", default=None, metavar="K|all",
                    help="then run the top K candidates (all: every one ranked) briefly on this machine, interleaved "
                         "and repeated, re-rank them by measurement and compare with the prediction")
@@ -87,7 +90,19 @@ def request_from(args: argparse.Namespace):
     return Request(model=args.model, nodes=nodes, nproc=args.nproc, image_size=args.image_size,
                    dataset=args.dataset, synthetic_samples=args.synthetic_samples, epochs=args.epochs,
                    batch_sizes=batches, global_batch=args.global_batch, memory_budget=budget, top=args.top,
-                   only=only)
+                   only=only, priced_top=priced_top(args))
+
+
+def priced_top(args: argparse.Namespace) -> int | None:
+    """How many of the fastest candidates the search must price exactly: those shown and those --validate runs;
+    None (every one) with --no-prune or --validate all."""
+    if not getattr(args, "prune", True) or getattr(args, "validate", None) == "all":
+        return None
+    try:
+        k = int(args.validate) if getattr(args, "validate", None) is not None else 0
+    except ValueError:
+        k = 0  # (validate_request says what is wrong with it)
+    return max(args.top, k)
 
 
 def on_testbed(args: argparse.Namespace, req):

@@ -58,6 +58,8 @@ def skipped_grid(plan: dict[str, Any]) -> Grid:
              ["candidates", "why"], text_columns=(1,))
     for r in plan["skipped_why"]:
         g.rows.append([str(r["candidates"]), r["reason"]])
+    if plan.get("pruned"):
+        g.rows.append([str(len(plan["pruned"])), f"pruned by the model's bound: {plan['pruned_by']}"])
     if plan["over_budget"]:
         g.rows.append([str(len(plan["over_budget"])), "over the memory budget (with its margin)"])
     for name, why in plan["not_searched"].items():

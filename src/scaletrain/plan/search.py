@@ -3,6 +3,7 @@ time to train (docs/plan.md). Computation only: present.py shows the result."""
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import math
 import time
@@ -32,28 +33,31 @@ def search(req: Request, cal: dict[str, Any] | None, network: dict[str, Any], hw
     space = grids(req, device_kind, cores, precisions, budget)
     total = sum(math.prod(len(v) for v in axes.values()) for axes in space)
     t0 = time.perf_counter()
-    priced, skipped, notes, done = [], [], set(), 0
+    priced, skipped, pruned, notes, done = [], [], [], set(), 0
     predictor = make_predictor(cal, network, hw, probe, shapes=shapes)  # one for every grid: its fits and costs kept
+    bound = Bound(req, predictor, budget)
     for axes in space:
         name = grid_name(axes)
         # predict_grid counts points within its grid (and op shapes timed, with no total): counted over the plan
         told = None if progress is None else (
             lambda what, i, n, at=done: progress(what, at + i, total) if n is not None else progress(what, i, n))
         try:
-            spec = predict_spec(None, axes, train_settings(req, axes["strategy"][0]))
+            spec = predict_spec(None, largest_batch_first(axes), train_settings(req, axes["strategy"][0]))
             prediction = predict_grid(spec, cal, network, hw, basis,
                                       global_batch=req.global_batch, probe=probe, shapes=shapes, progress=told,
-                                      shared_cores=req.shared_cores, cores=req.cores_per_host, predictor=predictor)
+                                      shared_cores=req.shared_cores, cores=req.cores_per_host, predictor=predictor,
+                                      prune=bound.prune if req.priced_top else None, priced=bound.priced)
         except UserError as e:  # no candidate of this strategy combines: each one skipped with the reason
             skipped.append({"id": name, "axes": {"strategy": name}, "reason": str(e),
                             "candidates": math.prod(len(v) for v in axes.values())})
             continue
         finally:
             done += math.prod(len(v) for v in axes.values())
-        for p in prediction["points"] + prediction["skipped"]:  # one grid per strategy: its name makes ids unique
-            p["id"] = f"{name}-{p['id']}"
+        for p in prediction["points"] + prediction["skipped"] + prediction["pruned"]:  # (one grid per strategy:
+            p["id"] = f"{name}-{p['id']}"  # its name makes ids unique)
         priced += prediction["points"]
         skipped += prediction["skipped"]
+        pruned += prediction["pruned"]
         notes.update(prediction["notes"])
     search_s = time.perf_counter() - t0
     fits, over = [], []
@@ -70,13 +74,58 @@ def search(req: Request, cal: dict[str, Any] | None, network: dict[str, Any], hw
             "basis_note": basis,
             "memory_budget_bytes": budget, "memory_margin": MARGIN, "grids": space,
             "not_searched": left_out(),
-            "candidates": len(priced) + skipped_count(skipped), "priced": len(priced), "search_s": search_s,
-            "skipped": skipped, "skipped_why": reasons(skipped), "over_budget": over,
+            "candidates": len(priced) + skipped_count(skipped) + len(pruned), "priced": len(priced),
+            "search_s": search_s, "skipped": skipped, "skipped_why": reasons(skipped), "over_budget": over,
+            "pruned": [p["id"] for p in pruned], "pruned_by": bound.describe(),
             "ranked": ranked, "chosen": ranked[0]["id"] if ranked else None,
             "caveats": caveats(ranked[:req.top]), "notes": sorted(notes)}
 
 
 TIE = 0.005  # predicted times this close are one time to the model: the simpler configuration ranks first
+
+
+def largest_batch_first(axes: dict[str, list]) -> dict[str, list]:
+    """The grid priced largest batch first: the fastest candidates are usually there, and once `priced_top` are
+    priced the bound prunes the rest (Bound); the order changes nothing else."""
+    return {k: (sorted(v, reverse=True) if k == "batch_size" else v) for k, v in axes.items()}
+
+
+class Bound:
+    """Pruning by the model's own bound: a candidate whose whole-model forward and backward alone
+    (predict/points.epoch_floor_s: what every strategy that runs the whole model on each trainer adds to, never
+    takes from) would train slower than the `req.priced_top`-th fastest candidate priced so far within the budget
+    cannot be among those: it is not priced. Exact for the top candidates (the same ids and times as without);
+    the plot and `ranked` hold the priced ones."""
+
+    def __init__(self, req: Request, predictor, budget: int | None) -> None:
+        self.req, self.predictor, self.budget = req, predictor, budget
+        self.times: list[float] = []  # times to train of the priced candidates within the budget, fastest first
+        self.count = 0
+
+    def priced(self, entry: dict[str, Any]) -> None:
+        peak = entry["peak_memory_bytes"]
+        if self.budget is None or peak is None or within(peak, self.budget):
+            bisect.insort(self.times, entry["epoch_time_s"] * self.req.epochs)
+
+    def prune(self, cfg) -> str | None:
+        from scaletrain.predict.points import epoch_floor_s
+
+        k = self.req.priced_top
+        if not k or len(self.times) < k:
+            return None
+        floor = epoch_floor_s(self.predictor, cfg, shared_cores=self.req.shared_cores, cores=self.req.cores_per_host)
+        kth = self.times[k - 1]
+        if floor is None or floor * self.req.epochs <= kth * (1 + 2 * TIE):  # (a tie may outrank by its levers)
+            return None
+        self.count += 1
+        return (f"its forward and backward alone train in {floor * self.req.epochs:.4g} s, slower than the "
+                f"{k} fastest priced ({kth:.4g} s)")
+
+    def describe(self) -> str | None:
+        if not self.req.priced_top:
+            return None
+        return (f"a candidate whose whole-model forward and backward alone train slower than the {self.req.priced_top} "
+                "fastest priced within the budget is not priced (--no-prune prices every one)")
 
 
 def rank_key(c: dict[str, Any]) -> tuple:

@@ -37,6 +37,9 @@ class Request:
     testbed: bool = False  # the nodes are the hosts of the testbed that is up (plan --testbed)
     cores_per_host: int | None = None  # with testbed: the cores `testbed run` gives each host
     shared_cores: int | None = None  # with testbed: the cores its hosts share, where they do not fit side by side
+    # the fastest candidates the search must price: one whose bound (search.py) is slower than the slowest of them
+    # is pruned, not priced; None: every candidate priced (--no-prune, --validate all)
+    priced_top: int | None = 5
 
     @property
     def world(self) -> int:

@@ -140,6 +140,18 @@ def cores_per_rank(s: Setting) -> float:
     return cores / max(1.0, ranks)
 
 
+def compute_s(ops: list[OpCost], s: Setting, loop: Loop, loss_s: tuple[float, float] = (0.0, 0.0)
+              ) -> tuple[float, float]:
+    """(forward, backward) of one rank's whole model at the point's batch: the ops' times with the loop's factors
+    and the loss, stretched where ranks share cores; what a strategy's cost starts from (and a plan's bound on a
+    step where the strategy runs the whole model on every trainer: Strategy.computes_whole_model)."""
+    fwd = sum(o.forward_s * loop.factor(o.group, "forward") for o in ops) + loss_s[0] * loop.factor("memory", "forward")
+    bwd = sum(o.backward_s * loop.factor(o.group, "backward") for o in ops) + \
+        loss_s[1] * loop.factor("memory", "backward")
+    stretch = compute_stretch(s)
+    return fwd * stretch, bwd * stretch
+
+
 def predict_step(ops: list[OpCost], s: Setting, loop: Loop, network: dict[str, Any],
                  optimizer_s: Callable[[int, int], float], loss_s: tuple[float, float] = (0.0, 0.0),
                  workers: Workers | None = None, **context: Any) -> dict[str, Any]:
@@ -153,14 +165,12 @@ def predict_step(ops: list[OpCost], s: Setting, loop: Loop, network: dict[str, A
     from scaletrain.predict.pricing import Pricing
 
     grads = [g for op in ops for g in op.grad_bytes]
-    fwd = sum(o.forward_s * loop.factor(o.group, "forward") for o in ops) + loss_s[0] * loop.factor("memory", "forward")
-    bwd = sum(o.backward_s * loop.factor(o.group, "backward") for o in ops) + \
-        loss_s[1] * loop.factor("memory", "backward")
+    fwd, bwd = compute_s(ops, s, loop, loss_s)
     strategy = s.strategy_class
     opt = optimizer_s(len(grads), sum(grads) // 4) + loop.optimizer_s if strategy.local_update else 0.0
     loader_cpu = s.batch_size * s.sample_s
     stretch = compute_stretch(s)
-    fwd, bwd, opt = fwd * stretch, bwd * stretch, opt * stretch
+    opt = opt * stretch
     compute = {"h2d": loop.h2d_s, "forward": fwd, "backward": bwd, "optimizer": opt, "other": loop.other_s}
     pricing = Pricing(s, ops, loop, network, optimizer_s, dict(compute), stretch, **context)
     cost = strategy.cost(pricing) if s.trainers >= 1 else None

@@ -130,24 +130,55 @@ def _check_trace_memory(model_name: str, num_classes: int, in_channels: int, ima
                        f"--image-size {image_size}", "lower --batch-size or --image-size")
 
 
-def predict_config(p: Predictor, cfg, *, shared_cores: int | None = None, cores: int | None = None) -> dict[str, Any]:
-    """One point: the model's phases, epoch, memory and limit for a TrainConfig (its batch per rank)."""
+def _setting(p: Predictor, cfg, facts: dict[str, Any], shared_cores: int | None, cores: int | None) -> M.Setting:
     from scaletrain.comm.spec import parse_compress
 
+    auto_cap = cfg.strategy.bucket_cap_mb == "auto"
+    cores = cores or p.cores
+    return M.Setting(batch_size=cfg.optim.batch_size, precision=cfg.model.precision, nproc=cfg.launch.nproc,
+                     nnodes=cfg.launch.nnodes, workers=cfg.data.workers, strategy=cfg.strategy.name,
+                     compress=parse_compress(cfg.strategy.compress),
+                     servers=cfg.layout.servers, bucket_cap_mb=None if auto_cap else cfg.strategy.bucket_cap_mb,
+                     optimizer=cfg.optim.optimizer, cores=cores,
+                     shared_cores=shared_cores, threads=cfg.launch.threads, train_samples=facts["samples"],
+                     cpu_compute=p.hardware is None or p.hardware.kind == "cpu", stages=cfg.layout.stages,
+                     tiles=cfg.layout.tiles,
+                     stretch="core_stretch" not in p.without)
+
+
+def _loop(p: Predictor, cfg, s: M.Setting, shared_cores: int | None):
+    # the loop of as many computing ranks on a node as the layout has (a parameter server waits while its workers
+    # compute: ps-sync on 2 ranks computes as one rank alone); a testbed's hosts as launched
+    return p.loop(cfg.launch.nproc if shared_cores else max(1, round(s.layout.trainers / max(1, s.nnodes))))
+
+
+def epoch_floor_s(p: Predictor, cfg, *, shared_cores: int | None = None, cores: int | None = None) -> float | None:
+    """A lower bound on the point's predicted epoch: its steps times the whole model's forward and backward
+    (model.compute_s), where its strategy runs the whole model on every trainer and only adds to that
+    (Strategy.computes_whole_model; None otherwise). A few milliseconds where predict_config takes tens: what a
+    plan prunes by (plan/search.py)."""
+    from scaletrain.comm.registry import strategy_class
+
+    check_point(cfg, p.hardware)
+    if not strategy_class(cfg.strategy.name).computes_whole_model:
+        return None
+    facts = data_facts(cfg.data.dataset, cfg.data.image_size, cfg.data.synthetic_samples, cfg.data.synthetic_classes,
+                       cfg.data.augment)
+    s = _setting(p, cfg, facts, shared_cores, cores)
+    w = workload(cfg, facts, cfg.optim.batch_size)
+    ops = p.op_costs(w, cfg.model.precision, s.rank_threads)
+    loss = p.loss_s(cfg.optim.batch_size, facts["classes"], cfg.model.precision, s.rank_threads)
+    fwd, bwd = M.compute_s(ops, s, _loop(p, cfg, s, shared_cores), loss)  # (checkpointing's recompute only adds)
+    return facts["samples"] // (cfg.optim.batch_size * s.trainers) * (fwd + bwd)
+
+
+def predict_config(p: Predictor, cfg, *, shared_cores: int | None = None, cores: int | None = None) -> dict[str, Any]:
+    """One point: the model's phases, epoch, memory and limit for a TrainConfig (its batch per rank)."""
     check_point(cfg, p.hardware)
     auto_cap = cfg.strategy.bucket_cap_mb == "auto"
     facts = data_facts(cfg.data.dataset, cfg.data.image_size, cfg.data.synthetic_samples, cfg.data.synthetic_classes,
                        cfg.data.augment)
-    cores = cores or p.cores
-    s = M.Setting(batch_size=cfg.optim.batch_size, precision=cfg.model.precision, nproc=cfg.launch.nproc,
-                  nnodes=cfg.launch.nnodes,
-                  workers=cfg.data.workers, strategy=cfg.strategy.name, compress=parse_compress(cfg.strategy.compress),
-                  servers=cfg.layout.servers, bucket_cap_mb=None if auto_cap else cfg.strategy.bucket_cap_mb,
-                  optimizer=cfg.optim.optimizer, cores=cores,
-                  shared_cores=shared_cores, threads=cfg.launch.threads, train_samples=facts["samples"],
-                  cpu_compute=p.hardware is None or p.hardware.kind == "cpu", stages=cfg.layout.stages,
-                  tiles=cfg.layout.tiles,
-                  stretch="core_stretch" not in p.without)
+    s = _setting(p, cfg, facts, shared_cores, cores)
     w = workload(cfg, facts, cfg.optim.batch_size)
     threads = s.rank_threads
     ops = [dataclasses.replace(c, name=op.name) for op, c in zip(w.ops, p.op_costs(w, cfg.model.precision, threads))]
@@ -159,9 +190,7 @@ def predict_config(p: Predictor, cfg, *, shared_cores: int | None = None, cores:
     workers = p.workers()
     # the batch as the loader makes it (float32 images, int64 labels), copied to the device before its forward
     copy_bytes = cfg.optim.batch_size * (4 * math.prod(sample_shape(facts)) + 8)
-    # the loop of as many computing ranks on a node as the layout has (a parameter server waits while its workers
-    # compute: ps-sync on 2 ranks computes as one rank alone); a testbed's hosts as launched
-    loop = p.loop(cfg.launch.nproc if shared_cores else max(1, round(s.layout.trainers / max(1, s.nnodes))))
+    loop = _loop(p, cfg, s, shared_cores)
     loop = dataclasses.replace(loop, h2d_s=loop.h2d_s + p.batch_copy_s(copy_bytes))
     opt_law = p.optimizer_law(cfg.optim.optimizer, threads)
     def step_at(setting: M.Setting) -> dict[str, Any]:

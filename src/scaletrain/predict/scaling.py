@@ -20,12 +20,14 @@ def predict_grid(spec, cal: dict[str, Any], network: dict[str, Any], hw, basis: 
                  global_batch: int | None = None, shared_cores: int | None = None, cores: int | None = None,
                  probe: dict[str, Any] | None = None, without: frozenset[str] = frozenset(),
                  progress: Callable[[str, int, int], None] | None = None, shapes=None,
-                 predictor=None) -> dict[str, Any]:
+                 predictor=None, prune: Callable[[Any], str | None] | None = None,
+                 priced: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
     """Every point of the spec predicted; `probe` (probe.speed_now()) scales the calibrated compute;
     `progress(point, done, points)` told after each (a model is traced, one forward pass, per batch size) and as
     `shapes` (predict/shapes.OpShapes: the points' shapes the calibration's grid lacks, timed here) times each;
     `without`: corrections of a calibration basis left out (predictor.CORRECTIONS: an ablation); `predictor`:
-    make_predictor's for these arguments, made once for several grids (a plan's)."""
+    make_predictor's for these arguments, made once for several grids (a plan's); `prune(cfg)`: why a point
+    need not be priced (a plan's bound; None: price it), asked before each; `priced(entry)`: told after each."""
     from scaletrain.study.grid import fair_threads, points
 
     predictor = predictor or make_predictor(cal, network, hw, probe, without, shapes)
@@ -33,7 +35,7 @@ def predict_grid(spec, cal: dict[str, Any], network: dict[str, Any], hw, basis: 
     # runs the same flags (so that the speedup over ranks is the ranks' alone, and validate compares like with like)
     spec, _ = fair_threads(spec, cores or predictor.cores)
     grid = points(spec, keep_refused=True)
-    out, skipped = [], []
+    out, skipped, pruned = [], [], []
     for i, point in enumerate(grid, 1):
         if shapes is not None and progress is not None:
             # counted in shapes (the first point times nearly all of them: a count of points would stay at 0)
@@ -47,15 +49,24 @@ def predict_grid(spec, cal: dict[str, Any], network: dict[str, Any], hw, basis: 
 
                 raise UserError(applies.message(point.dropped[0], {**spec.train, **point.axes}))
             cfg = _strong(point.config, global_batch)
-            r = predict_config(predictor, cfg, shared_cores=shared_cores, cores=cores)
+            why = prune(cfg) if prune is not None else None
+            if why is None:
+                r = predict_config(predictor, cfg, shared_cores=shared_cores, cores=cores)
         except UserError as e:  # options that do not combine here: the point is skipped, the grid goes on
             skipped.append({"id": point.id, "axes": point.axes, "reason": str(e)})
             continue
-        out.append(_entry(point.id, point.axes, cfg, r))
+        if why is not None:
+            pruned.append({"id": point.id, "axes": point.axes, "reason": why})
+        else:
+            out.append(_entry(point.id, point.axes, cfg, r))
+            if priced is not None:
+                priced(out[-1])
         if progress is not None:
             progress(point.id, i, len(grid))
-    if not out:
+    if not out and not pruned:
         raise UserError(skipped[0]["reason"])
+    if not out:  # every point that combines pruned (a plan's bound)
+        return {"points": [], "skipped": skipped, "pruned": pruned, "notes": sorted(predictor.notes)}
     _speedups(out, global_batch is not None)
     series = _series(out, global_batch is not None)
     scaling = _scaling(series, predictor, shared_cores or cores, global_batch, network)
@@ -71,7 +82,7 @@ def predict_grid(spec, cal: dict[str, Any], network: dict[str, Any], hw, basis: 
     return {"format": 1, "kind": "prediction", "scaletrain_version": scaletrain.__version__,
             "basis": "datasheet" if hw is not None else "calibration", "basis_note": basis,
             "calibration_device": cal["device"] if cal else None, "hardware": _hardware_facts(hw),
-            "network": network, "skipped": skipped,
+            "network": network, "skipped": skipped, "pruned": pruned,
             "axes": spec.axes, "global_batch": global_batch, "shared_cores": shared_cores, "cores_per_node": cores,
             "regression": predictor.regression_errors(), "speed_probe": probe,
             "corrections_off": sorted(without), "points": out, "scaling": scaling, "notes": notes}

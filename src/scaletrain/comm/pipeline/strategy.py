@@ -43,6 +43,8 @@ from scaletrain.train.evaluate import EvalResult, Tally
 class Pipeline(Strategy):
     """One stage of one replica of a K-stage pipeline."""
 
+    computes_whole_model = False  # a stage runs its own blocks
+
     datasheet_refusal = ("pipeline predictions need a calibration of the machine (per-block laws), not a hardware "
                          "profile: drop --hardware")
 

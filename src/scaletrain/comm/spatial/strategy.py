@@ -29,6 +29,7 @@ from scaletrain.train.evaluate import EvalResult, Tally
 
 
 class Spatial(Strategy):
+    computes_whole_model = False  # a tile runs its share of the front
 
     def __init__(self, cfg: TrainConfig, rank: RankInfo, device: torch.device, backend: str) -> None:
         super().__init__(cfg, rank, device, backend)
