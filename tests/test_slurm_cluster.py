@@ -53,6 +53,16 @@ def steps(run: Path) -> list[int]:
     return [json.loads(line)["step"] for line in (run / "metrics-rank0.jsonl").read_text().splitlines()]
 
 
+def all_completed(cluster, submitted: list[dict]) -> None:
+    """Wait for every job of jobs.json to complete (each within JOB_DEADLINE_S); cancel them whatever happens."""
+    try:
+        for j in submitted:
+            fields = cluster.wait_job(j["job_id"], deadline_s=JOB_DEADLINE_S)
+            assert fields["JobState"] == "COMPLETED", fields
+    finally:
+        cluster.client(["scancel", *(j["job_id"] for j in submitted)], check=False)
+
+
 def first_epoch_done(run: Path):
     """A stop condition for wait_job: the first epoch recorded and checkpointed."""
     return lambda fields: fields.get("JobState") == "RUNNING" and len(epochs(run)) >= 1 and \
@@ -151,12 +161,7 @@ def test_a_study_runs_one_job_per_point_and_its_report_gathers_them(cluster, tmp
         ["points/nproc1/r0", "points/nproc2/r0"]
     pending = json.loads((study / "study.json").read_text())
     assert [p["status"] for p in pending] == ["pending", "pending"]
-    try:
-        for j in submitted:
-            fields = cluster.wait_job(j["job_id"], deadline_s=JOB_DEADLINE_S)
-            assert fields["JobState"] == "COMPLETED", fields
-    finally:
-        cluster.client(["scancel", *(j["job_id"] for j in submitted)], check=False)
+    all_completed(cluster, submitted)
     entries = json.loads((study / "study.json").read_text())
     assert [e["id"] for e in entries] == ["nproc1", "nproc2"]
     assert [e["status"] for e in entries] == ["completed", "completed"]
@@ -238,12 +243,7 @@ def test_a_plans_top_candidates_run_as_jobs_and_their_ends_compare_them(cluster,
     assert proc.returncode == 0, proc.stdout + proc.stderr
     submitted = json.loads((plan / "slurm" / "jobs.json").read_text())
     assert [Path(j["run"]).relative_to(plan).as_posix() for j in submitted] == ["validation/c1/r0", "validation/c2/r0"]
-    try:
-        for j in submitted:
-            fields = cluster.wait_job(j["job_id"], deadline_s=JOB_DEADLINE_S)
-            assert fields["JobState"] == "COMPLETED", fields
-    finally:
-        cluster.client(["scancel", *(j["job_id"] for j in submitted)], check=False)
+    all_completed(cluster, submitted)
     v = json.loads((plan / "plan.json").read_text())["validation"]
     assert v["pending"] == 0 and v["failed"] == [] and len(v["measured_order"]) == 2
     assert summary(plan / "validation" / "c2" / "r0")["world_size"] == 2
