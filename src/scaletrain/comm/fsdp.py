@@ -37,6 +37,14 @@ class Fsdp(Strategy):
 
     lockstep_eval = True  # every rank must run as many forwards as the others (they all-gather together)
     optimizer_state_keys = "names"  # full state dicts: optimizer state keyed by parameter name (FQN)
+    host_key = "fsdp"
+
+    @classmethod
+    def host_work(cls, device, threads, quick):
+        """Each optimizer's step on DTensor shards (comm/fsdp_host.py)."""
+        from scaletrain.comm.fsdp_host import rows
+
+        return rows(device, threads, quick)
 
     @classmethod
     def cost(cls, pricing):
@@ -59,8 +67,14 @@ class Fsdp(Strategy):
                 f"smaller the device's step (docs/predict-validation.md): {cfg.model.name}'s {len(units)} units may "
                 f"add {HOST_UNIT_NOTE_S[0] * len(units) * 1e3:.0f}-{HOST_UNIT_NOTE_S[1] * len(units) * 1e3:.0f} "
                 "ms to each step")
+        # each rank steps its 1/world of every tensor, as DTensors: the calibration's sharded law (comm/fsdp_host.py),
+        # or where it has none (a data sheet, an older calibration) the plain one
+        grads = pricing.grads
+        numel = sum(grads) // 4 // max(1, s.world)
+        law = pricing.host_law("seconds", optimizer=cfg.optim.optimizer) or pricing.optimizer_s
+        optimizer = (law(len(grads), numel) + pricing.loop.optimizer_s) * pricing.stretch
         return Cost(0.0, comm, phases={"forward": pricing.phases["forward"] + f,
-                                       "backward": pricing.phases["backward"] + b})
+                                       "backward": pricing.phases["backward"] + b, "optimizer": optimizer})
 
     @classmethod
     def memory(cls, cfg: TrainConfig, memory_at, factory, sample_shape):

@@ -68,6 +68,16 @@ class Strategy:
     # step takes at least that compute (plan prunes by it); a pipeline's stage or a spatial tile runs a part
     computes_whole_model = True
 
+    # where calibrate keeps its `host_work` rows (strategies that share their host work share the key; "": none)
+    host_key = ""
+
+    @classmethod
+    def host_work(cls, device: torch.device, threads: int, quick: bool) -> list[dict[str, Any]]:
+        """What its step does on the host that no op, collective or the local optimizer's law prices, timed once by
+        `scaletrain calibrate` at `threads` (already set): rows {threads, tensors, numel, ..., <part>_s}, which its
+        `cost` reads back as laws through `Pricing.host_law`. None by default."""
+        return []
+
     @classmethod
     def price_refusal(cls, cfg: TrainConfig) -> str:
         """Why predict cannot price this configuration of it (empty: it can), told before any tracing (a plan's

@@ -4,6 +4,8 @@ What it measures, in order (told to `progress` as it goes: a bar on a terminal, 
   layers     forward and backward seconds of every op kind over grid.py's shapes, at each precision the
              device runs (CPU: fp32, bf16; CUDA: fp32, bf16, fp16) and each thread count (1 and all cores)
   optimizer  optimizer.step() of each --optimizer over parameter sets of several sizes and counts
+  host work  what a strategy's step does on the host beyond ops, collectives and that law (Strategy.host_work: a
+             parameter server's packing, FSDP's optimizer on DTensor shards), over parameter sets alike
   loader     seconds per sample of each dataset kind (an image folder written from digits at several
              sizes, digits, synthetic), and loader worker start-up and hand-over
   network    commbench between 2 local ranks: the alpha-beta of allreduce, ring, a parameter server and a halo
@@ -76,7 +78,9 @@ def calibrate(*, quick: bool, device: torch.device, cores: int, work_dir: Path,
             shapes[op.kind].append(op.features)
     layer_jobs = [(prec, t, kind, f) for prec in p["precisions"] for t in p["threads"]
                   for kind in shapes for f in shapes[kind]]
-    total = len(layer_jobs) + (len(OPTIMIZERS) + 1) * len(p["threads"]) + 4 + 1 + sum(loop_rounds(quick)) + 1
+    hosts = _host_strategies()
+    total = len(layer_jobs) + (len(OPTIMIZERS) + 1 + len(hosts)) * len(p["threads"]) + 4 + 1 + \
+        sum(loop_rounds(quick)) + 1
     done = 0
 
     def tick(what: str) -> None:
@@ -104,6 +108,12 @@ def calibrate(*, quick: bool, device: torch.device, cores: int, work_dir: Path,
         for name in OPTIMIZERS:
             optimizer += _optimizer_rows(name, threads, device, quick)
             tick(f"optimizer {name} {threads}t")
+    host_work: dict[str, list[dict[str, Any]]] = {}
+    for threads in p["threads"]:
+        torch.set_num_threads(threads)
+        for key, cls in hosts.items():
+            host_work.setdefault(key, []).extend(cls.host_work(device, threads, quick))
+            tick(f"host work {key} {threads}t")
     harness = {}
     for threads in p["threads"]:
         torch.set_num_threads(threads)
@@ -127,11 +137,23 @@ def calibrate(*, quick: bool, device: torch.device, cores: int, work_dir: Path,
             "seconds": round(time.time() - started, 1), "quick": quick,
             "device": _device_info(device, cores), "threads": p["threads"], "precisions": p["precisions"],
             **conventions(), "layers": layers, "fits": fits, "harness": harness,
-            "optimizer": optimizer, "loader": loader, "network": network,
+            "optimizer": optimizer, "host_work": host_work, "loader": loader, "network": network,
             "loop": {"runs": loop, "refnet": REFNET, "nets": {k: f"scaletrain.predict.refnet:{v}"
                                                                  for k, v in refnet.NETS.items()}, **LOOP_RUN},
             "memory": {"baseline_rss_bytes": loop[0].get("peak_memory_bytes"), "fresh_pages": pages},
             "probe": _probe_summary(probes, [after_grid, after_loop])}
+
+
+def _host_strategies() -> dict[str, type]:
+    """The strategies whose step does host work of its own to time (comm/registry.py), one per `host_key`."""
+    from scaletrain.comm.registry import STRATEGIES, strategy_class
+
+    out: dict[str, type] = {}
+    for name in STRATEGIES:
+        cls = strategy_class(name)
+        if cls.host_key:
+            out.setdefault(cls.host_key, cls)
+    return out
 
 
 def _probe_summary(grid_probes: list[dict[str, float]], loop_probes: list[dict[str, float]]) -> dict[str, Any]:

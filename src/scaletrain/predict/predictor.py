@@ -59,6 +59,9 @@ def check_corrections(names) -> frozenset[str]:
     return frozenset(names)
 
 
+HOST_COLUMNS = ("tensors", "numel", "extra_numel")  # what a host-work law is linear in (Predictor.host_law)
+
+
 class Predictor:
     """Everything one calibration predicts with, cached per precision and threads."""
 
@@ -143,6 +146,35 @@ class Predictor:
 
         coef, _ = nnls(a, y)
         return lambda tensors, numel: k * float(coef[0] + coef[1] * tensors + coef[2] * numel)
+
+    def host_law(self, key: str, column: str, threads: int, match: dict[str, Any]):
+        """A strategy's host work (calibrate's `host_work[key]` rows, Strategy.host_work) as a law: seconds of
+        `column` = a + b tensors + c values (+ d extra values where the rows have them), fitted (non-negative least
+        squares on the relative error: the rows span three orders of magnitude, and the largest set's, out of the
+        caches, would set the slope for all) over the rows at the calibrated thread count nearest `threads` that
+        `match` (falling back to sgd's where an optimizer has none), scaled to the machine's speed now. None where
+        the calibration has no such rows (made before 2026-11-28)."""
+        t = nearest_threads(self.cal, threads)
+        rows = [r for r in (self.cal.get("host_work") or {}).get(key, []) if r["threads"] == t and column in r]
+        mine = [r for r in rows if all(r.get(k) == v for k, v in match.items())] or \
+            [r for r in rows if all(r.get(k) == ("sgd" if k == "optimizer" else v) for k, v in match.items())]
+        if not mine:
+            note = f"the calibration has no timing of the {key} strategy's own host work (made before 2026-11-28): " \
+                   "it is not priced; calibrate again (`scaletrain calibrate`) to price it"
+            if note not in self.notes:
+                self.notes.append(note)
+            return None
+        from scipy.optimize import nnls
+
+        cols = [c for c in HOST_COLUMNS if c in mine[0]]
+        y = np.array([max(r[column], 1e-9) for r in mine])
+        coef, _ = nnls(np.array([[1.0, *(r[c] for c in cols)] for r in mine]) / y[:, None], np.ones(len(mine)))
+        k = self.speed(threads)
+
+        def seconds(tensors: int, numel: int, extra_numel: int = 0) -> float:
+            given = {"tensors": tensors, "numel": numel, "extra_numel": extra_numel}
+            return k * float(coef[0] + sum(c * given[name] for c, name in zip(coef[1:], cols)))
+        return seconds
 
     def loader_sample_s(self, dataset: str, image_size: int, source_pixels: int | None, batch: int = 32) -> float:
         """Loader seconds per sample (read, decode, transform, collate, and its share of the batch's own cost)."""

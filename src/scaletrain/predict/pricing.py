@@ -43,6 +43,14 @@ class Pricing:
     def link(self, kind: str) -> tuple[float, float]:
         return link(self.setting, self.network, kind)
 
+    def host_law(self, column: str, **match: Any):
+        """The strategy's own host work `column` as the calibration timed it (Strategy.host_work, its `host_key`):
+        seconds = law(tensors, numel[, extra_numel]) at this point's threads; None where the basis has none (a data
+        sheet; a calibration made before 2026-11-28; unit tests without a predictor)."""
+        get = getattr(self.predictor, "host_law", None)
+        key = self.setting.strategy_class.host_key
+        return get(key, column, self.setting.rank_threads, match) if get is not None and key else None
+
     def skew_s(self) -> float:
         """What one collective between ranks that compute between collectives waits beyond an idle one: for the
         rank whose compute ran longer (the halo fit's latency beyond the idle point-to-point's: commbench's

@@ -61,17 +61,11 @@ class Client:
         self.sent = sent
 
     def gradients(self) -> torch.Tensor:
-        grads = [p.grad.reshape(-1) if p.grad is not None else torch.zeros(p.numel(), device=p.device)
-                 for p in self.params]
-        return torch.cat(grads).to(torch.get_default_dtype()).cpu()  # note: on CUDA a device-to-host copy (and sync) per push
+        return flat_gradients(self.params)
 
     def load(self) -> None:
         """Write the parameters the servers sent into the model."""
-        with torch.no_grad():
-            offset = 0
-            for p in self.params:
-                p.copy_(self.flat[offset:offset + p.numel()].view_as(p))
-                offset += p.numel()
+        load_flat(self.params, self.flat)
 
     def part(self, t: torch.Tensor, s: int) -> torch.Tensor:
         return t[self.cuts[s]:self.cuts[s + 1]]
@@ -195,3 +189,19 @@ class AsyncClient(Client):
         msg.wait_all(links.recv(s, self.part(self.flat, i)) for i, s in enumerate(self.servers))
         self.versions = [int(h[0]) for h in heads]
         self.load()
+
+
+def flat_gradients(params: list[torch.Tensor]) -> torch.Tensor:
+    """The gradients of `params` as one host vector in their order (what a push sends; zeros for a parameter
+    without one)."""
+    grads = [p.grad.reshape(-1) if p.grad is not None else torch.zeros(p.numel(), device=p.device) for p in params]
+    return torch.cat(grads).to(torch.get_default_dtype()).cpu()  # note: on CUDA a device-to-host copy (and sync) per push
+
+
+def load_flat(params: list[torch.Tensor], flat: torch.Tensor) -> None:
+    """Write the vector `flat` (parameters in their order, as the servers sent them) into `params`."""
+    with torch.no_grad():
+        offset = 0
+        for p in params:
+            p.copy_(flat[offset:offset + p.numel()].view_as(p))
+            offset += p.numel()

@@ -34,6 +34,15 @@ class ParameterServer(Strategy):
     local_update = False  # the servers apply the update
     synchronous = True  # every worker's push waits for the others' (priced by comm/ps/cost.py)
     exchange_settings = ("ps_servers",)  # the servers' links are the limit: more servers, more links
+    host_key = "ps"
+
+    @classmethod
+    def host_work(cls, device, threads, quick):
+        """The worker's packing of its gradients and unpacking of the parameters, the server's sum and flattening
+        (comm/ps/host_work.py)."""
+        from scaletrain.comm.ps.host_work import rows
+
+        return rows(device, threads, quick)
 
     @classmethod
     def cost(cls, pricing):
