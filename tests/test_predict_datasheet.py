@@ -127,14 +127,40 @@ def test_a_point_whose_options_do_not_combine_is_skipped_with_its_reason(tmp_pat
     assert predicted == {("allreduce", "none"), ("allreduce", "fp16"), ("ring", "none")}
     reasons = {s["id"]: s["reason"] for s in p["skipped"]}
     assert "applies only with --strategy allreduce" in reasons["nproc8-strategy_ring-compress_fp16"]
-    assert "calibration" in reasons["nproc8-strategy_pipeline-compress_none"] and len(reasons) == 3
+    assert "more than the model's 5 blocks" in reasons["nproc8-strategy_pipeline-compress_none"]
+    assert len(reasons) == 3
     said = capsys.readouterr().out
     assert "skipped nproc8-strategy_ring-compress_fp16: --compress fp16" in said
     # when no point can be predicted, the first reason is the one line
     capsys.readouterr()
     assert main(["predict", "--out", str(tmp_path / "none"), "--model", "lenet5", "--nproc", "8",
                  "--strategy", "pipeline", "--hardware", "dgx-a100-80gb"]) == 2
-    assert "calibration" in capsys.readouterr().err and not (tmp_path / "none").exists()
+    assert "more than the model's 5 blocks" in capsys.readouterr().err and not (tmp_path / "none").exists()
+
+
+def test_a_pipeline_on_a_data_sheet_prices_its_blocks_by_the_roofline():
+    """Each stage on its own device: the stages' forward is M micro-batches of the mean stage, M / K of the whole
+    model's roofline forward at the micro-batch (no loop factors on a data sheet); the bubble and the transfers over
+    the profile's link on top."""
+    from scaletrain.config import TrainConfig
+    from scaletrain.perf.hardware import load_hardware
+    from scaletrain.predict import pipeline as PP
+    from scaletrain.predict.datasheet import DatasheetPredictor
+    from scaletrain.predict.node_times import node_times
+
+    hw = load_hardware("dgx-a100-80gb")
+    p = DatasheetPredictor(hw, {"intra": {}, "inter": None})
+    cfg = TrainConfig.from_dict(dict(model="resnet18", strategy="pipeline", nproc=4, batch_size=64, microbatches=4,
+                                     image_size=224))
+    facts = {"image_size": 224, "classes": 1000, "channels": 3}
+    pp = PP.pipeline_phases(p, cfg, facts, 1, (5e-6, 1 / 240e9))
+    k, m = len(pp["split"]["stages"]), 4
+    assert k == 4
+    model, _ = PP._blocked("resnet18", 1000, 3, 224, 16, "auto", 1.0)
+    times = node_times(model, (3, 224, 224), 16, None, predictor=p)
+    assert pp["forward"] * k / m == pytest.approx(sum(f for f, _ in times.values()))
+    assert pp["backward"] * k / m == pytest.approx(sum(b for _, b in times.values()))
+    assert pp["bubble"] > 0 and pp["p2p"] > 0
 
 
 def test_shapes_come_from_meta_tensors_at_any_batch_and_image_size(tmp_path, monkeypatch):

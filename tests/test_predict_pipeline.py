@@ -62,7 +62,7 @@ def test_ops_priced_at_one_thread_on_two_cores_take_the_two_rank_loop_factors():
 def test_a_two_stage_pipeline_prices_its_blocks_as_two_ranks_of_one_thread():
     cfg = TrainConfig.from_dict(dict(model="lenet5", strategy="pipeline", nproc=2, batch_size=8, microbatches=2))
     facts = {"image_size": 28, "classes": 10, "channels": 1}
-    pp = PP.pipeline_phases(CAL, cfg, facts, 1, NETWORK, (1e-4, 1e-9))
+    pp = PP.pipeline_phases(Predictor(CAL, NETWORK), cfg, facts, 1, (1e-4, 1e-9))
     k, m = len(pp["split"]["stages"]), cfg.pipeline.microbatches
     assert k == 2
     model, blocked = PP._blocked("lenet5", 10, 1, 28, 4, "auto", 1.0)
@@ -81,19 +81,20 @@ def test_the_predicted_split_is_the_one_the_run_chooses(split):
     cfg = TrainConfig.from_dict(dict(model="lenet5", strategy="pipeline", nproc=2, batch_size=8, microbatches=2,
                                      split=split))
     facts = {"image_size": 28, "classes": 10, "channels": 1}
-    pp = PP.pipeline_phases(CAL, cfg, facts, 1, NETWORK, (1e-4, 1e-9))
+    pp = PP.pipeline_phases(Predictor(CAL, NETWORK), cfg, facts, 1, (1e-4, 1e-9))
     model, blocked = PP._blocked("lenet5", 10, 1, 28, 4, "auto", 1.0)
     # as comm/pipeline/strategy.py asks for it: the blocks priced as the ranks run them (one thread each, two ranks'
-    # loop factors), plan's default link
+    # loop factors), the link between the stages (which the run measures: here the calibrated point-to-point one)
     costs, _ = plan.costs_for(blocked, model, (1, 28, 28), 4, calibration=CAL, threads=1, ranks=2)
     run = plan.choose(split, blocked, model, (1, 28, 28), stages=2, microbatches=2, schedule="1f1b", batch_size=8,
-                      calibration=CAL, model_name="lenet5", costs=costs)
+                      calibration=CAL, model_name="lenet5", costs=costs, link_bytes_per_s=1e9, latency_s=1e-4)
     assert pp["split"]["bounds"] == [list(b) for b in run.bounds]
-    # its step with the transfers at the calibrated link
+    # its step with the transfers at that link, not plan's default one
     priced = evaluate(costs, run.bounds, **plan.pipeline_args(microbatches=2, schedule="1f1b",
                                                               link_bytes_per_s=1e9, latency_s=1e-4))
-    assert pp["split"]["step_s"] == pytest.approx(priced.step_s)
-    assert pp["split"]["step_s"] != pytest.approx(run.step_s)
+    assert pp["split"]["step_s"] == pytest.approx(priced.step_s) == pytest.approx(run.step_s)
+    default = evaluate(costs, run.bounds, **plan.pipeline_args(microbatches=2, schedule="1f1b"))
+    assert pp["split"]["step_s"] != pytest.approx(default.step_s)
 
 
 def test_fsdp_gathers_twice_and_scatters_once_per_unit():

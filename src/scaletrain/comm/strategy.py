@@ -63,7 +63,6 @@ class Strategy:
     exchange_settings: tuple[str, ...] = ()  # settings besides batch and --compress that change its exchange's time
     priced = True  # its cost(pricing) prices a step (predict refuses a strategy that does not, before tracing)
     plan_leaves_out = ""  # why `scaletrain plan` does not search it (empty: plan searches it)
-    datasheet_refusal = ""  # why predict cannot price it on a data sheet (empty: it can), told before any tracing
     # every trainer runs the whole model's forward and backward at its batch, and its cost only adds to them: a
     # step takes at least that compute (plan prunes by it); a pipeline's stage or a spatial tile runs a part
     computes_whole_model = True

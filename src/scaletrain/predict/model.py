@@ -194,6 +194,7 @@ def predict_step(ops: list[OpCost], s: Setting, loop: Loop, network: dict[str, A
     phases["data_wait"] = data_wait
     return {"phases_s": phases, "step_time_s": sum(phases.values()), "comm": cost.comm if cost else dict(NO_COMM),
             "stretch": stretch, "workers_lost_s": lost, "extra": cost.extra if cost else {},
+            "flops_share": cost.flops_share if cost else 1.0,
             "epoch_start_s": w.startup_s + loader_cpu if s.workers else 0.0}  # the workers' start and first batch
 
 

@@ -25,40 +25,43 @@ from scaletrain.perf.walk import LayerGraph
 Times = tuple[float, float]  # (forward seconds, backward seconds)
 
 
-def node_times(model: nn.Module, input_shape: tuple[int, ...], batch: int, calibration: dict[str, Any],
-               precision: str = "fp32", threads: int | None = None, ranks: int | None = None) -> dict[str, Times]:
+def node_times(model: nn.Module, input_shape: tuple[int, ...], batch: int, calibration: dict[str, Any] | None,
+               precision: str = "fp32", threads: int | None = None, ranks: int | None = None,
+               predictor: Any = None) -> dict[str, Times]:
     """{op name: (forward s, backward s)} at `batch`: the fx node's name, or, for a model fx cannot trace,
-    its leaf modules' qualified names (a module called twice: its calls summed). `threads` defaults to the
-    calibrated machine's cores; `ranks`, the processes sharing the node (whose loop factors apply), to as
-    many as the cores hold at `threads` each."""
-    key = (id(model), tuple(input_shape), batch, id(calibration), precision, threads, ranks)
+    its leaf modules' qualified names (a module called twice: its calls summed). Priced by `predictor` (a point's
+    basis: predict/predictor.py or predict/datasheet.py) where given, else by a Predictor of `calibration`.
+    `threads` defaults to the basis's cores; `ranks`, the processes sharing the node (whose loop factors apply), to
+    as many as the cores hold at `threads` each."""
+    source = predictor if predictor is not None else calibration
+    key = (id(model), tuple(input_shape), batch, id(source), precision, threads, ranks)
     held = _KEPT.get(key)
-    if held is None or held[0] is not model or held[1] is not calibration:
+    if held is None or held[0] is not model or held[1] is not source:
         if len(_KEPT) >= KEEP:
             _KEPT.pop(next(iter(_KEPT)))
-        held = _KEPT[key] = (model, calibration, _node_times(model, tuple(input_shape), batch, calibration, precision,
-                                                              threads, ranks))
+        held = _KEPT[key] = (model, source, _node_times(model, tuple(input_shape), batch, source, precision, threads,
+                                                         ranks))
     return held[2]
 
 
 KEEP = 64
-_KEPT: dict[tuple, tuple[nn.Module, dict[str, Any], dict[str, Times]]] = {}
-"""node_times by model, shape, batch, calibration and setting: a plan splits one model at many settings
-(the model and calibration held with their result, so the ids in the key stay theirs)."""
+_KEPT: dict[tuple, tuple[nn.Module, Any, dict[str, Times]]] = {}
+"""node_times by model, shape, batch, basis and setting: a plan splits one model at many settings (the model and
+the calibration or predictor held with their result, so the ids in the key stay theirs)."""
 
 
-def _node_times(model: nn.Module, input_shape: tuple[int, ...], batch: int, calibration: dict[str, Any],
+def _node_times(model: nn.Module, input_shape: tuple[int, ...], batch: int, source: Any,
                 precision: str, threads: int | None, ranks: int | None) -> dict[str, Times]:
     from scaletrain.predict.ops import trace_ops
     from scaletrain.predict.predictor import Predictor
 
     workload = trace_ops(model, tuple(input_shape), batch)
-    network = {"intra": (calibration.get("network") or {}).get("fits") or {}, "inter": None}
-    predictor = Predictor(calibration, network)
-    cores = calibration["device"]["cores"]
+    if isinstance(source, dict):
+        source = Predictor(source, {"intra": (source.get("network") or {}).get("fits") or {}, "inter": None})
+    cores = source.cores
     threads = threads or cores
-    costs = predictor.op_costs(workload, precision, threads)
-    loop = predictor.loop(local_ranks=ranks or max(1, cores // threads))
+    costs = source.op_costs(workload, precision, threads)
+    loop = source.loop(local_ranks=ranks or max(1, cores // threads))
     out: dict[str, Times] = {}
     for op, cost in zip(workload.ops, costs):
         f, b = out.get(op.name, (0.0, 0.0))

@@ -1,10 +1,12 @@
 """Predicting a pipeline's stages and bubble (docs/predict.md), for comm/pipeline/strategy.py's Pipeline.cost.
 
 Pipeline (`--strategy pipeline`, K stages, M micro-batches, R replicas): the blocks' forward and backward
-at the micro-batch (the calibrated per-op laws at the rank's threads, with the loop factors calibrated on as
-many ranks per node: the stages run side by side, each on its share of the cores), the split the run would
-choose were its blocks to cost that (split/plan.py, asked as the run asks it; the run measures its blocks
-first, so where the calibration misprices a block the two can differ by a cut), and that split's step from
+at the micro-batch, priced op by op by the point's basis (a calibration's per-op laws at the rank's threads, with
+the loop factors calibrated on as many ranks per node: the stages run side by side, each on its share of the cores;
+a data sheet's roofline per op, each stage on its own device), the split the run would
+choose were its blocks to cost that and its link the basis's point-to-point one (split/plan.py, asked as the run
+asks it; the run measures its blocks and the link between its stages first, so where the basis misprices a block the
+two can differ by a cut), and that split's step from
 split/partition.py: the schedule played op by op (split/schedule.py), stage s's forward and backward ops
 each f_s or b_s + half its transfers per micro-batch.
 
@@ -27,23 +29,24 @@ from scaletrain.perf import alphabeta
 
 @functools.lru_cache(maxsize=16)
 def _blocked(model_name: str, classes: int, channels: int, image_size: int, micro: int, stem: str, width: float):
+    """The model on the meta device and its block graph at the micro-batch: shapes, bytes and FLOPs without memory
+    or a forward (a large image's is seconds and gigabytes on the host)."""
     import torch
 
     from scaletrain.models.registry import build_model
     from scaletrain.split.stages import blocked
 
-    with torch.device("cpu"):
+    with torch.device("meta"):
         model = build_model(model_name, num_classes=classes, in_channels=channels, image_size=image_size, stem=stem,
                             width=width)
-    return model, blocked(model, (channels, image_size, image_size), micro)
+    return model, blocked(model, (channels, image_size, image_size), micro, meta=True)
 
 
-def pipeline_phases(cal: dict[str, Any], cfg, facts: dict[str, Any], threads: int, network: dict[str, Any],
-                    alpha_beta) -> dict[str, Any]:
+def pipeline_phases(predictor, cfg, facts: dict[str, Any], threads: int, alpha_beta) -> dict[str, Any]:
     """The pipeline's forward, backward, p2p and bubble phases per step (means over the stages), the split,
-    and the bytes of the mean stage's parameters (for its optimizer and the replicas' all-reduce)."""
+    and the bytes of the mean stage's parameters (for its optimizer and the replicas' all-reduce). `predictor`: the
+    point's basis, which prices the blocks' ops."""
     from scaletrain.split import plan
-    from scaletrain.split.partition import evaluate
 
     stages = cfg.layout.stages
     micro = plan.micro_batch(cfg.optim.batch_size, cfg.pipeline.microbatches)
@@ -51,19 +54,17 @@ def pipeline_phases(cal: dict[str, Any], cfg, facts: dict[str, Any], threads: in
     model, graph = _blocked(cfg.model.name, facts["classes"], facts["channels"], size, micro, cfg.model.stem,
                             cfg.model.width)
     shape = (facts["channels"], size, size)
-    costs, _ = plan.costs_for(graph, model, shape, micro, source="predicted", calibration=cal,
+    costs, _ = plan.costs_for(graph, model, shape, micro, source="predicted", predictor=predictor,
                               precision=cfg.model.precision, threads=threads, ranks=cfg.launch.nproc)
     alpha, beta = alpha_beta
     link = 1 / beta if beta > 0 else plan.DEFAULT_LINK
-    # the split the run chooses, as comm/pipeline/strategy.py's Pipeline._split asks for it (these block costs standing
-    # for the ones the run measures, plan's default link) ...
-    chosen = plan.choose(cfg.pipeline.split, graph, model, shape, stages=stages, microbatches=cfg.pipeline.microbatches,
-                         schedule=cfg.pipeline.schedule, batch_size=cfg.optim.batch_size, precision=cfg.model.precision,
-                         optimizer=cfg.optim.optimizer, calibration=cal, model_name=cfg.model.name, costs=costs)
-    # ... its step with the transfers at the calibrated link
-    part = evaluate(costs, chosen.bounds, method=chosen.method,
-                    **plan.pipeline_args(microbatches=cfg.pipeline.microbatches, schedule=cfg.pipeline.schedule,
-                                         optimizer=cfg.optim.optimizer, link_bytes_per_s=link, latency_s=alpha))
+    # the split the run chooses, and its step, as comm/pipeline/strategy.py's Pipeline._split asks for it: these block
+    # costs standing for the ones the run measures, the basis's point-to-point link for the one it measures between its
+    # stages
+    part = plan.choose(cfg.pipeline.split, graph, model, shape, stages=stages, microbatches=cfg.pipeline.microbatches,
+                       schedule=cfg.pipeline.schedule, batch_size=cfg.optim.batch_size, precision=cfg.model.precision,
+                       optimizer=cfg.optim.optimizer, model_name=cfg.model.name, costs=costs, link_bytes_per_s=link,
+                       latency_s=alpha)
     m, k = cfg.pipeline.microbatches, len(part.stages)
     mean = lambda key: sum(st[key] for st in part.stages) / k  # noqa: E731
     fwd, bwd = m * mean("forward_s"), m * mean("backward_s")

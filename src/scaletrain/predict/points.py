@@ -92,8 +92,6 @@ def check_point(cfg, hw=None) -> None:
     if not strategy_class(cfg.strategy.name).priced:
         raise UserError(f"--strategy {cfg.strategy.name}: predict does not price it yet; measure it with "
                         "scaletrain train (or a study), or predict another strategy")
-    if hw is not None and strategy_class(cfg.strategy.name).datasheet_refusal:
-        raise UserError(strategy_class(cfg.strategy.name).datasheet_refusal)
     if strategy_class(cfg.strategy.name).price_refusal(cfg):
         raise UserError(strategy_class(cfg.strategy.name).price_refusal(cfg))
     compress = parse_compress(cfg.strategy.compress)
@@ -208,7 +206,7 @@ def predict_config(p: Predictor, cfg, *, shared_cores: int | None = None, cores:
     lim, note = M.limit(step["phases_s"], eff)
     peak = sum(mem.values()) if mem else None
     check = plausibility(w, step["phases_s"], p.peak_flops(cfg.model.precision), steps, p.hardware,
-                         peak or 0, p.device_memory(), oversubscribed(s))
+                         peak or 0, p.device_memory(), oversubscribed(s), step["flops_share"])
     per_op = [{"name": op.name, "kind": op.kind, "source": c.source, "forward_s": c.forward_s,
                "backward_s": c.backward_s} for op, c in zip(w.ops, ops) if op.kind != "view"]
     sources = {}
@@ -334,11 +332,12 @@ PLAUSIBLE = (0.01, 1.0)  # the fractions of the peak FLOP rate a step's forward 
 
 def plausibility(w: Workload, phases: dict[str, float], peak: float | None, steps_per_epoch: int,
                  hardware, memory_bytes: int = 0, device_bytes: int | None = None,
-                 oversubscription: tuple[int, int] | None = None) -> dict[str, Any]:
+                 oversubscription: tuple[int, int] | None = None, share: float = 1.0) -> dict[str, Any]:
     """The FLOP rate the predicted forward + backward imply against the device's peak (a data sheet's, or
     the fastest op the calibration measured), and a flag with its likely cause when the point is outside
-    PLAUSIBLE, an epoch holds no full step or a rank's memory is more than its device has."""
-    flops = sum(op.flops * (2 + int(op.needs_input_grad)) for op in w.ops)  # forward, weight and input grads
+    PLAUSIBLE, an epoch holds no full step or a rank's memory is more than its device has. `share`: of the model's
+    FLOPs, what one rank computes (Cost.flops_share: a pipeline's mean stage, a tile's front)."""
+    flops = share * sum(op.flops * (2 + int(op.needs_input_grad)) for op in w.ops)  # forward, weight and input grads
     seconds = phases["forward"] + phases["backward"]
     rate = flops / seconds if seconds > 0 else 0.0
     fraction = rate / peak if peak else None

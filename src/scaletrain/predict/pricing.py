@@ -72,6 +72,7 @@ class Cost:
     comm: dict[str, Any] = field(default_factory=lambda: dict(NO_COMM))
     phases: dict[str, float] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)
+    flops_share: float = 1.0  # of the whole model's FLOPs, what one rank computes per step (a stage, a tile: less)
 
 
 def link(s, network: dict[str, Any], kind: str) -> tuple[float, float]:

@@ -30,8 +30,9 @@ def block_costs(blocked: Blocked, model: nn.Module, input_shape: tuple[int, ...]
                 source: str = "predicted", calibration: dict[str, Any] | None = None, precision: str = "fp32",
                 threads: int | None = None, ranks: int | None = None, rounds: int | None = None,
                 device: torch.device | None = None, progress: Callable[[str, int, int], None] | None = None,
-                tiles: tuple[int, int, int] | None = None) -> list[BlockCost]:
-    """The blocks' costs at `micro_batch` samples. `threads` and `ranks` (predicted only): the calibrated
+                tiles: tuple[int, int, int] | None = None, predictor: Any = None) -> list[BlockCost]:
+    """The blocks' costs at `micro_batch` samples, predicted from `calibration` or a point's `predictor` (either
+    basis: predict/predictor.py, predict/datasheet.py), or measured. `threads` and `ranks` (predicted only): the calibrated
     thread count to price at (default the calibrated machine's cores) and the processes sharing the node
     (default as many as the cores hold at `threads`: predict/node_times.py); measured times use this process's
     threads, the least of `rounds` passes over the blocks (default ROUNDS), on `device` (default the model's),
@@ -43,10 +44,10 @@ def block_costs(blocked: Blocked, model: nn.Module, input_shape: tuple[int, ...]
     if micro_batch < 1:
         raise UserError(f"a micro-batch of {micro_batch} samples: the batch must hold at least one per micro-batch")
     if source == "predicted":
-        if calibration is None:
+        if calibration is None and predictor is None:
             raise UserError("predicted block costs need a calibration: run `scaletrain calibrate`, pass "
                             "--calibration FILE, or use --costs measured")
-        times = _predicted(blocked, model, input_shape, micro_batch, calibration, precision, threads, ranks)
+        times = _predicted(blocked, model, input_shape, micro_batch, calibration, precision, threads, ranks, predictor)
     else:
         times = _measured(blocked, model, input_shape, micro_batch, precision, rounds or ROUNDS, device, progress,
                           tiles)
@@ -62,14 +63,14 @@ def block_sizes(blocked: Blocked, micro_batch: int, precision: str = "fp32") -> 
 
 
 def _predicted(blocked: Blocked, model: nn.Module, input_shape: tuple[int, ...], micro_batch: int,
-               calibration: dict[str, Any], precision: str, threads: int | None,
-               ranks: int | None) -> list[tuple[float, float]]:
+               calibration: dict[str, Any] | None, precision: str, threads: int | None,
+               ranks: int | None, predictor: Any = None) -> list[tuple[float, float]]:
     from scaletrain.predict.node_times import block_times, node_times
 
-    if precision not in calibration.get("precisions", ["fp32"]):
+    if predictor is None and precision not in calibration.get("precisions", ["fp32"]):
         raise UserError(f"the calibration has no {precision} timings: calibrate with --precision {precision} "
                         "or use --costs measured")
-    times = node_times(model, tuple(input_shape), micro_batch, calibration, precision, threads, ranks)
+    times = node_times(model, tuple(input_shape), micro_batch, calibration, precision, threads, ranks, predictor)
     per_block = block_times(blocked.blocks, blocked.graph, times)
     unpriced = [b.name for b, (f, bw) in zip(blocked.blocks, per_block) if b.flops > 0 and f + bw <= 0]
     if unpriced:  # not a silent zero: a block that computes must cost something

@@ -67,14 +67,16 @@ def stage_memory(factory: Callable[[], nn.Module], blocked: Blocked, input_shape
 def costs_for(blocked: Blocked, model: nn.Module, input_shape: tuple[int, ...], micro: int, *,
               source: str = "auto", calibration: dict[str, Any] | None = None,
               precision: str = "fp32", threads: int | None = None, ranks: int | None = None,
-              progress: Callable[[str, int, int], None] | None = None) -> tuple[list[BlockCost], str]:
-    """(block costs, their source): auto = predicted with a calibration, measured without one. `threads`
-    and `ranks`: the calibrated thread count predicted times are priced at and the processes sharing the
-    node; `progress`: told as blocks are measured (split/costs.py's block_costs)."""
+              progress: Callable[[str, int, int], None] | None = None, predictor: Any = None
+              ) -> tuple[list[BlockCost], str]:
+    """(block costs, their source): auto = predicted with a calibration (or a point's `predictor`: either basis),
+    measured without one. `threads` and `ranks`: the calibrated thread count predicted times are priced at and the
+    processes sharing the node; `progress`: told as blocks are measured (split/costs.py's block_costs)."""
     if source == "auto":
-        source = "predicted" if calibration is not None else "measured"
+        source = "predicted" if calibration is not None or predictor is not None else "measured"
     return block_costs(blocked, model, input_shape, micro, source=source, calibration=calibration,
-                       precision=precision, threads=threads, ranks=ranks, progress=progress), source
+                       precision=precision, threads=threads, ranks=ranks, progress=progress,
+                       predictor=predictor), source
 
 
 def choose(method: str, blocked: Blocked, model: nn.Module, input_shape: tuple[int, ...], *, stages: int,

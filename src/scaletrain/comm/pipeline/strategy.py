@@ -35,6 +35,7 @@ from scaletrain.comm.strategy import Profiled, Strategy, offloading
 from scaletrain.config import TrainConfig
 from scaletrain.distributed.group import all_reduce_flat, block_groups, broadcast_object, gather_objects
 from scaletrain.distributed.rank import RankInfo
+from scaletrain.distributed.p2p_link import measure_links
 from scaletrain.errors import UserError
 from scaletrain.perf.precision import AUTOCAST, place_model, to_device
 from scaletrain.train.evaluate import EvalResult, Tally
@@ -44,9 +45,6 @@ class Pipeline(Strategy):
     """One stage of one replica of a K-stage pipeline."""
 
     computes_whole_model = False  # a stage runs its own blocks
-
-    datasheet_refusal = ("pipeline predictions need a calibration of the machine (per-block laws), not a hardware "
-                         "profile: drop --hardware")
 
     def __init__(self, cfg: TrainConfig, rank: RankInfo, device: torch.device, backend: str) -> None:
         super().__init__(cfg, rank, device, backend)
@@ -70,17 +68,15 @@ class Pipeline(Strategy):
     def cost(cls, pricing):
         """The stages' forward, backward, p2p and bubble as the schedule plays them on the split the run would
         choose (predict/pipeline.py), the mean stage's optimizer, each stage's gradients all-reduced over the
-        replicas after backward (exposed). Per-block laws: a calibration only."""
+        replicas after backward (exposed). The blocks priced op by op by either basis."""
         from scaletrain.predict import pipeline as PP
         from scaletrain.predict.pricing import Cost
 
-        s, cfg, p = pricing.setting, pricing.cfg, pricing.predictor
-        if p.hardware is not None:
-            raise UserError(cls.datasheet_refusal)
+        s, cfg = pricing.setting, pricing.cfg
         alpha, beta = pricing.link("allreduce")
         # a stage's activations and gradients are point-to-point messages: priced by commbench's `ps` fit (on 2
-        # ranks one send and one receive per worker), not the all-reduce's
-        pp = PP.pipeline_phases(p.cal, cfg, pricing.facts, s.rank_threads, pricing.network, pricing.link("ps"))
+        # ranks one send and one receive per worker; a data sheet's link), not the all-reduce's
+        pp = PP.pipeline_phases(pricing.predictor, cfg, pricing.facts, s.rank_threads, pricing.link("ps"))
         k = len(pp["stage_param_bytes"])
         mean_params = sum(pp["stage_param_bytes"]) / k
         tensors = max(1, len(pricing.grads) // k)
@@ -90,7 +86,7 @@ class Pipeline(Strategy):
                 "overlap_ratio": None}
         phases = {"forward": pp["forward"], "backward": pp["backward"], "bubble": pp["bubble"], "p2p": pp["p2p"],
                   "optimizer": pricing.optimizer_s(tensors, int(mean_params // 4)) + pricing.loop.optimizer_s}
-        return Cost(exposed, comm, phases=phases, extra={"pipeline": pp})
+        return Cost(exposed, comm, phases=phases, extra={"pipeline": pp}, flops_share=1 / k)
 
     @classmethod
     def memory(cls, cfg: TrainConfig, memory_at, factory, sample_shape):
@@ -184,6 +180,10 @@ class Pipeline(Strategy):
     def _global(self, stage: int, replica: int | None = None) -> int:
         """The rank of `stage` in this rank's replica (or in `replica`)."""
         return (self.replica_index if replica is None else replica) * self.stages + stage
+
+    def _chain(self) -> list[int]:
+        """The first replica's stages' ranks in order (the same on every rank): whose links the split is chosen by."""
+        return [s for s in range(self.stages)]
 
     @property
     def _replica_size(self) -> int:
@@ -282,12 +282,18 @@ class Pipeline(Strategy):
         timed = cfg.pipeline.split in ("auto", "time")  # a split given (uniform, params, a file) needs no times
         what = (f"pipeline split: measuring {len(graph.blocks)} blocks' costs on every rank ({ROUNDS} rounds, "
                 f"micro-batch {micro})")
+        link = None
         if timed:
             with phase(what) if self.rank.is_main else contextlib.nullcontext() as update:
                 costs = measured_together(graph, model, sample_shape, micro, cfg.model.precision, self.device,
                                           update, self._timed_on_tiles())
+            # the link the stages' activations cross, measured between this job's neighbours (at the largest cut's
+            # bytes, 1-64 MiB): the split weighs the transfers it saves by it
+            largest = max((c.out_bytes for c in costs[:-1]), default=0)
+            link = measure_links(self._chain(), self.rank.rank, self.device, min(64 << 20, max(1 << 20, largest)))
         else:
             costs = block_sizes(graph, micro, cfg.model.precision)
+        on_link = {"link_bytes_per_s": link["bytes_per_s"], "latency_s": link["latency_s"]} if link else {}
         choice = None
         if self.rank.rank == 0:
             def choose(within):
@@ -295,12 +301,13 @@ class Pipeline(Strategy):
                                    microbatches=cfg.pipeline.microbatches, schedule=cfg.pipeline.schedule,
                                    batch_size=cfg.optim.batch_size, precision=cfg.model.precision,
                                    optimizer=cfg.optim.optimizer, model_name=cfg.model.name, costs=costs,
-                                   **(within or {}))
+                                   **on_link, **(within or {}))
 
             try:
                 part = self._within_budget(model, sample_shape, choose)
                 choice = {"bounds": [list(b) for b in part.bounds], "method": part.method,
-                          "predicted_step_s": part.step_s if timed else None, "costs": "measured" if timed else None}
+                          "predicted_step_s": part.step_s if timed else None, "costs": "measured" if timed else None,
+                          "link": link}
             except UserError as e:
                 choice = {"error": str(e)}
         choice = broadcast_object(choice)
@@ -498,6 +505,7 @@ class Pipeline(Strategy):
             "split": self.split_info.get("method"), "bounds": [list(b) for b in self.bounds],
             "stage_blocks": [self.block_names[lo:hi] for lo, hi in self.bounds],
             "predicted_step_s": self.split_info.get("predicted_step_s"), "split_costs": self.split_info.get("costs"),
+            "split_link": self.split_info.get("link"),
             "bubble_theory": (k - 1) / (m + k - 1),
             # what each rank holds (its stage's): parameters, and with their gradients and optimizer state
             "param_bytes_per_rank": [h[0] for h in held], "state_bytes_per_rank": [h[1] for h in held],

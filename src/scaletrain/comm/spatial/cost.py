@@ -106,7 +106,8 @@ def spatial_cost(pricing):
     comm = {"bytes_per_step": sent + tile_out * (s - 1) + front_grads, "buckets": 0,
             "comm_total_s": halo_s + gather_s + exposed + 2 * norm_s, "comm_hidden_s": 0.0, "overlap_ratio": 0.0,
             "halo_bytes_per_step": sent}
-    return Cost(exposed, comm, phases=phases)
+    # a tile computes its 1/S of the front (the front's share of the ops' time standing for its share of the FLOPs)
+    return Cost(exposed, comm, phases=phases, flops_share=1 - share("forward_s") * (1 - 1 / s))
 
 
 NO_HALO_FIT = ("the calibration has no halo fit (commbench's neighbour swap between computing ranks; calibrations "

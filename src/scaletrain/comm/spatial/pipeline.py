@@ -62,6 +62,9 @@ class SpatialPipeline(Pipeline):
     def _replica_size(self) -> int:
         return self.stages * self.grid.tiles
 
+    def _chain(self) -> list[int]:
+        return [s * self.grid.tiles for s in range(self.stages)]  # tile 0's pipeline of the first replica
+
     @property
     def _counts(self) -> bool:
         return self.is_last and self.tile == 0  # the other tiles' pipelines compute the same predictions
