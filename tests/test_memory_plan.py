@@ -359,3 +359,18 @@ def test_auto_ends_the_front_where_the_tiles_still_divide_the_layers():
         plan_front(model, "layer4", grid, (3, 96, 96))
     with pytest.raises(UserError, match="stem.0 cannot run on tiles: a tile.s width there is 33,"):
         plan_front(model, "auto", grid, (3, 66, 66))
+
+
+def test_a_layouts_part_is_priced_once_for_configurations_that_differ_in_loader_workers_alone(monkeypatch):
+    """A plan's candidates that differ in --workers alone share the layout's part (their batches are counted apart:
+    the loader's workers are processes of their own); another batch is another part."""
+    from scaletrain.comm.allreduce import AllReduce
+
+    asked = []
+    real = AllReduce.memory.__func__
+    monkeypatch.setattr(AllReduce, "memory", classmethod(lambda cls, cfg, *a: asked.append(cfg) or real(cls, cfg, *a)))
+    cache: dict = {}
+    factory = lambda: build_model("resnet18", num_classes=10, in_channels=3, image_size=64)  # noqa: E731
+    parts = [per_rank(_cfg(64, workers=w, batch_size=b), factory, (3, 64, 64), runtime=0, cache=cache)
+             for w, b in ((0, 1), (4, 1), (8, 1), (0, 2))]
+    assert len(asked) == 2 and parts[0] == parts[1] == parts[2] != parts[3]

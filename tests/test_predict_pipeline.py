@@ -189,3 +189,17 @@ def test_a_stages_messages_are_priced_as_point_to_point_not_as_an_all_reduce(tmp
     # each stage sends and receives the activation and its gradient once per micro-batch
     assert stages[0]["transfer_s"] == pytest.approx(2 * (1e-4 + cut * 1e-9))
     assert point["phases_s"]["p2p"] < 0.01
+
+
+def test_a_pipelines_split_is_searched_once_for_points_that_differ_in_loader_workers_alone(monkeypatch):
+    from scaletrain.split import plan
+
+    asked = []
+    real = plan.choose
+    monkeypatch.setattr(plan, "choose", lambda *a, **kw: asked.append(kw) or real(*a, **kw))
+    facts = {"image_size": 28, "classes": 10, "channels": 1}
+    p = Predictor(CAL, NETWORK)
+    phases = [PP.pipeline_phases(p, TrainConfig.from_dict(dict(model="lenet5", strategy="pipeline", nproc=2,
+                                                                batch_size=b, microbatches=2, workers=w)),
+                                 facts, 1, (1e-4, 1e-9)) for w, b in ((0, 8), (4, 8), (0, 16))]
+    assert len(asked) == 2 and phases[0] is phases[1] and phases[2] != phases[0]

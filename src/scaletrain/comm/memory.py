@@ -49,8 +49,14 @@ def per_rank(cfg: TrainConfig, factory: Callable, sample_shape: tuple[int, ...],
     cache = {} if cache is None else cache
     try:
         at, extra = _walks(cfg, factory, sample_shape, device_type, runtime, cache)
-        part = strategy_class(cfg.strategy.name).memory(cfg, at, _kept_model(cache, factory, sample_shape),
-                                                        sample_shape)
+        # a layout's part, once per configuration: the loader's workers are processes of their own (their batches
+        # are `extra`'s), so a plan's candidates that differ in workers alone share it (a pipeline's split search
+        # for its fullest stage is a third of a second)
+        key = ("layout", repr(cfg.replace(workers=0)), sample_shape, device_type, extra.runtime)
+        if key not in cache:
+            cache[key] = strategy_class(cfg.strategy.name).memory(cfg, at, _kept_model(cache, factory, sample_shape),
+                                                                  sample_shape)
+        part = cache[key]
     except _NoMeta:
         return None
     return dataclasses.replace(part, dataset=extra.dataset, batches=extra.batches, runtime=extra.runtime)

@@ -45,7 +45,22 @@ def _blocked(model_name: str, classes: int, channels: int, image_size: int, micr
 def pipeline_phases(predictor, cfg, facts: dict[str, Any], threads: int, alpha_beta) -> dict[str, Any]:
     """The pipeline's forward, backward, p2p and bubble phases per step (means over the stages), the split,
     and the bytes of the mean stage's parameters (for its optimizer and the replicas' all-reduce). `predictor`: the
-    point's basis, which prices the blocks' ops."""
+    point's basis, which prices the blocks' ops. Kept per basis and configuration (a plan's candidates that differ
+    in loader workers alone share it: the split's search is a third of a second)."""
+    key = (id(predictor), repr(cfg.replace(workers=0)), tuple(sorted(facts.items())), threads, tuple(alpha_beta))
+    held = _KEPT.get(key)
+    if held is None or held[0] is not predictor:
+        if len(_KEPT) >= KEEP:
+            _KEPT.pop(next(iter(_KEPT)))
+        held = _KEPT[key] = (predictor, _pipeline_phases(predictor, cfg, facts, threads, alpha_beta))
+    return held[1]
+
+
+KEEP = 256
+_KEPT: dict[tuple, tuple[Any, dict[str, Any]]] = {}
+
+
+def _pipeline_phases(predictor, cfg, facts: dict[str, Any], threads: int, alpha_beta) -> dict[str, Any]:
     from scaletrain.split import plan
 
     stages = cfg.layout.stages

@@ -19,6 +19,8 @@ and 113 ms (docs/bench-pipeline.md).
 
 from __future__ import annotations
 
+import functools
+
 SCHEDULES = ("gpipe", "1f1b")
 
 
@@ -43,14 +45,29 @@ def order(schedule: str, stage: int, stages: int, microbatches: int) -> list[tup
 
 def step_time(forward: list[float], backward: list[float], schedule: str, microbatches: int) -> float:
     """Seconds from the first op to the last, stage s's forward op taking `forward[s]` and its backward op
-    `backward[s]` (each with the messages it sends and receives)."""
-    k = len(forward)
-    plans = [order(schedule, s, k, microbatches) for s in range(k)]
-    done: dict[tuple[str, int, int], float] = {}
+    `backward[s]` (each with the messages it sends and receives). The ops are played in an order that meets every
+    dependency (`_played`, the same for any durations: kept), each starting when its stage is free and its input
+    has arrived (a plan's split search plays thousands of splits)."""
+    k, m = len(forward), microbatches
+    ends = ([[0.0] * m for _ in range(k)], [[0.0] * m for _ in range(k)])  # forward, backward ends by stage, batch
     free = [0.0] * k
+    for s, op, i, dep_op, dep_stage in _played(schedule, k, m):
+        dep = ends[dep_op][dep_stage][i] if dep_stage >= 0 else 0.0
+        free[s] = (free[s] if free[s] > dep else dep) + (backward[s] if op else forward[s])
+        ends[op][s][i] = free[s]
+    return max(free)
+
+
+@functools.lru_cache(maxsize=256)
+def _played(schedule: str, k: int, m: int) -> tuple[tuple[int, int, int, int, int], ...]:
+    """Every op as (stage, 0 forward | 1 backward, micro-batch, its input's op, its input's stage or -1 for none),
+    in an order where each comes after its input and after the op before it on its stage: each stage runs its
+    `order` as far as its inputs are done, in turn, until all have run."""
+    plans = [order(schedule, s, k, m) for s in range(k)]
+    done: set[tuple[str, int, int]] = set()
     nxt = [0] * k
-    left = sum(len(p) for p in plans)
-    while left:
+    out = []
+    while len(out) < sum(len(p) for p in plans):
         moved = False
         for s in range(k):
             while nxt[s] < len(plans[s]):
@@ -61,15 +78,14 @@ def step_time(forward: list[float], backward: list[float], schedule: str, microb
                     dep = ("B", s + 1, i) if s < k - 1 else ("F", s, i)
                 if dep is not None and dep not in done:
                     break
-                start = max(free[s], done[dep] if dep is not None else 0.0)
-                free[s] = start + (forward[s] if kind == "F" else backward[s])
-                done[(kind, s, i)] = free[s]
+                done.add((kind, s, i))
+                out.append((s, int(kind == "B"), i, int(dep is not None and dep[0] == "B"),
+                            dep[1] if dep is not None else -1))
                 nxt[s] += 1
-                left -= 1
                 moved = True
         if not moved:  # a schedule whose ops wait on each other: a bug in `order`
             raise RuntimeError(f"{schedule} schedule deadlocks at {nxt}")
-    return max(free)
+    return tuple(out)
 
 
 def lower_bound(forward: list[float], backward: list[float], microbatches: int) -> float:
