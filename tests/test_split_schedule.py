@@ -45,3 +45,34 @@ def test_no_step_beats_its_lower_bound_nor_exceeds_running_one_op_at_a_time(stag
     assert lower_bound(fwd, bwd, m) <= step * (1 + 1e-9)
     assert lower_bound(fwd[:1], bwd[:1], m) <= step * (1 + 1e-9)  # over the first stages alone too
     assert step <= m * (sum(fwd) + sum(bwd)) * (1 + 1e-9)  # never worse than no overlap at all
+
+
+def _played_by_events(forward, backward, schedule, m):
+    """The step as a discrete-event play: repeatedly start, over all stages, the next op whose input is done (the
+    earliest start first), independent of the order split/schedule.py keeps."""
+    k = len(forward)
+    plans = [order(schedule, s, k, m) for s in range(k)]
+    done, free, nxt = {}, [0.0] * k, [0] * k
+    while any(nxt[s] < len(plans[s]) for s in range(k)):
+        ready = []
+        for s in range(k):
+            if nxt[s] < len(plans[s]):
+                kind, i = plans[s][nxt[s]]
+                dep = (("F", s - 1, i) if s > 0 else None) if kind == "F" else \
+                    (("B", s + 1, i) if s < k - 1 else ("F", s, i))
+                if dep is None or dep in done:
+                    ready.append((max(free[s], done[dep] if dep else 0.0), s, kind, i))
+        start, s, kind, i = min(ready)
+        free[s] = done[(kind, s, i)] = start + (forward[s] if kind == "F" else backward[s])
+        nxt[s] += 1
+    return max(free)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(1, 6), st.integers(1, 12), st.sampled_from(["gpipe", "1f1b"]), st.data())
+def test_the_kept_order_plays_every_split_as_events_do(k, m, schedule, data):
+    times = st.floats(0.0, 1.0, allow_nan=False)
+    forward = data.draw(st.lists(times, min_size=k, max_size=k))
+    backward = data.draw(st.lists(times, min_size=k, max_size=k))
+    assert step_time(forward, backward, schedule, m) == pytest.approx(_played_by_events(forward, backward, schedule, m),
+                                                                      rel=1e-12, abs=1e-12)
