@@ -170,16 +170,3 @@ def test_train_runs_what_the_plan_chose_and_flags_override_it(lenet_plan, tmp_pa
         cfg("--plan-rank", "999")
     with pytest.raises(Exception, match="no plan.json there"):
         train_config(build_parser().parse_args(["train", "--plan", str(tmp_path), "--out", str(tmp_path / "r")]))
-
-
-def test_tiles_in_pipeline_stages_are_refused_before_any_tracing():
-    """Spatial.price_refusal: predict's check_point refuses what it cannot price before a model is walked (a plan's
-    1,080 such candidates on 8 A100s cost 140 s of memory searches when the cost refused them)."""
-    from scaletrain.config import build_config
-    from scaletrain.errors import UserError
-    from scaletrain.predict.points import check_point
-
-    flags = {"model": "resnet18", "dataset": "synthetic", "strategy": "spatial", "spatial": 2, "nproc": 4}
-    with pytest.raises(UserError, match="does not price tiles in pipeline stages yet"):
-        check_point(build_config({}, {**flags, "stages": 2}))
-    check_point(build_config({}, flags))  # the tiles alone are priced

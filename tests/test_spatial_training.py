@@ -207,8 +207,8 @@ def test_what_cannot_be_tiled_is_refused_in_one_line(tmp_path, capsys, extra, wo
 
 def test_predict_prices_the_tiles_with_the_halo_bytes_the_run_counts(tmp_path, capsys):
     """predict's spatial point (a calibration's op times) sends the halo bytes the geometry gives (what the training
-    run counts: test_two_tiles_... above, in fp64), runs the front's ops on half the pixels, and refuses tiles in
-    pipeline stages in one line."""
+    run counts: test_two_tiles_... above, in fp64) and runs the front's ops on half the pixels; tiles in pipeline
+    stages send the same bytes, micro-batch by micro-batch."""
     from predict_fixtures import fake_calibration
     from scaletrain.predict import calibration
 
@@ -224,11 +224,13 @@ def test_predict_prices_the_tiles_with_the_halo_bytes_the_run_counts(tmp_path, c
     assert tiles["samples_per_s"] == pytest.approx(64 / tiles["step_time_s"])  # one replica: 2 tiles of each image
     assert tiles["phases_s"]["forward"] < ddp["phases_s"]["forward"]
     assert tiles["memory_bytes"]["activations"] < ddp["memory_bytes"]["activations"]
-    capsys.readouterr()
-    assert main([*common, "--nproc", "4", "--strategy", "spatial", "--stages", "2", "--microbatches", "2",
-                 "--out", str(tmp_path / "q")]) == 2
-    err = capsys.readouterr().err.strip()
-    assert "predict does not price tiles in pipeline stages yet" in err and err.count("\n") == 0, err
+    assert main([*common, "--nproc", "4", "--strategy", "spatial,pipeline", "--stages", "2", "--microbatches", "2",
+                 "--out", str(tmp_path / "q")]) == 0
+    staged, piped = json.loads((tmp_path / "q" / "prediction.json").read_text())["points"]
+    assert staged["comm"]["halo_bytes_per_step"] == tiles["comm"]["halo_bytes_per_step"]
+    assert staged["phases_s"]["halo"] > 0 and staged["phases_s"]["gather"] > 0 and staged["phases_s"]["bubble"] > 0
+    assert staged["pipeline"]["until"] == "layer1" and staged["memory_bytes"]["activations"] < \
+        piped["memory_bytes"]["activations"]
 
 
 def test_predict_prices_each_halo_exchange_at_the_calibrations_halo_fit(tmp_path, capsys):
@@ -262,6 +264,29 @@ def test_predict_prices_each_halo_exchange_at_the_calibrations_halo_fit(tmp_path
     # the halo fit's latency beyond the idle point-to-point's
     for phase in ("forward", "backward"):
         assert loaded["phases_s"][phase] - old["phases_s"][phase] == pytest.approx(7 * (2e-3 - 1e-4))
+
+
+def test_tiles_in_pipeline_stages_pay_each_micro_batchs_exchanges_in_the_stage_that_holds_the_layer(tmp_path):
+    """2 tiles x 2 stages, 4 micro-batches: the same 13 exchanges per micro-batch as the tiles alone make per batch,
+    at the halo fit, over the stages (the halo phase is a mean over them, as every pipeline phase is), the bytes a
+    quarter each time; the front's blocks priced on a tile, so the stages compute less than the pipeline on whole
+    images."""
+    from predict_fixtures import fake_calibration
+    from scaletrain.predict import calibration
+
+    cal = fake_calibration()
+    cal["network"]["fits"] = {**{k: {"alpha_s": 1e-4, "beta_s_per_byte": 1e-9} for k in ("allreduce", "ring", "ps")},
+                              "halo": {"alpha_s": 2e-3, "beta_s_per_byte": 3e-9}}
+    path = calibration.save(cal, tmp_path / "cal.json")
+    assert main(["predict", "--calibration", str(path), "--model", "resnet20", "--dataset", "digits", "--image-size",
+                 "8", "--batch-size", "64", "--nproc", "4", "--strategy", "spatial,pipeline", "--stages", "2",
+                 "--microbatches", "4", "--out", str(tmp_path / "p")]) == 0
+    staged, piped = json.loads((tmp_path / "p" / "prediction.json").read_text())["points"]
+    sent, k, m = staged["comm"]["halo_bytes_per_step"], 2, 4
+    assert staged["phases_s"]["halo"] == pytest.approx(m / k * (13 * 2e-3 + sent / m * 3e-9))
+    # the stem and layer1 on half the pixels: of the whole model's compute, more than half and less than all
+    assert 0.5 < staged["pipeline"]["compute_share"] < 1 and piped["pipeline"].get("compute_share") is None
+    assert staged["phases_s"]["gather"] > 0 and staged["pipeline"]["gather_after_block"] == 4
 
 
 def test_predict_prices_the_fused_stems_recompute_and_the_flat_messages_copies(tmp_path, capsys, monkeypatch):

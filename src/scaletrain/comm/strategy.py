@@ -77,12 +77,6 @@ class Strategy:
         `cost` reads back as laws through `Pricing.host_law`. None by default."""
         return []
 
-    @classmethod
-    def price_refusal(cls, cfg: TrainConfig) -> str:
-        """Why predict cannot price this configuration of it (empty: it can), told before any tracing (a plan's
-        candidate refused here costs no memory search)."""
-        return ""
-
     def __init__(self, cfg: TrainConfig, rank: RankInfo, device: torch.device, backend: str) -> None:
         self.cfg = cfg
         self.rank = rank  # this process among the ranks that train (a parameter-server job's workers)

@@ -45,41 +45,65 @@ def _blocked(model_name: str, classes: int, channels: int, image_size: int, micr
 def pipeline_phases(predictor, cfg, facts: dict[str, Any], threads: int, alpha_beta) -> dict[str, Any]:
     """The pipeline's forward, backward, p2p and bubble phases per step (means over the stages), the split,
     and the bytes of the mean stage's parameters (for its optimizer and the replicas' all-reduce). `predictor`: the
-    point's basis, which prices the blocks' ops. Kept per basis and configuration (a plan's candidates that differ
-    in loader workers alone share it: the split's search is a third of a second)."""
-    key = (id(predictor), repr(cfg.replace(workers=0)), tuple(sorted(facts.items())), threads, tuple(alpha_beta))
+    point's basis, which prices the blocks' ops."""
+    def compute() -> dict[str, Any]:
+        model, graph, shape, micro = blocked_model(cfg, facts)
+        costs = priced_blocks(predictor, cfg, graph, model, shape, micro, threads)
+        return split_phases(cfg, graph, model, shape, costs, alpha_beta)
+
+    return kept("pipeline", predictor, cfg, facts, threads, alpha_beta, compute)
+
+
+def kept(what: str, predictor, cfg, facts: dict[str, Any], threads: int, alpha_beta, compute):
+    """`compute()` once per basis and configuration: a plan's candidates that differ in loader workers alone share a
+    split's pricing (its search is a third of a second)."""
+    key = (what, id(predictor), repr(cfg.replace(workers=0)), tuple(sorted(facts.items())), threads,
+           tuple(alpha_beta))
     held = _KEPT.get(key)
     if held is None or held[0] is not predictor:
         if len(_KEPT) >= KEEP:
             _KEPT.pop(next(iter(_KEPT)))
-        held = _KEPT[key] = (predictor, _pipeline_phases(predictor, cfg, facts, threads, alpha_beta))
+        held = _KEPT[key] = (predictor, compute())
     return held[1]
 
 
 KEEP = 256
-_KEPT: dict[tuple, tuple[Any, dict[str, Any]]] = {}
+_KEPT: dict[tuple, tuple[Any, Any]] = {}
 
 
-def _pipeline_phases(predictor, cfg, facts: dict[str, Any], threads: int, alpha_beta) -> dict[str, Any]:
+def blocked_model(cfg, facts: dict[str, Any]):
+    """(the model on the meta device, its block graph at the micro-batch, one sample's shape, the micro-batch)."""
     from scaletrain.split import plan
 
-    stages = cfg.layout.stages
     micro = plan.micro_batch(cfg.optim.batch_size, cfg.pipeline.microbatches)
     size = facts["image_size"]
     model, graph = _blocked(cfg.model.name, facts["classes"], facts["channels"], size, micro, cfg.model.stem,
                             cfg.model.width)
-    shape = (facts["channels"], size, size)
+    return model, graph, (facts["channels"], size, size), micro
+
+
+def priced_blocks(predictor, cfg, graph, model, shape: tuple[int, ...], micro: int, threads: int) -> list:
+    """The blocks' costs at the micro-batch, each op priced by the basis as the stages' ranks run it."""
+    from scaletrain.split import plan
+
     costs, _ = plan.costs_for(graph, model, shape, micro, source="predicted", predictor=predictor,
                               precision=cfg.model.precision, threads=threads, ranks=cfg.launch.nproc)
+    return costs
+
+
+def split_phases(cfg, graph, model, shape: tuple[int, ...], costs: list, alpha_beta) -> dict[str, Any]:
+    """The split the run chooses on these block costs and its phases."""
+    from scaletrain.split import plan
+
     alpha, beta = alpha_beta
     link = 1 / beta if beta > 0 else plan.DEFAULT_LINK
     # the split the run chooses, and its step, as comm/pipeline/strategy.py's Pipeline._split asks for it: these block
     # costs standing for the ones the run measures, the basis's point-to-point link for the one it measures between its
     # stages
-    part = plan.choose(cfg.pipeline.split, graph, model, shape, stages=stages, microbatches=cfg.pipeline.microbatches,
-                       schedule=cfg.pipeline.schedule, batch_size=cfg.optim.batch_size, precision=cfg.model.precision,
-                       optimizer=cfg.optim.optimizer, model_name=cfg.model.name, costs=costs, link_bytes_per_s=link,
-                       latency_s=alpha)
+    part = plan.choose(cfg.pipeline.split, graph, model, shape, stages=cfg.layout.stages,
+                       microbatches=cfg.pipeline.microbatches, schedule=cfg.pipeline.schedule,
+                       batch_size=cfg.optim.batch_size, precision=cfg.model.precision, optimizer=cfg.optim.optimizer,
+                       model_name=cfg.model.name, costs=costs, link_bytes_per_s=link, latency_s=alpha)
     m, k = cfg.pipeline.microbatches, len(part.stages)
     mean = lambda key: sum(st[key] for st in part.stages) / k  # noqa: E731
     fwd, bwd = m * mean("forward_s"), m * mean("backward_s")

@@ -92,8 +92,6 @@ def check_point(cfg, hw=None) -> None:
     if not strategy_class(cfg.strategy.name).priced:
         raise UserError(f"--strategy {cfg.strategy.name}: predict does not price it yet; measure it with "
                         "scaletrain train (or a study), or predict another strategy")
-    if strategy_class(cfg.strategy.name).price_refusal(cfg):
-        raise UserError(strategy_class(cfg.strategy.name).price_refusal(cfg))
     compress = parse_compress(cfg.strategy.compress)
     if compress and compress[0] == "powersgd":
         raise UserError(f"--compress {cfg.strategy.compress}: predict cannot price PowerSGD (its bytes depend on each "

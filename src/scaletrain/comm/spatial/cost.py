@@ -31,17 +31,15 @@ from scaletrain.errors import UserError
 from scaletrain.perf import alphabeta
 
 
-STAGED_UNPRICED = ("--strategy spatial with --stages: predict does not price tiles in pipeline stages yet; measure "
-                   "it with scaletrain train, or predict the tiles without --stages")
-
-
 def spatial_cost(pricing):
     from scaletrain.predict.points import meta_model_of, model_factory, sample_shape
     from scaletrain.predict.pricing import Cost
 
     cfg, facts, ops = pricing.cfg, pricing.facts, pricing.ops
-    if cfg.layout.stages > 1:  # (predict's check_point refuses it first: Spatial.price_refusal)
-        raise UserError(STAGED_UNPRICED)
+    if cfg.layout.stages > 1:  # the tiles' pipelines
+        from scaletrain.comm.spatial.staged_cost import staged_cost
+
+        return staged_cost(pricing)
     s = cfg.spatial.tiles
     grid = TileGrid(*square_grid(s))
     shape = sample_shape(facts)
@@ -81,18 +79,10 @@ def spatial_cost(pricing):
     tile_out = batch * element * math.prod(front.out_shape) // s
     gather_s = (s - 1) * (alpha + tile_out * beta)
     front_grads = sum(g for o in ops[:end] for g in o.grad_bytes)
-    threads = pricing.setting.rank_threads
-
-    def flat_all_reduce(nbytes: int, ranks: int) -> float:
-        # one message, made anew each step (fresh pages above the allocator's threshold): the gradients copied
-        # into it and back out (distributed/group.all_reduce_flat)
-        p = pricing.predictor
-        return alphabeta.predict(alpha, beta, ranks, nbytes) + 2 * p.copy_s(nbytes, threads) + p.fresh_s(nbytes, cfg)
-
-    exposed = flat_all_reduce(front_grads, s)
+    exposed = flat_all_reduce_s(pricing, front_grads, s)
     replicas = max(1, cfg.layout.replicas)
     if replicas > 1:
-        exposed += flat_all_reduce(sum(pricing.grads), replicas)
+        exposed += flat_all_reduce_s(pricing, sum(pricing.grads), replicas)
     # a fused stem keeps only its input: its forward runs again in its backward, on the tile (comm/spatial/stem.py;
     # under autocast the four layers run one by one and keep their own)
     fused = {name.replace(".", "_") for chain in front.stems for name in chain} \
@@ -108,6 +98,16 @@ def spatial_cost(pricing):
             "halo_bytes_per_step": sent}
     # a tile computes its 1/S of the front (the front's share of the ops' time standing for its share of the FLOPs)
     return Cost(exposed, comm, phases=phases, flops_share=1 - share("forward_s") * (1 - 1 / s))
+
+
+def flat_all_reduce_s(pricing, nbytes: int, ranks: int) -> float:
+    """Gradients all-reduced as one flat message over `ranks` (distributed/group.all_reduce_flat): the all-reduce, the
+    gradients copied into it and back out, and the message's fresh pages (made anew each step above the allocator's
+    threshold)."""
+    p, cfg = pricing.predictor, pricing.cfg
+    alpha, beta = pricing.link("allreduce")
+    return alphabeta.predict(alpha, beta, ranks, nbytes) + 2 * p.copy_s(nbytes, pricing.setting.rank_threads) + \
+        p.fresh_s(nbytes, cfg)
 
 
 NO_HALO_FIT = ("the calibration has no halo fit (commbench's neighbour swap between computing ranks; calibrations "

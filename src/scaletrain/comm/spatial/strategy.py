@@ -44,12 +44,6 @@ class Spatial(Strategy):
         self.tiles_group, self.dp_group = block_groups(s, self.replicas, rank.rank)
 
     @classmethod
-    def price_refusal(cls, cfg: TrainConfig) -> str:
-        from scaletrain.comm.spatial.cost import STAGED_UNPRICED
-
-        return STAGED_UNPRICED if cfg.layout.stages > 1 else ""
-
-    @classmethod
     def cost(cls, pricing):
         """The front's compute over the tiles, its halos, BatchNorm statistics and gather, the gradients' sums
         (comm/spatial/cost.py)."""
