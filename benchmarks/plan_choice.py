@@ -76,6 +76,20 @@ def summarise(name: str, where: Path, predicted: dict | None = None) -> dict:
         if r["runs"] and r["ratio_to_chosen"]["error"] is not None and r["id"] != v["candidates"][0]["id"]:
             signed.setdefault(strategy[r["id"]], []).append(r["ratio_to_chosen"]["error"])
     step_errors = [r["errors"]["step_time"] for r in v["candidates"] if r["runs"]]
+    # per strategy and phase, the signed error of the phase itself (predicted / measured - 1): where a strategy's
+    # own cost is wrong, beside the step's
+    phased: dict[str, dict[str, list[float]]] = {}
+    for r in v["candidates"]:
+        if not r["runs"]:
+            continue
+        errors, measured = r["errors"]["phases"], r["measured"]["phases_s"]
+        compute = measured.get("forward", 0.0) + measured.get("backward", 0.0)
+        diff = sum((errors.get(k) or {}).get("difference_s") or 0.0 for k in ("forward", "backward"))
+        each = {"forward+backward": diff / compute if compute else None,
+                **{k: (errors.get(k) or {}).get("relative") for k in ("comm_exposed", "optimizer")}}
+        for k, e in each.items():
+            if e is not None:
+                phased.setdefault(strategy[r["id"]], {}).setdefault(k, []).append(e)
     return {"case": name, "candidates": len(plan["ranked"]), "chosen": plan["chosen"], "best": v["best"],
             "chosen_is_best": v["chosen_is_best"], "behind": v["chosen_behind_best"],
             "beyond": v["best_by_beyond_spread"], "best_spread": rows[v["best"]]["ratio_to_chosen"]["spread"],
@@ -85,7 +99,8 @@ def summarise(name: str, where: Path, predicted: dict | None = None) -> dict:
             "ratio_p90": v["ratio_summary"]["p90_abs_error"], "ratio_over": v["ratio_summary"]["over"],
             "ratio_under": v["ratio_summary"]["under"], "failed": len(v["failed"]),
             "step_errors": step_errors, "dir": str(where),
-            "by_strategy": {k: {"median": statistics.median(e), "n": len(e)} for k, e in sorted(signed.items())}}
+            "by_strategy": {k: {"median": statistics.median(e), "n": len(e)} for k, e in sorted(signed.items())},
+            "by_phase": {k: {ph: statistics.median(e) for ph, e in v.items()} for k, v in sorted(phased.items())}}
 
 
 def repredict(name: str, where: Path, cal: str, out: Path) -> dict:
@@ -122,6 +137,10 @@ def table(results: list[dict]) -> None:
     for r in results:
         parts = [f"{k} {100 * v['median']:+.1f}% ({v['n']})" for k, v in r.get("by_strategy", {}).items()]
         print(f"  {r['case']:18} " + ", ".join(parts))
+    print("\nsigned error of each phase, median per strategy (predicted / measured - 1):")
+    for r in results:
+        for k, phases in r.get("by_phase", {}).items():
+            print(f"  {r['case']:18} {k:10} " + ", ".join(f"{ph} {100 * e:+.0f}%" for ph, e in phases.items()))
     best = sum(1 for r in results if r["chosen_is_best"])
     close = sum(1 for r in results if r["chosen_is_best"] or (r["behind"] is not None and r["behind"] <= 0.05))
     print(f"\nthe chosen configuration measured fastest in {best} of {len(results)} cases, within 5% of the measured "
