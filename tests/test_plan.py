@@ -75,7 +75,8 @@ def test_a_plan_prices_ranks_and_explains(lenet_plan, capsys):
     assert len({c["id"] for c in ranked}) == len(ranked)  # every strategy's grid named apart
     pruned = {name for name in ("allreduce", "ring", "ps-sync", "fsdp") if any(i.startswith(name + "-")
                                                                              for i in plan["pruned"])}
-    assert {c["axes"]["strategy"] for c in ranked} | pruned == {"allreduce", "ring", "ps-sync", "fsdp"}
+    # (a pipeline on the data sheet too: its blocks by the roofline)
+    assert {c["axes"]["strategy"] for c in ranked} | pruned == {"allreduce", "ring", "ps-sync", "fsdp", "pipeline"}
     first = ranked[0]
     assert first["time_to_train_s"] == pytest.approx(first["epoch_time_s"])  # one epoch asked
     assert first["global_batch"] == 2 * first["config"]["batch_size"] and first["limit"]

@@ -32,8 +32,8 @@ def block_costs(blocked: Blocked, model: nn.Module, input_shape: tuple[int, ...]
                 device: torch.device | None = None, progress: Callable[[str, int, int], None] | None = None,
                 tiles: tuple[int, int, int] | None = None, predictor: Any = None) -> list[BlockCost]:
     """The blocks' costs at `micro_batch` samples, predicted from `calibration` or a point's `predictor` (either
-    basis: predict/predictor.py, predict/datasheet.py), or measured. `threads` and `ranks` (predicted only): the calibrated
-    thread count to price at (default the calibrated machine's cores) and the processes sharing the node
+    basis: predict/predictor.py, predict/datasheet.py), or measured. `threads` and `ranks` (predicted only): the
+    calibrated thread count to price at (default the calibrated machine's cores) and the processes sharing the node
     (default as many as the cores hold at `threads`: predict/node_times.py); measured times use this process's
     threads, the least of `rounds` passes over the blocks (default ROUNDS), on `device` (default the model's),
     `progress(block, timed, to_time)` told after each block is timed (console/phase.py shows it); `tiles` = (rows,

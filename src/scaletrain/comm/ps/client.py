@@ -195,7 +195,7 @@ def flat_gradients(params: list[torch.Tensor]) -> torch.Tensor:
     """The gradients of `params` as one host vector in their order (what a push sends; zeros for a parameter
     without one)."""
     grads = [p.grad.reshape(-1) if p.grad is not None else torch.zeros(p.numel(), device=p.device) for p in params]
-    return torch.cat(grads).to(torch.get_default_dtype()).cpu()  # note: on CUDA a device-to-host copy (and sync) per push
+    return torch.cat(grads).to(torch.get_default_dtype()).cpu()  # on CUDA a device-to-host copy (and sync) a push
 
 
 def load_flat(params: list[torch.Tensor], flat: torch.Tensor) -> None:

@@ -36,10 +36,6 @@ def spatial_cost(pricing):
     from scaletrain.predict.pricing import Cost
 
     cfg, facts, ops = pricing.cfg, pricing.facts, pricing.ops
-    if cfg.layout.stages > 1:  # the tiles' pipelines
-        from scaletrain.comm.spatial.staged_cost import staged_cost
-
-        return staged_cost(pricing)
     s = cfg.spatial.tiles
     grid = TileGrid(*square_grid(s))
     shape = sample_shape(facts)

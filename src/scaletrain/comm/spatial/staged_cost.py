@@ -72,7 +72,8 @@ def _phases(pricing) -> dict:
     front_costs = PP.priced_blocks(p, cfg, on_tile, model, tile_shape, micro, threads)[:f]
     element = 8 if cfg.model.precision == "fp64" else 4
     recomputed = _recomputed(cfg, model, shape, front)
-    layers = {name: tiled(name, model.get_submodule(name), Tiles(grid, 0, tuple(range(tiles)))) for name in front.layers}
+    first = Tiles(grid, 0, tuple(range(tiles)))
+    layers = {name: tiled(name, model.get_submodule(name), first) for name in front.layers}
     every = [Tiles(grid, t, tuple(range(tiles))) for t in range(tiles)]
     h_alpha, h_beta = pricing.link(halo_fit(pricing))
     alpha, beta = pricing.link("allreduce")

@@ -46,7 +46,11 @@ class Spatial(Strategy):
     @classmethod
     def cost(cls, pricing):
         """The front's compute over the tiles, its halos, BatchNorm statistics and gather, the gradients' sums
-        (comm/spatial/cost.py)."""
+        (comm/spatial/cost.py); with --stages, the tiles' pipelines (comm/spatial/staged_cost.py)."""
+        if pricing.cfg.layout.stages > 1:
+            from scaletrain.comm.spatial.staged_cost import staged_cost
+
+            return staged_cost(pricing)
         from scaletrain.comm.spatial.cost import spatial_cost
 
         return spatial_cost(pricing)
