@@ -371,6 +371,6 @@ def test_a_layouts_part_is_priced_once_for_configurations_that_differ_in_loader_
     monkeypatch.setattr(AllReduce, "memory", classmethod(lambda cls, cfg, *a: asked.append(cfg) or real(cls, cfg, *a)))
     cache: dict = {}
     factory = lambda: build_model("resnet18", num_classes=10, in_channels=3, image_size=64)  # noqa: E731
-    parts = [per_rank(_cfg(64, workers=w, batch_size=b), factory, (3, 64, 64), runtime=0, cache=cache)
-             for w, b in ((0, 1), (4, 1), (8, 1), (0, 2))]
+    parts = [per_rank(_cfg(64, workers=w, batch_size=b, **extra), factory, (3, 64, 64), runtime=0, cache=cache)
+             for w, b, extra in ((0, 1, {}), (4, 1, {}), (8, 1, {"persistent_workers": True}), (0, 2, {}))]
     assert len(asked) == 2 and parts[0] == parts[1] == parts[2] != parts[3]

@@ -52,7 +52,7 @@ def per_rank(cfg: TrainConfig, factory: Callable, sample_shape: tuple[int, ...],
         # a layout's part, once per configuration: the loader's workers are processes of their own (their batches
         # are `extra`'s), so a plan's candidates that differ in workers alone share it (a pipeline's split search
         # for its fullest stage is a third of a second)
-        key = ("layout", repr(cfg.replace(workers=0)), sample_shape, device_type, extra.runtime)
+        key = ("layout", workerless(cfg), sample_shape, device_type, extra.runtime)
         if key not in cache:
             cache[key] = strategy_class(cfg.strategy.name).memory(cfg, at, _kept_model(cache, factory, sample_shape),
                                                                   sample_shape)
@@ -60,6 +60,14 @@ def per_rank(cfg: TrainConfig, factory: Callable, sample_shape: tuple[int, ...],
     except _NoMeta:
         return None
     return dataclasses.replace(part, dataset=extra.dataset, batches=extra.batches, runtime=extra.runtime)
+
+
+def workerless(cfg: TrainConfig) -> str:
+    """A key of `cfg` with its loader workers left out (their count and persistence): configurations that differ in
+    them alone share a layout's memory part and a pipeline's pricing. (Built around the config's checks: a
+    configuration with persistent workers and none would be refused.)"""
+    data = dataclasses.replace(cfg.data, workers=0, persistent_workers=False)
+    return repr(dataclasses.replace(cfg, data=data))
 
 
 def kept_meta_model(cache: dict, factory: Callable, sample_shape: tuple[int, ...]) -> Module | None:

@@ -57,7 +57,9 @@ def pipeline_phases(predictor, cfg, facts: dict[str, Any], threads: int, alpha_b
 def kept(what: str, predictor, cfg, facts: dict[str, Any], threads: int, alpha_beta, compute):
     """`compute()` once per basis and configuration: a plan's candidates that differ in loader workers alone share a
     split's pricing (its search is a third of a second)."""
-    key = (what, id(predictor), repr(cfg.replace(workers=0)), tuple(sorted(facts.items())), threads,
+    from scaletrain.comm.memory import workerless
+
+    key = (what, id(predictor), workerless(cfg), tuple(sorted(facts.items())), threads,
            tuple(alpha_beta))
     held = _KEPT.get(key)
     if held is None or held[0] is not predictor:
