@@ -58,22 +58,16 @@ def spatial_cost(pricing):
     element = 8 if cfg.model.precision == "fp64" else 4
     fit = halo_fit(pricing)
     rows = pricing.link(fit)
-    alpha, beta = pricing.link("allreduce")
     recomputed = _recomputed(cfg, model, shape, front)
     layers = {name: tiled(name, model.get_submodule(name), Tiles(grid, 0, tuple(range(s)))) for name in front.layers}
     every = [Tiles(grid, t, tuple(range(s))) for t in range(s)]
     sent = max(halo_bytes_per_sample(layers.__getitem__, front, t, element, recomputed) for t in every) * batch
-    windows = [name for name, _ in front.inputs if any(w for pair in layers[name].widths for w in pair)]
     cuts = (grid.rows > 1) + (grid.cols > 1)
-    exchanges = sum(cuts * (1 + (name not in front.on_image) + recomputed(name)) for name in windows)
+    exchanges = sum(cuts * (1 + (name not in front.on_image) + recomputed(name)) for name in windows(layers, front))
     halo_s = exchanges * rows[0] + sent * rows[1]
-    norms = [m for m in layers.values() if type(m).__name__ == "SpatialBatchNorm2d"]
-    # each tiled BatchNorm's statistics: a collective between ranks that compute between them, so it waits, as a
-    # halo exchange does, for the rank whose compute ran longer: the halo fit's latency beyond the idle one's
-    skew = pricing.skew_s()
-    norm_s = sum(alphabeta.predict(alpha, beta, s, 2 * m.weight.numel() * element) + skew for m in norms)
+    norm_s = norm_stats_s(pricing, layers.values(), s, element)
+    gather_s = gather_seconds(pricing, front, s, batch, element)
     tile_out = batch * element * math.prod(front.out_shape) // s
-    gather_s = (s - 1) * (alpha + tile_out * beta)
     front_grads = sum(g for o in ops[:end] for g in o.grad_bytes)
     exposed = flat_all_reduce_s(pricing, front_grads, s)
     replicas = max(1, cfg.layout.replicas)
@@ -94,6 +88,27 @@ def spatial_cost(pricing):
             "halo_bytes_per_step": sent}
     # a tile computes its 1/S of the front (the front's share of the ops' time standing for its share of the FLOPs)
     return Cost(exposed, comm, phases=phases, flops_share=1 - share("forward_s") * (1 - 1 / s))
+
+
+def windows(layers: dict, front) -> list[str]:
+    """The front's window layers (of `front.inputs`) whose tiled version exchanges halos."""
+    return [name for name, _ in front.inputs if any(w for pair in layers[name].widths for w in pair)]
+
+
+def norm_stats_s(pricing, layers, tiles: int, element: int) -> float:
+    """One way's statistics of the tiled BatchNorm layers among `layers`: each an all-reduce of 2 C values over the
+    tiles, a collective between ranks that compute between them, so it also waits, as a halo exchange does, for the
+    rank whose compute ran longer (the halo fit's latency beyond the idle one's)."""
+    alpha, beta = pricing.link("allreduce")
+    skew = pricing.skew_s()
+    return sum(alphabeta.predict(alpha, beta, tiles, 2 * m.weight.numel() * element) + skew
+               for m in layers if type(m).__name__ == "SpatialBatchNorm2d")
+
+
+def gather_seconds(pricing, front, tiles: int, batch: int, element: int) -> float:
+    """The front's output all-gathered over the tiles: (S - 1) messages of a tile's share."""
+    alpha, beta = pricing.link("allreduce")
+    return (tiles - 1) * (alpha + batch * element * math.prod(front.out_shape) // tiles * beta)
 
 
 def flat_all_reduce_s(pricing, nbytes: int, ranks: int) -> float:

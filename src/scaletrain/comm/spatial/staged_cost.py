@@ -19,15 +19,14 @@
 from __future__ import annotations
 
 import dataclasses
-import math
 
-from scaletrain.comm.spatial.cost import _recomputed, flat_all_reduce_s, halo_fit
+from scaletrain.comm.spatial.cost import (_recomputed, flat_all_reduce_s, gather_seconds, halo_fit, norm_stats_s,
+                                         windows)
 from scaletrain.comm.spatial.front import halo_bytes_per_sample, plan_front, staged_until
 from scaletrain.comm.spatial.geometry import TileGrid, square_grid
 from scaletrain.comm.spatial.halo import Tiles
 from scaletrain.comm.spatial.layers import tiled
 from scaletrain.errors import UserError
-from scaletrain.perf import alphabeta
 
 
 def staged_cost(pricing):
@@ -76,26 +75,21 @@ def _phases(pricing) -> dict:
     layers = {name: tiled(name, model.get_submodule(name), first) for name in front.layers}
     every = [Tiles(grid, t, tuple(range(tiles))) for t in range(tiles)]
     h_alpha, h_beta = pricing.link(halo_fit(pricing))
-    alpha, beta = pricing.link("allreduce")
-    skew = pricing.skew_s()
     cuts = (grid.rows > 1) + (grid.cols > 1)
     costs, halo_f, halo_b, sent, gathered = [], 0.0, 0.0, 0, 0.0
     for i, cost in enumerate(front_costs):
         mine = {graph.graph.nodes[n].target for n in graph.blocks[i].nodes}
         part = dataclasses.replace(front, inputs=tuple(x for x in front.inputs if x[0] in mine))
-        windows = [name for name, _ in part.inputs if any(w for pair in layers[name].widths for w in pair)]
-        forward_x = sum(cuts * (1 + recomputed(name)) for name in windows)
-        backward_x = sum(cuts * (name not in front.on_image) for name in windows)
+        forward_x = sum(cuts * (1 + recomputed(name)) for name in windows(layers, part))
+        backward_x = sum(cuts * (name not in front.on_image) for name in windows(layers, part))
         nbytes = max(halo_bytes_per_sample(layers.__getitem__, part, t, element, recomputed) for t in every) * micro
         # the bytes go each way as the exchanges do (a forward halo and its gradient are of one size)
         fwd_b, bwd_b = (nbytes * x / (forward_x + backward_x) if forward_x + backward_x else 0.0
                         for x in (forward_x, backward_x))
         fh, bh = forward_x * h_alpha + fwd_b * h_beta, backward_x * h_alpha + bwd_b * h_beta
-        norms = [layers[n] for n in front.layers if n in mine and type(layers[n]).__name__ == "SpatialBatchNorm2d"]
-        norm = sum(alphabeta.predict(alpha, beta, tiles, 2 * n.weight.numel() * element) + skew for n in norms)
-        gather = 0.0
-        if i == f - 1:  # the tiles gathered after the front's last block
-            gather = (tiles - 1) * (alpha + micro * element * math.prod(front.out_shape) // tiles * beta)
+        norm = norm_stats_s(pricing, [layers[n] for n in front.layers if n in mine], tiles, element)
+        # the tiles gathered after the front's last block
+        gather = gather_seconds(pricing, front, tiles, micro, element) if i == f - 1 else 0.0
         costs.append(dataclasses.replace(cost, forward_s=cost.forward_s + fh + norm + gather,
                                          backward_s=cost.backward_s + bh + norm))
         halo_f, halo_b, sent, gathered = halo_f + fh, halo_b + bh, sent + nbytes, gathered + gather
