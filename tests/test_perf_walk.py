@@ -12,7 +12,8 @@ from torch import nn
 
 from scaletrain.models import build_model, model_names
 from scaletrain.perf.flops import count_params, forward_flops
-from scaletrain.perf.walk import Untraceable, cut_points, layer_graph
+from scaletrain.perf import walk
+from scaletrain.perf.walk import Untraceable, cut_points, fits_meta_batch_norm, layer_graph, meta_batch_norm
 
 
 @pytest.mark.parametrize("name", model_names())
@@ -37,6 +38,46 @@ def test_the_layers_walked_outside_the_flop_counter_count_none_in_it():
         meta = layer_graph(copy.deepcopy(model).to("meta"), (3, 8, 8))
     assert sum(n.flops for n in meta.nodes) == whole
     assert [n.flops for n in meta.nodes if n.kind in ("GroupNorm", "GELU", "LayerNorm")] == [0, 0, 0]
+
+
+def _saved(fn):
+    """(the output's shape, dtype and strides; the sizes and dtypes of what autograd saved) of fn() on meta."""
+    kept = []
+
+    def pack(t):
+        kept.append((tuple(t.shape), t.dtype, t.untyped_storage().nbytes()))
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), torch.enable_grad():
+        y = fn()
+    return (tuple(y.shape), y.dtype, y.stride(), y.requires_grad), kept
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("norm", [lambda: nn.BatchNorm2d(6), lambda: nn.BatchNorm2d(6, affine=False),
+                                  lambda: nn.BatchNorm2d(6, track_running_stats=False), lambda: nn.BatchNorm1d(6)])
+@pytest.mark.parametrize("training", [True, False])
+def test_a_meta_batch_norm_keeps_what_the_module_keeps(norm, dtype, training):
+    """perf/walk.meta_batch_norm stands for a batch norm on meta tensors (whose decomposition took most of a walk):
+    the same output and the same tensors saved for backward, in every mode."""
+    module = norm().to("meta").to(dtype).train(training)
+    x = torch.empty((4, 6) if isinstance(module, nn.BatchNorm1d) else (4, 6, 5, 5), device="meta", dtype=dtype)
+    assert fits_meta_batch_norm(module, (x,))
+    assert _saved(lambda: meta_batch_norm(module, x)) == _saved(lambda: module(x))
+
+
+def test_a_meta_walk_is_the_same_with_batch_norm_stood_in_for(monkeypatch):
+    """ResNet-50's meta walk, node by node, with and without the stand-in (and a channel count that does not fit
+    runs the module, which says so)."""
+    with torch.device("meta"):
+        model = build_model("resnet50", num_classes=10, in_channels=3, image_size=64)
+    fast = layer_graph(model, (3, 64, 64), 8)
+    monkeypatch.setattr(walk, "fits_meta_batch_norm", lambda module, args: False)
+    slow = layer_graph(model, (3, 64, 64), 8)
+    assert fast.saved_bytes == slow.saved_bytes > 0
+    assert [(n.shape, n.flops, n.out_bytes, n.saved_bytes) for n in fast.nodes] == \
+        [(n.shape, n.flops, n.out_bytes, n.saved_bytes) for n in slow.nodes]
+    assert not fits_meta_batch_norm(nn.BatchNorm2d(5).to("meta"), (torch.empty(2, 6, 3, 3, device="meta"),))
 
 
 def test_lenet5_is_a_chain_every_node_is_a_cut_point():

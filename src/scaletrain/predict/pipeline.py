@@ -84,6 +84,24 @@ def blocked_model(cfg, facts: dict[str, Any]):
     return model, graph, (facts["channels"], size, size), micro
 
 
+def blocked_at(cfg, facts: dict[str, Any], shape: tuple[int, ...]):
+    """The block graph of blocked_model's model on samples of another `shape` (a tile's) at the micro-batch."""
+    from scaletrain.split import plan
+
+    micro = plan.micro_batch(cfg.optim.batch_size, cfg.pipeline.microbatches)
+    return _blocked_at(cfg.model.name, facts["classes"], facts["channels"], facts["image_size"], micro, cfg.model.stem,
+                       cfg.model.width, tuple(shape))
+
+
+@functools.lru_cache(maxsize=16)
+def _blocked_at(model_name: str, classes: int, channels: int, image_size: int, micro: int, stem: str, width: float,
+                shape: tuple[int, ...]):
+    from scaletrain.split.stages import blocked
+
+    model, _ = _blocked(model_name, classes, channels, image_size, micro, stem, width)
+    return blocked(model, shape, micro, meta=True)
+
+
 def priced_blocks(predictor, cfg, graph, model, shape: tuple[int, ...], micro: int, threads: int) -> list:
     """The blocks' costs at the micro-batch, each op priced by the basis as the stages' ranks run it."""
     from scaletrain.split import plan

@@ -54,7 +54,6 @@ def staged_cost(pricing):
 
 def _phases(pricing) -> dict:
     from scaletrain.predict import pipeline as PP
-    from scaletrain.split.stages import blocked
 
     cfg, p, threads = pricing.cfg, pricing.predictor, pricing.setting.rank_threads
     tiles = cfg.spatial.tiles
@@ -64,7 +63,7 @@ def _phases(pricing) -> dict:
     front = plan_front(model, until, grid, shape)
     whole = PP.priced_blocks(p, cfg, graph, model, shape, micro, threads)
     tile_shape = (shape[0], shape[1] // grid.rows, shape[2] // grid.cols)
-    on_tile = blocked(model, tile_shape, micro, meta=True)
+    on_tile = PP.blocked_at(cfg, pricing.facts, tile_shape)
     if on_tile.names != graph.names:
         raise UserError(f"--strategy spatial --stages {cfg.layout.stages}: {cfg.model.name}'s blocks on a tile are not "
                         "its blocks on the image; measure it with scaletrain train")
