@@ -299,8 +299,32 @@ def evaluate(costs: list[BlockCost], bounds: Bounds, *, method: str = "given", *
 
 def optimal(costs: list[BlockCost], stages: int, **pipeline: Any) -> Partition:
     """The split with the smallest predicted step among those whose stages fit `memory_limit`, ties broken by the
-    smaller bottleneck; Infeasible (naming the smallest limit that has a split) when none fits."""
+    smaller bottleneck; Infeasible (naming the smallest limit that has a split) when none fits. The fastest split of
+    all is searched first (and kept for these costs): when its stages fit as they are, it is the answer."""
     model = _model(costs, stages, dict(pipeline))
+    fastest = _fastest(costs, stages, pipeline)
+    if all(model.fits(model._priced(s, lo, hi, "none")) for s, (lo, hi) in enumerate(fastest)):
+        return model.partition("auto", fastest)
+    return _within(model)
+
+
+def _fastest(costs: list[BlockCost], stages: int, pipeline: dict[str, Any]) -> Bounds:
+    """The bounds of `optimal` without a memory limit, kept per cost vector and pipeline: a plan asks for the same
+    split once per memory setting (precision, checkpointing) and the search is tens of milliseconds."""
+    free = {k: v for k, v in pipeline.items() if k not in ("memory", "memory_limit")}
+    key = (tuple(costs), stages, tuple(sorted(free.items())))
+    if key not in _FASTEST:
+        if len(_FASTEST) >= 512:
+            _FASTEST.pop(next(iter(_FASTEST)))
+        _FASTEST[key] = _within(_model(costs, stages, free)).bounds
+    return _FASTEST[key]
+
+
+_FASTEST: dict[tuple, Bounds] = {}
+
+
+def _within(model: _Model) -> Partition:
+    """`optimal`'s search over the splits whose stages fit the model's limit."""
 
     def fits(s: int, i: int, j: int) -> bool:
         return model.fits(model.stage(s, i, j))
