@@ -64,10 +64,10 @@ def per_rank(cfg: TrainConfig, factory: Callable, sample_shape: tuple[int, ...],
 
 def workerless(cfg: TrainConfig) -> str:
     """A key of `cfg` with its loader workers left out (their count and persistence): configurations that differ in
-    them alone share a layout's memory part and a pipeline's pricing. (Built around the config's checks: a
-    configuration with persistent workers and none would be refused.)"""
+    them alone share a layout's memory part and a pipeline's pricing. (Its sections, never a new configuration: one
+    with persistent workers and none would be refused, and each configuration made checks every setting.)"""
     data = dataclasses.replace(cfg.data, workers=0, persistent_workers=False)
-    return repr(dataclasses.replace(cfg, data=data))
+    return repr(tuple(data if section is cfg.data else section for section in cfg.sections()))
 
 
 def kept_meta_model(cache: dict, factory: Callable, sample_shape: tuple[int, ...]) -> Module | None:

@@ -112,6 +112,7 @@ class DatasheetPredictor:
     def __init__(self, hardware: Hardware, network: dict[str, Any]) -> None:
         self.hardware, self.network = hardware, network
         self.notes: list[str] = []
+        self._costs: dict[tuple, tuple[Workload, list[M.OpCost]]] = {}
 
     @property
     def cores(self) -> int:
@@ -120,7 +121,11 @@ class DatasheetPredictor:
     def op_costs(self, workload: Workload, precision: str, threads: int, now: bool = True) -> list[M.OpCost]:
         if precision in ("fp16", "bf16") and self.hardware.kind == "cuda" and SIXTEEN_BIT_NOTE not in self.notes:
             self.notes.append(SIXTEEN_BIT_NOTE)
-        return [op_cost(op, self.hardware, precision) for op in workload.ops]
+        key = (id(workload), precision)  # kept per workload, as the Predictor keeps its own
+        held = self._costs.get(key)
+        if held is None or held[0] is not workload:
+            held = self._costs[key] = (workload, [op_cost(op, self.hardware, precision) for op in workload.ops])
+        return held[1]
 
     def codec_s(self, numel: int, threads: int) -> float:
         """Seconds of fp16 gradient compression's two casts of `numel` fp32 elements: reading 4 and writing 2 bytes

@@ -27,12 +27,13 @@ Times = tuple[float, float]  # (forward seconds, backward seconds)
 
 def node_times(model: nn.Module, input_shape: tuple[int, ...], batch: int, calibration: dict[str, Any] | None,
                precision: str = "fp32", threads: int | None = None, ranks: int | None = None,
-               predictor: Any = None) -> dict[str, Times]:
+               predictor: Any = None, graph: LayerGraph | None = None) -> dict[str, Times]:
     """{op name: (forward s, backward s)} at `batch`: the fx node's name, or, for a model fx cannot trace,
     its leaf modules' qualified names (a module called twice: its calls summed). Priced by `predictor` (a point's
     basis: predict/predictor.py or predict/datasheet.py) where given, else by a Predictor of `calibration`.
     `threads` defaults to the basis's cores; `ranks`, the processes sharing the node (whose loop factors apply), to
-    as many as the cores hold at `threads` each."""
+    as many as the cores hold at `threads` each. `graph`: the model's walk at `input_shape` and `batch` where one
+    has been made (else it is walked)."""
     source = predictor if predictor is not None else calibration
     key = (id(model), tuple(input_shape), batch, id(source), precision, threads, ranks)
     held = _KEPT.get(key)
@@ -40,7 +41,7 @@ def node_times(model: nn.Module, input_shape: tuple[int, ...], batch: int, calib
         if len(_KEPT) >= KEEP:
             _KEPT.pop(next(iter(_KEPT)))
         held = _KEPT[key] = (model, source, _node_times(model, tuple(input_shape), batch, source, precision, threads,
-                                                         ranks))
+                                                         ranks, graph))
     return held[2]
 
 
@@ -51,11 +52,14 @@ the calibration or predictor held with their result, so the ids in the key stay 
 
 
 def _node_times(model: nn.Module, input_shape: tuple[int, ...], batch: int, source: Any,
-                precision: str, threads: int | None, ranks: int | None) -> dict[str, Times]:
-    from scaletrain.predict.ops import trace_ops
+                precision: str, threads: int | None, ranks: int | None, graph: LayerGraph | None) -> dict[str, Times]:
+    from scaletrain.predict.ops import trace_ops, workload_of
     from scaletrain.predict.predictor import Predictor
 
-    workload = trace_ops(model, tuple(input_shape), batch)
+    if graph is not None and graph.batch_size == batch and graph.traced_by == "fx":
+        workload = workload_of(model, graph, tuple(input_shape))
+    else:
+        workload = trace_ops(model, tuple(input_shape), batch)
     if isinstance(source, dict):
         source = Predictor(source, {"intra": (source.get("network") or {}).get("fits") or {}, "inter": None})
     cores = source.cores

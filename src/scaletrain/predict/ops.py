@@ -75,7 +75,12 @@ class Workload:
 def trace_ops(model: nn.Module, input_shape: tuple[int, ...], batch_size: int) -> Workload:
     """The ops of one forward pass of `batch_size` samples, from the one walk over the model (perf/walk.walk:
     torch.fx, else its modules through forward hooks)."""
-    graph = walk_or_explain(model, input_shape, batch_size)
+    return workload_of(model, walk_or_explain(model, input_shape, batch_size), input_shape)
+
+
+def workload_of(model: nn.Module, graph: LayerGraph, input_shape: tuple[int, ...]) -> Workload:
+    """trace_ops from a walk already made of `model` (or of a copy of it) at the graph's batch."""
+    batch_size = graph.batch_size
     ops = _fx_ops(model, graph) if graph.traced_by == "fx" else _module_ops(model, graph)
     params = sum(p.numel() for p in model.parameters() if p.requires_grad)
     pbytes = sum(p.numel() * p.element_size() for p in model.parameters() if p.requires_grad)

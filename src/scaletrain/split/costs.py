@@ -70,7 +70,8 @@ def _predicted(blocked: Blocked, model: nn.Module, input_shape: tuple[int, ...],
     if predictor is None and precision not in calibration.get("precisions", ["fp32"]):
         raise UserError(f"the calibration has no {precision} timings: calibrate with --precision {precision} "
                         "or use --costs measured")
-    times = node_times(model, tuple(input_shape), micro_batch, calibration, precision, threads, ranks, predictor)
+    times = node_times(model, tuple(input_shape), micro_batch, calibration, precision, threads, ranks, predictor,
+                       graph=blocked.graph)
     per_block = block_times(blocked.blocks, blocked.graph, times)
     unpriced = [b.name for b, (f, bw) in zip(blocked.blocks, per_block) if b.flops > 0 and f + bw <= 0]
     if unpriced:  # not a silent zero: a block that computes must cost something

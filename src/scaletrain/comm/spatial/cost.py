@@ -23,10 +23,10 @@ import math
 
 import torch
 
-from scaletrain.comm.spatial.front import checkpointed_units, forward_runs, halo_bytes_per_sample, plan_front
+from scaletrain.comm.spatial.front import (checkpointed_units, forward_runs, halo_bytes_per_sample, plan_front,
+                                          tiled_front)
 from scaletrain.comm.spatial.geometry import TileGrid, square_grid
 from scaletrain.comm.spatial.halo import Tiles
-from scaletrain.comm.spatial.layers import tiled
 from scaletrain.errors import UserError
 from scaletrain.perf import alphabeta
 
@@ -59,7 +59,7 @@ def spatial_cost(pricing):
     fit = halo_fit(pricing)
     rows = pricing.link(fit)
     recomputed = _recomputed(cfg, model, shape, front)
-    layers = {name: tiled(name, model.get_submodule(name), Tiles(grid, 0, tuple(range(s)))) for name in front.layers}
+    layers = tiled_front(model, front, grid, shape)
     every = [Tiles(grid, t, tuple(range(s))) for t in range(s)]
     sent = max(halo_bytes_per_sample(layers.__getitem__, front, t, element, recomputed) for t in every) * batch
     cuts = (grid.rows > 1) + (grid.cols > 1)

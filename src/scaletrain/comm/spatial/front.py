@@ -12,6 +12,7 @@ layer, before any process starts.
 from __future__ import annotations
 
 import copy
+import weakref
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Callable
@@ -62,7 +63,7 @@ def _keep(what: str, model: nn.Module, sample_shape: tuple[int, ...], args: tupl
     """`make()` kept for the next call on the same model (its class and its modules' repr) and shape with the same
     `args`, its UserError too: a plan asks for the front of one model at every candidate, and a walk of a
     ResNet-50 takes 0.3 s."""
-    key = (what, type(model), repr(model), tuple(sample_shape), args)
+    key = (what, type(model), _described(model), tuple(sample_shape), args)
     if key not in _kept:
         try:
             _kept[key] = make()
@@ -74,6 +75,16 @@ def _keep(what: str, model: nn.Module, sample_shape: tuple[int, ...], args: tupl
     if isinstance(_kept[key], UserError):
         raise UserError(str(_kept[key])) from None
     return _kept[key]
+
+
+def _described(model: nn.Module) -> str:
+    """repr(model), kept per model object (a ResNet-50's takes milliseconds, and a plan asks at every candidate)."""
+    if model not in _reprs:
+        _reprs[model] = repr(model)
+    return _reprs[model]
+
+
+_reprs: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def _graph(model: nn.Module, sample_shape: tuple[int, ...]) -> LayerGraph:
@@ -153,6 +164,15 @@ def plan_front(model: nn.Module, until: str, grid: TileGrid, sample_shape: tuple
     """The layers that run on tiles when the front ends with module `until` ("auto": the deepest of the model's
     top-level modules that can end one); refused with one line naming what cannot. Kept per model (_keep)."""
     return _keep("front", model, sample_shape, (until, grid), lambda: _plan_front(model, until, grid, sample_shape))
+
+
+def tiled_front(model: nn.Module, front: Front, grid: TileGrid,
+                sample_shape: tuple[int, ...]) -> dict[str, nn.Module]:
+    """The front's layers as the grid's first tile runs them (layers.tiled), by name; kept per model, front and grid
+    (_keep): what a step's halos and statistics are priced on."""
+    first = Tiles(grid, 0, tuple(range(grid.rows * grid.cols)))
+    return _keep("tiled", model, sample_shape, (front.until, front.layers, grid),
+                 lambda: {name: tiled(name, model.get_submodule(name), first) for name in front.layers})
 
 
 def _plan_front(model: nn.Module, until: str, grid: TileGrid, sample_shape: tuple[int, ...]) -> Front:

@@ -22,10 +22,9 @@ import dataclasses
 
 from scaletrain.comm.spatial.cost import (_recomputed, flat_all_reduce_s, gather_seconds, halo_fit, norm_stats_s,
                                          windows)
-from scaletrain.comm.spatial.front import halo_bytes_per_sample, plan_front, staged_until
+from scaletrain.comm.spatial.front import halo_bytes_per_sample, plan_front, staged_until, tiled_front
 from scaletrain.comm.spatial.geometry import TileGrid, square_grid
 from scaletrain.comm.spatial.halo import Tiles
-from scaletrain.comm.spatial.layers import tiled
 from scaletrain.errors import UserError
 
 
@@ -70,8 +69,7 @@ def _phases(pricing) -> dict:
     front_costs = PP.priced_blocks(p, cfg, on_tile, model, tile_shape, micro, threads)[:f]
     element = 8 if cfg.model.precision == "fp64" else 4
     recomputed = _recomputed(cfg, model, shape, front)
-    first = Tiles(grid, 0, tuple(range(tiles)))
-    layers = {name: tiled(name, model.get_submodule(name), first) for name in front.layers}
+    layers = tiled_front(model, front, grid, shape)
     every = [Tiles(grid, t, tuple(range(tiles))) for t in range(tiles)]
     h_alpha, h_beta = pricing.link(halo_fit(pricing))
     cuts = (grid.rows > 1) + (grid.cols > 1)
