@@ -19,8 +19,11 @@ LENET = ("plan", "--model", "lenet5", "--nodes", "1", "--nproc", "2", "--hardwar
 def test_each_strategy_searches_its_own_options():
     space = grids(Request(model="resnet50", nodes=2, nproc=4), "cuda", 32)
     by = {grid_name(g): g for g in space}
-    assert set(by) == {"allreduce", "ring", "ps-sync", "fsdp", "pipeline", "spatial", "spatial-staged"}
+    assert set(by) == {"allreduce", "ring", "ps-sync", "fsdp", "pipeline", "spatial", "spatial-staged-tiles2",
+                       "spatial-staged-tiles4"}  # (one grid per tile count: ids stay unique)
     assert by["spatial"]["spatial"] == [2, 4, 8] and "stages" not in by["spatial"]  # (ps-async: left out, why)
+    # tiles in stages: only the layouts whose tiles x stages divide the 8 ranks (none left without a trainer)
+    assert (by["spatial-staged-tiles2"]["stages"], by["spatial-staged-tiles4"]["stages"]) == ([2, 4], [2])
     assert "compress" in by["allreduce"] and "compress" not in by["ring"] and "compress" not in by["fsdp"]
     assert by["pipeline"]["stages"] == [2, 4, 8] and "stages" not in by["allreduce"]
     assert by["allreduce"]["workers"] == [0, 1, 2, 4, 8]  # 32 cores over 4 ranks a node: 8 each at most
@@ -31,6 +34,13 @@ def test_each_strategy_searches_its_own_options():
     assert fixed[0]["checkpoint_activations"] == ["none"]  # no budget: auto would checkpoint nothing
     assert stage_counts(6, 3) == [2] and stage_counts(1, 1) == []  # 4 does not divide 6; one rank has no pipeline
     assert "pipeline" not in {g["strategy"][0] for g in grids(Request(model="lenet5", nodes=1, nproc=1), "cpu", 2)}
+
+
+def test_every_candidate_of_a_plan_has_its_own_id():
+    space = grids(Request(model="resnet50", nodes=4, nproc=8), "cuda", 64)
+    ids = [f"{grid_name(g)}-{p.id}" for g in space
+           for p in points(predict_spec(None, g, {"model": "resnet50"}), keep_refused=True)]
+    assert len(ids) == len(set(ids)) > 2000
 
 
 def test_options_that_do_not_combine_are_kept_with_their_reason():

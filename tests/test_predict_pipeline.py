@@ -203,3 +203,37 @@ def test_a_pipelines_split_is_searched_once_for_points_that_differ_in_loader_wor
                                                                 batch_size=b, microbatches=2, workers=w)),
                                  facts, 1, (1e-4, 1e-9)) for w, b in ((0, 8), (4, 8), (0, 16))]
     assert len(asked) == 2 and phases[0] is phases[1] and phases[2] != phases[0]
+
+
+@pytest.mark.parametrize("value", ["blocks", "layer2.0,layer3.1"])
+def test_a_pipelines_recomputed_blocks_run_their_forward_again_on_the_split_the_run_chooses(value):
+    """--checkpoint-activations in a pipeline: the split is the one chosen on the blocks timed without the recompute
+    (as the run times them); each recomputed block's backward gains its forward, and the step is that split played
+    with it: slower by at least the recomputes of the slowest stage, at most all of them."""
+    from scaletrain.split.partition import evaluate
+    from scaletrain.split import plan
+
+    facts = {"image_size": 32, "classes": 10, "channels": 3}
+    p = Predictor(CAL, NETWORK)
+
+    def priced(checkpoint):
+        cfg = TrainConfig.from_dict(dict(model="resnet20", strategy="pipeline", nproc=2, batch_size=8, microbatches=2,
+                                         checkpoint_activations=checkpoint))
+        return cfg, PP.pipeline_phases(p, cfg, facts, 1, (1e-4, 1e-9))
+
+    cfg, plain = priced("none")
+    again = priced(value)[1]
+    assert again["split"]["bounds"] == plain["split"]["bounds"]
+    model, graph, shape, micro = PP.blocked_model(cfg, facts)
+    costs = PP.priced_blocks(p, cfg, graph, model, shape, micro, 1)
+    names = graph.names if value == "blocks" else value.split(",")
+    assert set(names) <= set(graph.names)
+    extra = {c.name: c.forward_s for c in costs if c.name in names}
+    redone = [c.__class__(c.name, c.forward_s, c.backward_s + extra.get(c.name, 0.0), c.param_bytes, c.saved_bytes,
+                          c.out_bytes) for c in costs]
+    expected = evaluate(redone, [tuple(b) for b in plain["split"]["bounds"]], **plan.pipeline_args(
+        microbatches=2, schedule=cfg.pipeline.schedule, link_bytes_per_s=1e9, latency_s=1e-4))
+    assert again["split"]["step_s"] == pytest.approx(expected.step_s)
+    assert again["backward"] - plain["backward"] == pytest.approx(2 * sum(extra.values()) / 2)  # M x mean over K
+    assert again["forward"] == pytest.approx(plain["forward"])
+    assert again["split"]["step_s"] > plain["split"]["step_s"]

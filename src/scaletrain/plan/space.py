@@ -111,9 +111,10 @@ def grids(req: Request, device_kind: str, cores_per_node: int, precisions: tuple
             tiles = tile_counts(req.world)
             if tiles:
                 out.append({**grid, "spatial": tiles})
-                staged = [k for k in stage_counts(req.world, req.nproc) if req.world % (2 * k) == 0]
+            for t in tiles:  # a grid per tile count: the depths whose tiles x stages divide the ranks
+                staged = [k for k in stage_counts(req.world, req.nproc) if req.world % (t * k) == 0]
                 if staged:
-                    out.append({**grid, "spatial": tiles, "stages": staged})
+                    out.append({**grid, "spatial": [t], "stages": staged})
             continue
         if "stages" in OPTIONS[name]:
             stages = stage_counts(req.world, req.nproc)
@@ -125,9 +126,12 @@ def grids(req: Request, device_kind: str, cores_per_node: int, precisions: tuple
 
 
 def grid_name(axes: dict[str, list[Any]]) -> str:
-    """A grid's name, the prefix of its candidates' ids: its strategy (spatial tiles in pipeline stages apart)."""
+    """A grid's name, the prefix of its candidates' ids: its strategy; spatial tiles in pipeline stages apart, one grid
+    per tile count (`spatial-staged-tiles2`: a point's id names only the axes with more than one value)."""
     name = axes["strategy"][0]
-    return f"{name}-staged" if "spatial" in axes and "stages" in axes else name
+    if "spatial" in axes and "stages" in axes:
+        return f"{name}-staged" + (f"-tiles{axes['spatial'][0]}" if len(axes["spatial"]) == 1 else "")
+    return name
 
 
 def train_settings(req: Request, strategy: str) -> dict[str, Any]:

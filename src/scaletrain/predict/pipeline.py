@@ -49,7 +49,8 @@ def pipeline_phases(predictor, cfg, facts: dict[str, Any], threads: int, alpha_b
     def compute() -> dict[str, Any]:
         model, graph, shape, micro = blocked_model(cfg, facts)
         costs = priced_blocks(predictor, cfg, graph, model, shape, micro, threads)
-        return split_phases(cfg, graph, model, shape, costs, alpha_beta)
+        again = recompute_s(costs, recomputed_blocks(cfg, facts))
+        return split_phases(cfg, graph, model, shape, costs, alpha_beta, again)
 
     return kept("pipeline", predictor, cfg, facts, threads, alpha_beta, compute)
 
@@ -111,9 +112,32 @@ def priced_blocks(predictor, cfg, graph, model, shape: tuple[int, ...], micro: i
     return costs
 
 
-def split_phases(cfg, graph, model, shape: tuple[int, ...], costs: list, alpha_beta) -> dict[str, Any]:
-    """The split the run chooses on these block costs and its phases."""
+def recomputed_blocks(cfg, facts: dict[str, Any]) -> frozenset[str] | bool:
+    """The blocks a stage runs again in backward under --checkpoint-activations (as the launcher resolves `auto`): True
+    for every one, else their names (train/recompute.chosen, what the stages read)."""
+    from scaletrain.predict.points import checkpointing
+    from scaletrain.train.recompute import chosen
+
+    return chosen(checkpointing(cfg, facts))
+
+
+def recompute_s(costs: list, recomputed: frozenset[str] | bool) -> list[float] | None:
+    """Per block, the seconds activation checkpointing adds to its backward: its forward again where it is
+    recomputed (None: no block is)."""
+    if not recomputed:
+        return None
+    return [c.forward_s if recomputed is True or c.name in recomputed else 0.0 for c in costs]
+
+
+def split_phases(cfg, graph, model, shape: tuple[int, ...], costs: list, alpha_beta,
+                 again: list[float] | None = None) -> dict[str, Any]:
+    """The split the run chooses on these block costs and its phases; `again` (recompute_s): per block, what
+    activation checkpointing adds to its backward. The run times its blocks without it and chooses its split on those;
+    its stages then run it: the split is chosen on `costs`, its step played with the recomputes."""
+    import dataclasses
+
     from scaletrain.split import plan
+    from scaletrain.split.partition import evaluate
 
     alpha, beta = alpha_beta
     link = 1 / beta if beta > 0 else plan.DEFAULT_LINK
@@ -124,6 +148,11 @@ def split_phases(cfg, graph, model, shape: tuple[int, ...], costs: list, alpha_b
                        microbatches=cfg.pipeline.microbatches, schedule=cfg.pipeline.schedule,
                        batch_size=cfg.optim.batch_size, precision=cfg.model.precision, optimizer=cfg.optim.optimizer,
                        model_name=cfg.model.name, costs=costs, link_bytes_per_s=link, latency_s=alpha)
+    if again:
+        redone = [dataclasses.replace(c, backward_s=c.backward_s + extra) for c, extra in zip(costs, again)]
+        part = evaluate(redone, part.bounds, method=part.method, **plan.pipeline_args(
+            microbatches=cfg.pipeline.microbatches, schedule=cfg.pipeline.schedule, optimizer=cfg.optim.optimizer,
+            link_bytes_per_s=link, latency_s=alpha))
     m, k = cfg.pipeline.microbatches, len(part.stages)
     mean = lambda key: sum(st[key] for st in part.stages) / k  # noqa: E731
     fwd, bwd = m * mean("forward_s"), m * mean("backward_s")

@@ -223,20 +223,29 @@ def predict_config(p: Predictor, cfg, *, shared_cores: int | None = None, cores:
             "image_size": facts["image_size"], "ops": per_op, **step["extra"]}
 
 
+def checkpointing(cfg, facts: dict[str, Any]) -> str:
+    """The point's --checkpoint-activations as the launcher resolves it (`auto`: the blocks that bring the layout
+    within its budget, comm/memory.resolve_checkpointing, on the model's walks kept for the process)."""
+    if cfg.model.checkpoint_activations != "auto":
+        return cfg.model.checkpoint_activations
+    from scaletrain.comm.memory import resolve_checkpointing
+
+    return resolve_checkpointing(cfg, model_factory(cfg, facts), sample_shape(facts), "cpu",
+                                 cache=_model_walks(cfg, facts)).model.checkpoint_activations
+
+
 def recomputed_share(cfg, facts: dict[str, Any]) -> float:
     """The share of the forward that activation checkpointing runs again in backward: the checkpointed blocks'
     forward FLOPs over the model's (the block graph on meta tensors; `auto` as the launcher would resolve it).
     The model's walks are kept for the process (a sweep, a plan, walks each model once)."""
-    if cfg.model.checkpoint_activations == "none":
+    value = checkpointing(cfg, facts)
+    if value == "none":
         return 0.0
-    from scaletrain.comm.memory import cached_walk, resolve_checkpointing
+    from scaletrain.comm.memory import cached_walk
     from scaletrain.train.recompute import plan_units
 
     factory, shape = model_factory(cfg, facts), sample_shape(facts)
     walks = _model_walks(cfg, facts)
-    value = resolve_checkpointing(cfg, factory, shape, "cpu", cache=walks).model.checkpoint_activations
-    if value == "none":
-        return 0.0
     mm = cached_walk(walks, factory, 1, shape, cfg.optim.optimizer, cfg.model.precision)
     if mm is None:
         return 0.0

@@ -91,7 +91,9 @@ def _phases(pricing) -> dict:
                                          backward_s=cost.backward_s + bh + norm))
         halo_f, halo_b, sent, gathered = halo_f + fh, halo_b + bh, sent + nbytes, gathered + gather
     costs += whole[f:]
-    pp = PP.split_phases(cfg, graph, model, shape, costs, pricing.link("ps"))
+    # a recomputed block runs its compute again in backward (its halos' repeats are in `recomputed` above)
+    again = PP.recompute_s(front_costs + whole[f:], PP.recomputed_blocks(cfg, pricing.facts))
+    pp = PP.split_phases(cfg, graph, model, shape, costs, pricing.link("ps"), again)
     k, m = len(pp["split"]["stages"]), cfg.pipeline.microbatches
     front_grads = [sum(c.param_bytes for c in costs[lo:min(hi, f)]) for lo, hi in pp["split"]["bounds"]]
     compute = sum(c.forward_s + c.backward_s for c in front_costs) + sum(c.forward_s + c.backward_s for c in whole[f:])
