@@ -24,8 +24,9 @@ closed form ranked splits wrongly at small M (docs/split.md).
 
 `optimal` finds the split with the smallest predicted step (ties: the smaller bottleneck max_s time_s) among
 those whose stages fit the memory limit, exactly: a branch and bound over the cuts, stage by stage, that drops
-a partial split once schedule.lower_bound of its stages (and of the work left, shared evenly by the stages
-left) reaches the best step found, starting from the split with the least bottleneck (a dynamic programme
+a partial split once schedule.lower_bound of its stages (and, between the same fill and drain, the least
+bottleneck the blocks left can be cut into, M times, or one micro-batch's way through them and back) reaches the
+best step found, starting from the split with the least bottleneck (a dynamic programme
 over (stages, prefix), O(K n^2), then the least sum of stage times among those). With an offload rate
 (`offload_bytes_per_s`) a stage that does not fit may keep in pinned host memory, cheapest first: its
 optimizer state (as ZeRO-Offload: each step the gradients go out and the updated weights come back, 2 x
@@ -344,6 +345,13 @@ def _branch_and_bound(model: _Model, start: Bounds) -> Bounds:
     """The fitting split with the least (step, bottleneck), searched exactly from the split `start`."""
     n, k, m = model.n, model.k, model.m
     work = list(itertools.accumulate((c.forward_s + c.backward_s for c in model.costs), initial=0))
+    # least[r][j]: the least bottleneck of blocks j..n-1 cut into r stages, compute alone (transfers, offloads only add)
+    least = [[math.inf] * (n + 1) for _ in range(k + 1)]
+    for j in range(n):
+        least[1][j] = work[n] - work[j]
+    for r in range(2, k + 1):
+        for j in range(n - r + 1):
+            least[r][j] = min(max(work[t] - work[j], least[r - 1][t]) for t in range(j + 1, n - r + 2))
 
     def key(bounds: Bounds) -> tuple[float, float]:
         stages = [model.stage(s, lo, hi) for s, (lo, hi) in enumerate(bounds)]
@@ -368,8 +376,9 @@ def _branch_and_bound(model: _Model, start: Bounds) -> Bounds:
             f, b = model.ops([st])
             fwd2, bwd2 = fwd + f, bwd + b
             bound = max(play.lower_bound(fwd2, bwd2, m), update, st.update_s)
-            if s < k - 1:  # the work left, shared at best evenly by the stages left, between the fill and drain
-                bound = max(bound, sum(fwd2) + m * (work[n] - work[j]) / (k - s - 1) + sum(bwd2))
+            if s < k - 1:  # between the fill and the drain: the slowest of the stages left runs its M micro-batches,
+                # and the first micro-batch goes through the blocks left and back
+                bound = max(bound, sum(fwd2) + max(m * least[k - s - 1][j], work[n] - work[j]) + sum(bwd2))
             if bound > best_key[0] + tol:
                 continue
             descend(s + 1, j, chosen + [(i, j)], fwd2, bwd2, max(update, st.update_s))
