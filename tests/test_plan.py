@@ -19,13 +19,15 @@ LENET = ("plan", "--model", "lenet5", "--nodes", "1", "--nproc", "2", "--hardwar
 def test_each_strategy_searches_its_own_options():
     space = grids(Request(model="resnet50", nodes=2, nproc=4), "cuda", 32)
     by = {grid_name(g): g for g in space}
-    assert set(by) == {"allreduce", "ring", "ps-sync", "fsdp", "pipeline", "spatial", "spatial-staged-tiles2",
-                       "spatial-staged-tiles4"}  # (one grid per tile count: ids stay unique)
+    # a pipeline's grids one per depth (and tile count), each with its own micro-batch counts: ids stay unique
+    assert set(by) == {"allreduce", "ring", "ps-sync", "fsdp", "pipeline-stages2", "pipeline-stages4",
+                       "pipeline-stages8", "spatial", "spatial-staged-tiles2-stages2", "spatial-staged-tiles2-stages4",
+                       "spatial-staged-tiles4-stages2"}  # tiles in stages: only tiles x stages dividing the 8 ranks
     assert by["spatial"]["spatial"] == [2, 4, 8] and "stages" not in by["spatial"]  # (ps-async: left out, why)
-    # tiles in stages: only the layouts whose tiles x stages divide the 8 ranks (none left without a trainer)
-    assert (by["spatial-staged-tiles2"]["stages"], by["spatial-staged-tiles4"]["stages"]) == ([2, 4], [2])
+    assert by["pipeline-stages8"]["microbatches"] == [8, 16, 32]  # none fewer than the stages (the launcher refuses)
+    assert by["spatial-staged-tiles2-stages4"]["microbatches"] == [4, 8, 16]
     assert "compress" in by["allreduce"] and "compress" not in by["ring"] and "compress" not in by["fsdp"]
-    assert by["pipeline"]["stages"] == [2, 4, 8] and "stages" not in by["allreduce"]
+    assert [by[f"pipeline-stages{k}"]["stages"] for k in (2, 4, 8)] == [[2], [4], [8]] and "stages" not in by["allreduce"]
     assert by["allreduce"]["workers"] == [0, 1, 2, 4, 8]  # 32 cores over 4 ranks a node: 8 each at most
     assert by["allreduce"]["precision"] == ["fp32", "bf16", "fp16"]
     assert by["allreduce"]["batch_size"] == [16, 32, 64, 128, 256]

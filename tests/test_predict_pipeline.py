@@ -237,3 +237,15 @@ def test_a_pipelines_recomputed_blocks_run_their_forward_again_on_the_split_the_
     assert again["backward"] - plain["backward"] == pytest.approx(2 * sum(extra.values()) / 2)  # M x mean over K
     assert again["forward"] == pytest.approx(plain["forward"])
     assert again["split"]["step_s"] > plain["split"]["step_s"]
+
+
+def test_a_pipeline_the_launcher_refuses_is_not_priced():
+    """Fewer micro-batches than stages: torch's schedules refuse it, so the launcher does, and predict (and a plan)
+    with it; it had priced such a point (a plan ranked 8-stage pipelines of 4 micro-batches)."""
+    from scaletrain.errors import UserError
+    from scaletrain.predict.points import predict_config
+
+    cfg = TrainConfig.from_dict(dict(model="lenet5", strategy="pipeline", nproc=4, batch_size=8, microbatches=2,
+                                     dataset="synthetic", synthetic_samples=256, image_size=28))
+    with pytest.raises(UserError, match="fewer than the 4 stages"):
+        predict_config(Predictor(CAL, NETWORK), cfg)

@@ -111,27 +111,35 @@ def grids(req: Request, device_kind: str, cores_per_node: int, precisions: tuple
             tiles = tile_counts(req.world)
             if tiles:
                 out.append({**grid, "spatial": tiles})
-            for t in tiles:  # a grid per tile count: the depths whose tiles x stages divide the ranks
-                staged = [k for k in stage_counts(req.world, req.nproc) if req.world % (t * k) == 0]
-                if staged:
-                    out.append({**grid, "spatial": [t], "stages": staged})
+            for t in tiles:  # a grid per tile count and depth: the depths whose tiles x stages divide the ranks
+                out += [{**grid, "spatial": [t], "stages": [k], "microbatches": microbatch_counts(k)}
+                        for k in stage_counts(req.world, req.nproc) if req.world % (t * k) == 0]
             continue
-        if "stages" in OPTIONS[name]:
-            stages = stage_counts(req.world, req.nproc)
-            if not stages:
-                continue
-            grid["stages"] = stages
+        if "stages" in OPTIONS[name]:  # a grid per depth, each with its own micro-batch counts
+            out += [{**grid, "stages": [k], "microbatches": microbatch_counts(k)}
+                    for k in stage_counts(req.world, req.nproc)]
+            continue
         out.append(grid)
     return out
 
 
+def microbatch_counts(stages: int) -> list[int]:
+    """Micro-batches per step worth searching for a K-stage pipeline: K (the fewest its schedules run), 2K and 4K
+    (GPipe's M >= 4K, where the bubble's (K - 1) / (M + K - 1) falls under a fifth); more shrink each micro-batch,
+    which the model prices."""
+    return [stages, 2 * stages, 4 * stages]
+
+
 def grid_name(axes: dict[str, list[Any]]) -> str:
-    """A grid's name, the prefix of its candidates' ids: its strategy; spatial tiles in pipeline stages apart, one grid
-    per tile count (`spatial-staged-tiles2`: a point's id names only the axes with more than one value)."""
+    """A grid's name, the prefix of its candidates' ids: its strategy, and a pipeline's depth and tiles where its grid
+    has one of each (`pipeline-stages4`, `spatial-staged-tiles2-stages4`: a point's id names only the axes with more
+    than one value)."""
     name = axes["strategy"][0]
-    if "spatial" in axes and "stages" in axes:
-        return f"{name}-staged" + (f"-tiles{axes['spatial'][0]}" if len(axes["spatial"]) == 1 else "")
-    return name
+    if "stages" not in axes:
+        return name
+    if "spatial" in axes:
+        name += "-staged" + (f"-tiles{axes['spatial'][0]}" if len(axes["spatial"]) == 1 else "")
+    return name + (f"-stages{axes['stages'][0]}" if len(axes["stages"]) == 1 else "")
 
 
 def train_settings(req: Request, strategy: str) -> dict[str, Any]:

@@ -104,6 +104,7 @@ def check_point(cfg, hw=None) -> None:
         raise UserError(f"--nproc {cfg.launch.nproc} x --nnodes {cfg.launch.nnodes} leaves no trainer (a rank that "
                         f"reads data) for --strategy {cfg.strategy.name}: give more processes, or fewer --stages or "
                         "--ps-servers")
+    cfg.check_launch()  # what the launcher refuses of the job's shape (a pipeline with fewer micro-batches than stages)
     facts = data_facts(cfg.data.dataset, cfg.data.image_size, cfg.data.synthetic_samples, cfg.data.synthetic_classes,
                        cfg.data.augment)
     if cfg.optim.batch_size * trainers(cfg) > facts["samples"]:
