@@ -102,11 +102,15 @@ def _graph(model: nn.Module, sample_shape: tuple[int, ...]) -> LayerGraph:
 
 
 def blocked_on_meta(model: nn.Module, sample_shape: tuple[int, ...]):
-    """split/stages.blocked(model, shape, 1, meta=True) from the same kept graph."""
+    """split/stages.blocked(model, shape, 1, meta=True) from the same kept graph; kept itself (its grouping finds the
+    cut points, quadratic in the graph's nodes: a plan asks at every memory estimate of tiles in stages)."""
     from scaletrain.split.stages import Blocked, group
 
-    graph = _graph(model, sample_shape)
-    return Blocked(graph, group(graph, "block"), root=model)
+    def blocked() -> Blocked:
+        graph = _graph(model, sample_shape)
+        return Blocked(graph, group(graph, "block"), root=model)
+
+    return _keep("blocked", model, sample_shape, (), blocked)
 
 
 def _why_not(model: nn.Module, node: Node, graph: LayerGraph) -> str | None:
