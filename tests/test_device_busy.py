@@ -1,13 +1,10 @@
-"""The GPU's busy fraction in a torch.profiler window (profiler/device_busy.py), on traces written by hand and on
-the trace a CPU run writes (no kernels: no answer)."""
+"""The GPU's busy fraction in a torch.profiler window (profiler/device_busy.py), on traces written by hand (the trace
+a CPU run writes, with no kernels and so no answer: test_profiler_e2e)."""
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
-from scaletrain.cli import main
 from scaletrain.profiler.device_busy import device_busy, union_us
 
 
@@ -36,13 +33,3 @@ def test_a_launch_bound_window_is_mostly_idle():
     assert out["kernels_per_step"] == 1.5 and out["launches_per_step"] == 1.5
     assert out["launch_s_per_step"] == pytest.approx(15e-6)
     assert out["top_kernels"] == [{"name": "conv", "s_per_step": pytest.approx(100e-6)}]
-
-
-def test_a_trace_without_kernels_has_no_busy_fraction(tmp_path, capsys):
-    out = tmp_path / "run"
-    assert main(["train", "--model", "lenet5", "--epochs", "1", "--batch-size", "64", "--eval-every", "1",
-                 "--tensorboard", "off", "--no-progress", "--torch-profile", "2:4", "--out", str(out)]) == 0
-    capsys.readouterr()
-    trace = json.loads((out / "torch-profile" / "rank0.json").read_text())
-    assert trace["traceEvents"]
-    assert device_busy(trace, steps=2) is None

@@ -15,6 +15,7 @@ import multirank
 from conftest import assert_ok, scaletrain, summary
 from scaletrain.analysis import load_records
 from scaletrain.distributed.device import machine_cores
+from scaletrain.profiler.device_busy import device_busy
 
 BASE = ("train", "--model", "lenet5", "--dataset", "digits", "--nproc", "2", "--epochs", "1",
         "--batch-size", "32", "--no-progress")
@@ -47,7 +48,9 @@ def _tiles_and_exports(out: Path, s: dict) -> None:
     trace = json.loads((out / "trace.json").read_text())
     assert {e["pid"] for e in trace["traceEvents"]} == {0, 1}
     for rank in (0, 1):
-        assert json.loads((out / "torch-profile" / f"rank{rank}.json").read_text())["traceEvents"]
+        profiled = json.loads((out / "torch-profile" / f"rank{rank}.json").read_text())
+        assert profiled["traceEvents"]
+        assert device_busy(profiled, steps=2) is None  # a CPU run's trace has no GPU kernels: no busy fraction
         assert list((out / "tensorboard" / f"rank{rank}").glob("events.out.tfevents.*"))
     assert s["peak_memory_bytes"] > 0 and len(s["ranks"]) == 2
 
