@@ -4,6 +4,7 @@ counts), its edges, and the cut points where exactly one tensor crosses."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 
 import pytest
@@ -210,3 +211,56 @@ def test_on_the_meta_device_the_walk_counts_what_training_saves():
         plain = walk(nn.Sequential(nn.Linear(64, 64), nn.ReLU()), (64,), 16)
         dropped = walk(nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Dropout(0.5)), (64,), 16)
     assert dropped.saved_bytes > plain.saved_bytes
+
+
+def _walked(graph) -> list[dict]:
+    return [dataclasses.asdict(n) for n in graph.nodes]
+
+
+@pytest.mark.parametrize("name", ["resnet50", "resnet20"])
+def test_a_walk_read_off_the_batch_line_is_the_walk_at_that_batch(name):
+    """On the meta device a model is walked at the anchors and once more to check the line; every later batch is read
+    off it, and is exactly what a walk at that batch gives (shapes, FLOPs, bytes, saved bytes, node by node)."""
+    with torch.device("meta"):
+        model = build_model(name, num_classes=10, in_channels=3, image_size=64)
+    for batch in (5, 2, 3, 7, 64, 256):
+        got = layer_graph(model, (3, 64, 64), batch)
+        real = walk._layer_graph(model, (3, 64, 64), batch)
+        assert got.batch_size == batch and got.saved_bytes == real.saved_bytes
+        assert _walked(got) == _walked(real)
+    line = walk._BY_BATCH[model][next(iter(walk._BY_BATCH[model]))]
+    assert line.checked and line.holds  # (read off the line from the second batch off the anchors on)
+
+
+class Gram(nn.Module):
+    """A model whose cost is not affine in the batch: every sample against every other."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(1, 2, 3)
+
+    def forward(self, x):
+        f = self.conv(x).flatten(1)
+        return f @ f.t()
+
+
+def test_a_model_off_the_line_is_walked_at_every_batch():
+    with torch.device("meta"):
+        model = Gram()
+    for batch in (5, 9):
+        got = layer_graph(model, (1, 8, 8), batch)
+        assert _walked(got) == _walked(walk._layer_graph(model, (1, 8, 8), batch))
+    line = walk._BY_BATCH[model][next(iter(walk._BY_BATCH[model]))]
+    assert line.checked and not line.holds
+    assert max(n.flops for n in layer_graph(model, (1, 8, 8), 9).nodes) == 2 * 9 * 9 * 72  # (quadratic in the batch)
+
+
+def test_a_model_changed_in_place_is_walked_anew():
+    """The walks kept with a model are keyed by its modules and mode: a layer replaced is another walk."""
+    with torch.device("meta"):
+        model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU(), nn.Flatten(), nn.Linear(4 * 6 * 6, 10))
+    before = layer_graph(model, (3, 8, 8), 8)
+    with torch.device("meta"):
+        model[0] = nn.Conv2d(3, 4, 3, bias=False)
+    after = layer_graph(model, (3, 8, 8), 8)
+    assert before.nodes[1].params == 4 * 3 * 9 + 4 and after.nodes[1].params == 4 * 3 * 9

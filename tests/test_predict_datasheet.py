@@ -306,3 +306,24 @@ def test_fp16_compression_prices_its_two_casts_on_the_buckets_path():
     assert cast(4 * numel) - plain(4 * numel) == pytest.approx(casts, rel=1e-12)
     for other in (None, ("topk", 0.01)):  # nothing cast, or a compressor whose own work is not priced
         assert codec_seconds(SimpleNamespace(setting=SimpleNamespace(compress=other), predictor=p)) is None
+
+
+@pytest.mark.parametrize("strategy", [{"strategy": "allreduce"},
+                                      {"strategy": "pipeline", "microbatches": 8, "checkpoint_activations": "auto"}])
+def test_a_point_priced_after_one_with_other_workers_is_priced_as_alone(strategy):
+    """What loader workers change nothing of is kept per basis for the configuration without them (a plan's
+    candidates that differ in workers alone): a point priced after its twin is the point priced on a fresh basis."""
+    from scaletrain.config.train import TrainConfig
+    from scaletrain.predict.points import predict_config
+
+    a100 = load_hardware("dgx-a100-80gb")
+    base = {"model": "resnet50", "image_size": 224, "dataset": "synthetic", "synthetic_samples": 4096, "nproc": 8,
+            "batch_size": 64, "precision": "bf16", **strategy}
+    shared = DatasheetPredictor(a100, NETWORK)
+    twin = predict_config(shared, TrainConfig.from_dict({**base, "workers": 0}))
+    kept = predict_config(shared, TrainConfig.from_dict({**base, "workers": 4}))
+    alone = predict_config(DatasheetPredictor(a100, NETWORK), TrainConfig.from_dict({**base, "workers": 4}))
+    assert kept["setting"].workers == 4 and twin["setting"].workers == 0
+    for key in ("phases_s", "step_time_s", "epoch_time_s", "peak_memory_bytes", "memory_bytes", "comm", "limit",
+                "plausibility", "ops", "notes"):
+        assert kept[key] == alone[key], key

@@ -221,8 +221,17 @@ def resolve_checkpointing(cfg: TrainConfig, factory: Callable, sample_shape: tup
     walks, kept between calls on the same model (as per_rank's)."""
     if cfg.model.checkpoint_activations != "auto":
         return cfg
-    budget = budget_of(cfg, device_type)
     cache = {} if cache is None else cache
+    # what a rank holds does not depend on its loader workers (per_rank): the answer is kept without them
+    key = ("checkpointing", workerless(cfg), sample_shape, device_type)
+    if key not in cache:
+        cache[key] = _checkpointed(cfg, factory, sample_shape, device_type, cache)
+    return cfg.replace(checkpoint_activations=cache[key])
+
+
+def _checkpointed(cfg: TrainConfig, factory: Callable, sample_shape: tuple[int, ...], device_type: str,
+                  cache: dict) -> str:
+    budget = budget_of(cfg, device_type)
 
     def need(value: str) -> int | None:
         f = per_rank(cfg.replace(checkpoint_activations=value), factory, sample_shape, device_type, cache=cache)
@@ -230,7 +239,7 @@ def resolve_checkpointing(cfg: TrainConfig, factory: Callable, sample_shape: tup
 
     plain = need("none")
     if plain is None or budget is None or within(plain, budget):
-        return cfg.replace(checkpoint_activations="none" if plain is not None else "blocks")
+        return "none" if plain is not None else "blocks"
     mm = _walks(cfg, factory, sample_shape, device_type, None, cache)[0](cfg.optim.batch_size)
     order = sorted(mm.blocks, key=lambda b: b.input - b.saved)  # the largest saving first
     names: list[str] = []
@@ -239,4 +248,4 @@ def resolve_checkpointing(cfg: TrainConfig, factory: Callable, sample_shape: tup
         total = need(",".join(names))
         if total is not None and within(total, budget):
             break
-    return cfg.replace(checkpoint_activations=",".join(n for n in (b.name for b in mm.blocks) if n in names))
+    return ",".join(n for n in (b.name for b in mm.blocks) if n in names)

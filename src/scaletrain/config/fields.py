@@ -3,6 +3,7 @@ name in a run's files) and the one-line checks of a value."""
 
 from __future__ import annotations
 
+import functools
 from dataclasses import Field, fields
 from typing import Any
 
@@ -19,9 +20,14 @@ def setting_key(f: Field) -> str:
     return f.metadata.get("key", f.name)
 
 
-def settings(section) -> list[Field]:
+def settings(section) -> tuple[Field, ...]:
     """A section's settings (its init fields), in their order."""
-    return [f for f in fields(section) if f.init]
+    return _settings(section if isinstance(section, type) else type(section))
+
+
+@functools.cache
+def _settings(cls: type) -> tuple[Field, ...]:  # (read per configuration made: a plan makes thousands)
+    return tuple(f for f in fields(cls) if f.init)
 
 
 def flag(name: str) -> str:

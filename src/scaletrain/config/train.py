@@ -6,6 +6,8 @@ Outside, a configuration is flat, one key per setting: the flags, config.toml an
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -85,7 +87,12 @@ class TrainConfig:
         unknown = set(flat) - set(KEYS)
         if unknown:
             raise TypeError(f"TrainConfig has no setting {', '.join(sorted(unknown))}")
-        return TrainConfig.from_dict({**self.to_dict(), **flat})
+        sections = {}
+        for name, section in SECTIONS.items():  # a section whose settings change is made (and checked) anew
+            mine = {f.name: flat[k] for f in settings(section) if (k := setting_key(f)) in flat}
+            held = getattr(self, name)
+            sections[name] = dataclasses.replace(held, **mine) if mine else copy.copy(held)
+        return TrainConfig(**sections)  # (then what spans the sections, as from_dict's)
 
     def sections(self) -> list[Any]:
         return [getattr(self, name) for name in SECTIONS]

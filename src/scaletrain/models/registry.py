@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import functools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -128,3 +129,15 @@ def build_model(name: str, *, num_classes: int, in_channels: int, image_size: in
         raise size_error(name, minimum, image_size)
     return spec.build(num_classes=num_classes, in_channels=in_channels, image_size=image_size,
                       stem=concrete, width=width)
+
+
+@functools.lru_cache(maxsize=8)
+def meta_model(name: str, *, num_classes: int, in_channels: int, image_size: int, stem: str = "auto",
+               width: float = 1.0) -> nn.Module:
+    """build_model's model on the meta device, one per setting for the process: what predictions read (shapes,
+    FLOPs, bytes: its walks at every batch kept with it, perf/walk.layer_graph), never a model to train or change."""
+    import torch
+
+    with torch.device("meta"):
+        return build_model(name, num_classes=num_classes, in_channels=in_channels, image_size=image_size, stem=stem,
+                           width=width)

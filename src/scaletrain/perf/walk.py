@@ -14,6 +14,8 @@ before), any other model as its leaf modules in call order, whose edges and cut 
 
 from __future__ import annotations
 
+import dataclasses
+import weakref
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -114,7 +116,101 @@ def out_of_memory(e: BaseException) -> bool:
 
 
 def layer_graph(model: nn.Module, input_shape: tuple[int, ...], batch_size: int = 1) -> LayerGraph:
-    """Trace `model` with torch.fx and run one forward pass of zeros of `batch_size` x `input_shape`."""
+    """Trace `model` with torch.fx and run one forward pass of zeros of `batch_size` x `input_shape`.
+
+    A walk's shapes, FLOPs and bytes are affine in the batch for a vision model (a batch norm's saved statistics are
+    the constant): the model is walked at the batches ANCHORS and any larger batch is read off the line through
+    them (ByBatch), once checked against a real walk at the first such batch; a model where the line does not hold
+    is walked at every batch. A plan asks one model for a walk at a dozen batches."""
+    if batch_size < ANCHORS[0] or not on_meta(model):  # (a walk of real tensors is walked at its batch alone)
+        return _layer_graph(model, input_shape, batch_size)
+    lines = _BY_BATCH.setdefault(model, {})
+    key = (tuple(input_shape), _state(model))
+    line = lines.get(key)
+    if line is None:
+        try:
+            line = ByBatch(*(_layer_graph(model, input_shape, b) for b in ANCHORS))
+        except Exception:  # (a forward that fails at the anchors: walked, and told, at the batch asked)
+            line = None
+        if line is None:
+            return _layer_graph(model, input_shape, batch_size)
+        lines[key] = line
+    graph = line.at(batch_size) if line.holds else None
+    if graph is not None and (line.checked or batch_size in ANCHORS):
+        return graph
+    walked = _layer_graph(model, input_shape, batch_size)
+    if graph is not None:  # the first batch off the anchors: the line is kept only where it gives the real walk
+        line.checked, line.holds = True, same_walk(graph, walked)
+    return walked
+
+
+ANCHORS = (2, 3)  # (at a batch of 1 a walk puts the model in eval mode: another line)
+
+
+class ByBatch:
+    """Walks of one model at the batches ANCHORS, and the walk at another batch read off the line through them."""
+
+    def __init__(self, a: LayerGraph, b: LayerGraph) -> None:
+        self.a, self.b = a, b
+        self.holds = _parallel(a.nodes, b.nodes)  # (the same nodes with the same constants at both batches)
+        self.checked = False
+
+    def at(self, batch: int) -> LayerGraph:
+        (ba, bb), a = ANCHORS, self.a
+
+        def num(x, y):
+            return None if x is None else x + (y - x) * (batch - ba) // (bb - ba)
+
+        def shape(x, y):
+            return None if x is None else tuple(num(i, j) for i, j in zip(x, y))
+
+        def node(x: Node, y: Node) -> Node:
+            return dataclasses.replace(
+                x, shape=shape(x.shape, y.shape), flops=num(x.flops, y.flops), out_bytes=num(x.out_bytes, y.out_bytes),
+                saved_bytes=num(x.saved_bytes, y.saved_bytes), inputs=list(x.inputs),
+                in_shapes=None if x.in_shapes is None else [shape(i, j) for i, j in zip(x.in_shapes, y.in_shapes)],
+                parts=[node(i, j) for i, j in zip(x.parts, y.parts)])
+
+        return dataclasses.replace(a, nodes=[node(x, y) for x, y in zip(a.nodes, self.b.nodes)], batch_size=batch,
+                                   saved_bytes=num(a.saved_bytes, self.b.saved_bytes))
+
+
+def _parallel(xs: list[Node], ys: list[Node]) -> bool:
+    def alike(x: Node, y: Node) -> bool:
+        same = ("name", "op", "kind", "target", "params", "param_bytes", "depthwise", "inputs")
+        return (all(getattr(x, f) == getattr(y, f) for f in same)
+                and (x.shape is None) == (y.shape is None) and len(x.shape or ()) == len(y.shape or ())
+                and (x.saved_bytes is None) == (y.saved_bytes is None)
+                and (x.in_shapes is None) == (y.in_shapes is None)
+                and [len(i) for i in x.in_shapes or []] == [len(j) for j in y.in_shapes or []]
+                and _parallel(x.parts, y.parts))
+
+    return len(xs) == len(ys) and all(alike(x, y) for x, y in zip(xs, ys))
+
+
+def same_walk(a: LayerGraph, b: LayerGraph) -> bool:
+    """Whether two walks give the same nodes, numbers and shapes (their traced modules aside)."""
+    return a.batch_size == b.batch_size and a.saved_bytes == b.saved_bytes and \
+        [asdict(n) for n in a.nodes] == [asdict(n) for n in b.nodes]
+
+
+def _state(model: nn.Module) -> tuple:
+    """What a walk of the same model object reads besides the batch: its mode, grad mode, its modules (one replaced,
+    e.g. by its tiled version, is another walk) and its parameters' device, dtype and requires_grad."""
+    return (model.training, torch.is_grad_enabled(), tuple(id(m) for m in model.modules()),
+            tuple((p.device.type, p.dtype, p.requires_grad) for p in model.parameters()))
+
+
+def on_meta(model: nn.Module) -> bool:
+    """Whether the model's parameters are on the meta device (a walk there costs no memory and no compute)."""
+    param = next(model.parameters(), None)
+    return param is not None and param.device.type == "meta"
+
+
+_BY_BATCH: "weakref.WeakKeyDictionary[nn.Module, dict[tuple, ByBatch]]" = weakref.WeakKeyDictionary()
+
+
+def _layer_graph(model: nn.Module, input_shape: tuple[int, ...], batch_size: int) -> LayerGraph:
     try:
         traced = fx.symbolic_trace(model)
     except Exception as e:  # fx raises TraceError, TypeError, ... from inside the user's forward

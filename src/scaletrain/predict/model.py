@@ -155,12 +155,20 @@ def compute_s(ops: list[OpCost], s: Setting, loop: Loop, loss_s: tuple[float, fl
 def predict_step(ops: list[OpCost], s: Setting, loop: Loop, network: dict[str, Any],
                  optimizer_s: Callable[[int, int], float], loss_s: tuple[float, float] = (0.0, 0.0),
                  workers: Workers | None = None, **context: Any) -> dict[str, Any]:
-    """The step's phases (seconds), its communication and the numbers the limit is named from.
+    """The step's phases (seconds), its communication and the numbers the limit is named from: the strategy's step
+    (strategy_step), then what its loader adds (with_input)."""
+    return with_input(strategy_step(ops, s, loop, network, optimizer_s, loss_s, **context), s, workers)
+
+
+def strategy_step(ops: list[OpCost], s: Setting, loop: Loop, network: dict[str, Any],
+                  optimizer_s: Callable[[int, int], float], loss_s: tuple[float, float] = (0.0, 0.0),
+                  **context: Any) -> dict[str, Any]:
+    """The step before its input: the compute phases and what the strategy adds to them, which the loader's workers
+    change nothing of (a plan's candidates that differ in workers alone share it; `data_wait` is 0 here).
 
     `optimizer_s(tensors, numel)` is the optimizer's calibrated law at this point's threads. The strategy
     prices its own communication (`Strategy.cost`, predict/pricing.py), from the compute phases computed here;
-    `context` (cfg, facts, predictor) is what it may read beyond them; `workers` the calibration's loader workers
-    (predict/workers.py). Memory per rank is the one memory model's
+    `context` (cfg, facts, predictor) is what it may read beyond them. Memory per rank is the one memory model's
     (comm/memory.per_rank, through the strategy's own `memory`: predict/points.rank_memory)."""
     from scaletrain.predict.pricing import Pricing
 
@@ -168,7 +176,6 @@ def predict_step(ops: list[OpCost], s: Setting, loop: Loop, network: dict[str, A
     fwd, bwd = compute_s(ops, s, loop, loss_s)
     strategy = s.strategy_class
     opt = optimizer_s(len(grads), sum(grads) // 4) + loop.optimizer_s if strategy.local_update else 0.0
-    loader_cpu = s.batch_size * s.sample_s
     stretch = compute_stretch(s)
     opt = opt * stretch
     compute = {"h2d": loop.h2d_s, "forward": fwd, "backward": bwd, "optimizer": opt, "other": loop.other_s}
@@ -180,6 +187,16 @@ def predict_step(ops: list[OpCost], s: Setting, loop: Loop, network: dict[str, A
     order = ("data_wait", "h2d", "forward", "backward", "comm_exposed", "optimizer")
     phases = {**{k: phases[k] for k in order}, **{k: v for k, v in phases.items() if k not in order and k != "other"},
               "other": phases["other"]}
+    return {"phases_s": phases, "comm": cost.comm if cost else dict(NO_COMM), "stretch": stretch,
+            "extra": cost.extra if cost else {}, "flops_share": cost.flops_share if cost else 1.0}
+
+
+def with_input(step: dict[str, Any], s: Setting, workers: Workers | None = None) -> dict[str, Any]:
+    """strategy_step's step with its input: the rank's own loading (no workers: `data_wait`) or its `s.workers`
+    loader processes (`workers`: the calibration's, predict/workers.py), what they take of the rank's cores and
+    what of the batch they leave it to wait for. A new step: `step` is left as it was."""
+    phases = dict(step["phases_s"])
+    loader_cpu = s.batch_size * s.sample_s
     lost, w = 0.0, workers or Workers()
     if s.workers == 0:
         data_wait = loader_cpu
@@ -192,9 +209,7 @@ def predict_step(ops: list[OpCost], s: Setting, loop: Loop, network: dict[str, A
                                       s.rank_threads if s.cpu_compute else 0)
         phases["forward"] += lost  # a worker starts the next batch as the rank takes this one: on its forward
     phases["data_wait"] = data_wait
-    return {"phases_s": phases, "step_time_s": sum(phases.values()), "comm": cost.comm if cost else dict(NO_COMM),
-            "stretch": stretch, "workers_lost_s": lost, "extra": cost.extra if cost else {},
-            "flops_share": cost.flops_share if cost else 1.0,
+    return {**step, "phases_s": phases, "step_time_s": sum(phases.values()), "workers_lost_s": lost,
             "epoch_start_s": w.startup_s + loader_cpu if s.workers else 0.0}  # the workers' start and first batch
 
 

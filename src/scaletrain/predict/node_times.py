@@ -21,6 +21,7 @@ from torch import nn
 
 from scaletrain.perf.blocks import Block
 from scaletrain.perf.walk import LayerGraph
+from scaletrain.predict.kept import Kept
 
 Times = tuple[float, float]  # (forward seconds, backward seconds)
 
@@ -35,18 +36,11 @@ def node_times(model: nn.Module, input_shape: tuple[int, ...], batch: int, calib
     as many as the cores hold at `threads` each. `graph`: the model's walk at `input_shape` and `batch` where one
     has been made (else it is walked)."""
     source = predictor if predictor is not None else calibration
-    key = (id(model), tuple(input_shape), batch, id(source), precision, threads, ranks)
-    held = _KEPT.get(key)
-    if held is None or held[0] is not model or held[1] is not source:
-        if len(_KEPT) >= KEEP:
-            _KEPT.pop(next(iter(_KEPT)))
-        held = _KEPT[key] = (model, source, _node_times(model, tuple(input_shape), batch, source, precision, threads,
-                                                         ranks, graph))
-    return held[2]
+    return _KEPT.get((model, source), (tuple(input_shape), batch, precision, threads, ranks),
+                     lambda: _node_times(model, tuple(input_shape), batch, source, precision, threads, ranks, graph))
 
 
-KEEP = 64
-_KEPT: dict[tuple, tuple[nn.Module, Any, dict[str, Times]]] = {}
+_KEPT = Kept(64)
 """node_times by model, shape, batch, basis and setting: a plan splits one model at many settings (the model and
 the calibration or predictor held with their result, so the ids in the key stay theirs)."""
 

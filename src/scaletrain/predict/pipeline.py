@@ -25,20 +25,19 @@ from typing import Any
 
 from scaletrain.errors import UserError
 from scaletrain.perf import alphabeta
+from scaletrain.predict.kept import Kept
 
 
 @functools.lru_cache(maxsize=16)
 def _blocked(model_name: str, classes: int, channels: int, image_size: int, micro: int, stem: str, width: float):
     """The model on the meta device and its block graph at the micro-batch: shapes, bytes and FLOPs without memory
-    or a forward (a large image's is seconds and gigabytes on the host)."""
-    import torch
-
-    from scaletrain.models.registry import build_model
+    or a forward (a large image's is seconds and gigabytes on the host). One model for every micro-batch (its walks
+    at other batches kept: perf/walk.layer_graph)."""
+    from scaletrain.models.registry import meta_model
     from scaletrain.split.stages import blocked
 
-    with torch.device("meta"):
-        model = build_model(model_name, num_classes=classes, in_channels=channels, image_size=image_size, stem=stem,
-                            width=width)
+    model = meta_model(model_name, num_classes=classes, in_channels=channels, image_size=image_size, stem=stem,
+                       width=width)
     return model, blocked(model, (channels, image_size, image_size), micro, meta=True)
 
 
@@ -60,18 +59,11 @@ def kept(what: str, predictor, cfg, facts: dict[str, Any], threads: int, alpha_b
     split's pricing (its search is a third of a second)."""
     from scaletrain.comm.memory import workerless
 
-    key = (what, id(predictor), workerless(cfg), tuple(sorted(facts.items())), threads,
-           tuple(alpha_beta))
-    held = _KEPT.get(key)
-    if held is None or held[0] is not predictor:
-        if len(_KEPT) >= KEEP:
-            _KEPT.pop(next(iter(_KEPT)))
-        held = _KEPT[key] = (predictor, compute())
-    return held[1]
+    return _KEPT.get((predictor,), (what, workerless(cfg), tuple(sorted(facts.items())), threads, tuple(alpha_beta)),
+                     compute)
 
 
-KEEP = 256
-_KEPT: dict[tuple, tuple[Any, Any]] = {}
+_KEPT = Kept(256)
 
 
 def blocked_model(cfg, facts: dict[str, Any]):

@@ -3,6 +3,7 @@ model (model.py) and name each point's limit and the scaling's (docs/predict.md)
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import functools
 import math
@@ -14,6 +15,7 @@ import torch
 
 from scaletrain.errors import UserError
 from scaletrain.predict import model as M
+from scaletrain.predict.kept import Kept
 from scaletrain.predict.ops import Workload
 from scaletrain.predict.predictor import LARGE_BATCH, Predictor, cal_workload
 
@@ -29,20 +31,18 @@ def _cached_workload(model_name: str, num_classes: int, in_channels: int, image_
     """The model's ops at `batch`, traced on meta tensors (shapes and FLOPs, no memory: any image size and
     batch); a model that cannot be built or run on the meta device is traced on the CPU, its memory checked
     first."""
-    import torch
+    from scaletrain.models.registry import build_model, meta_model
 
-    from scaletrain.models.registry import build_model
-
-    def build(device: str):
-        with torch.device(device):
-            return build_model(model_name, num_classes=num_classes, in_channels=in_channels,
-                               image_size=image_size, stem=stem, width=width)
-
-    try:
-        return cal_workload(build("meta"), (in_channels, image_size, image_size), batch)
+    shape = (in_channels, image_size, image_size)
+    try:  # (one meta model for every batch: its walks kept, perf/walk.layer_graph)
+        return cal_workload(meta_model(model_name, num_classes=num_classes, in_channels=in_channels,
+                                       image_size=image_size, stem=stem, width=width), shape, batch)
     except Exception:  # a model that makes its own CPU tensors, or data-dependent code: a real forward pass
         _check_trace_memory(model_name, num_classes, in_channels, image_size, batch, stem, width)
-        return cal_workload(build("cpu"), (in_channels, image_size, image_size), batch)
+        with torch.device("cpu"):
+            model = build_model(model_name, num_classes=num_classes, in_channels=in_channels, image_size=image_size,
+                                stem=stem, width=width)
+        return cal_workload(model, shape, batch)
 
 
 def workload(cfg, data_facts: dict[str, Any], batch: int) -> Workload:
@@ -154,27 +154,75 @@ def epoch_floor_s(p: Predictor, cfg, *, shared_cores: int | None = None, cores: 
     (model.compute_s), where its strategy runs the whole model on every trainer and only adds to that
     (Strategy.computes_whole_model; None otherwise). A few milliseconds where predict_config takes tens: what a
     plan prunes by (plan/search.py)."""
+    from scaletrain.comm.memory import workerless
     from scaletrain.comm.registry import strategy_class
 
     check_point(cfg, p.hardware)
     if not strategy_class(cfg.strategy.name).computes_whole_model:
         return None
-    facts = data_facts(cfg.data.dataset, cfg.data.image_size, cfg.data.synthetic_samples, cfg.data.synthetic_classes,
-                       cfg.data.augment)
-    s = _setting(p, cfg, facts, shared_cores, cores)
-    w = workload(cfg, facts, cfg.optim.batch_size)
-    ops = p.op_costs(w, cfg.model.precision, s.rank_threads)
-    loss = p.loss_s(cfg.optim.batch_size, facts["classes"], cfg.model.precision, s.rank_threads)
-    fwd, bwd = M.compute_s(ops, s, _loop(p, cfg, s, shared_cores), loss)  # (checkpointing's recompute only adds)
-    return facts["samples"] // (cfg.optim.batch_size * s.trainers) * (fwd + bwd)
+
+    def floor() -> float:
+        facts = _facts(cfg)
+        s = _setting(p, cfg, facts, shared_cores, cores)
+        w = workload(cfg, facts, cfg.optim.batch_size)
+        ops = p.op_costs(w, cfg.model.precision, s.rank_threads)
+        loss = p.loss_s(cfg.optim.batch_size, facts["classes"], cfg.model.precision, s.rank_threads)
+        fwd, bwd = M.compute_s(ops, s, _loop(p, cfg, s, shared_cores), loss)  # (checkpointing's recompute only adds)
+        return facts["samples"] // (cfg.optim.batch_size * s.trainers) * (fwd + bwd)
+
+    return _KEPT.get((p,), ("floor", workerless(cfg), shared_cores, cores), floor)
 
 
 def predict_config(p: Predictor, cfg, *, shared_cores: int | None = None, cores: int | None = None) -> dict[str, Any]:
-    """One point: the model's phases, epoch, memory and limit for a TrainConfig (its batch per rank)."""
+    """One point: the model's phases, epoch, memory and limit for a TrainConfig (its batch per rank). What its
+    loader workers change nothing of (the strategy's step, memory, ops) is kept per basis for the configuration
+    without them: a plan's candidates that differ in workers alone price it once."""
+    from scaletrain.comm.memory import workerless
+
     check_point(cfg, p.hardware)
+    base = _KEPT.get((p,), ("point", workerless(cfg), shared_cores, cores),
+                     lambda: _before_input(p, cfg, shared_cores, cores))
+    s = dataclasses.replace(base.setting, workers=cfg.data.workers)
+    step = M.with_input(base.step, s, p.workers())
+    facts, mem = base.facts, base.memory
+    steps = facts["samples"] // (cfg.optim.batch_size * s.trainers)
+    lim, note = M.limit(step["phases_s"], base.efficiency)
+    peak = sum(mem.values()) if mem else None
+    check = plausibility(base.workload, step["phases_s"], p.peak_flops(cfg.model.precision), steps, p.hardware,
+                         peak or 0, p.device_memory(), oversubscribed(s), step["flops_share"])
+    return {"setting": s, "phases_s": step["phases_s"], "step_time_s": step["step_time_s"],
+            "steps_per_epoch": steps, "epoch_time_s": steps * step["step_time_s"] + step["epoch_start_s"],
+            "samples_per_s": cfg.optim.batch_size * s.trainers / step["step_time_s"],
+            "peak_memory_bytes": peak, "memory_bytes": dict(mem), "memory_kind": p.memory_kind(),
+            "comm": dict(step["comm"]), "layers": dict(base.layers), "limit": lim, "limit_note": note,
+            "batch_efficiency": base.efficiency, "threads": s.rank_threads, "stretch": step["stretch"],
+            "workers_lost_s": step["workers_lost_s"], "plausibility": check, "notes": list(base.notes),
+            "image_size": facts["image_size"], "ops": [dict(o) for o in base.per_op], **copy.deepcopy(step["extra"])}
+
+
+@dataclasses.dataclass(frozen=True)
+class _BeforeInput:
+    """A point's pricing up to its input (predict_config): what its loader workers change nothing of."""
+
+    setting: M.Setting  # (its workers the first point's: predict_config gives each point its own)
+    facts: dict[str, Any]
+    workload: Workload
+    step: dict[str, Any]  # model.strategy_step's
+    memory: dict[str, int]
+    efficiency: float
+    layers: dict[str, int]
+    per_op: list[dict[str, Any]]
+    notes: list[str]
+
+
+def _facts(cfg) -> dict[str, Any]:
+    return data_facts(cfg.data.dataset, cfg.data.image_size, cfg.data.synthetic_samples, cfg.data.synthetic_classes,
+                      cfg.data.augment)
+
+
+def _before_input(p: Predictor, cfg, shared_cores: int | None, cores: int | None) -> _BeforeInput:
     auto_cap = cfg.strategy.bucket_cap_mb == "auto"
-    facts = data_facts(cfg.data.dataset, cfg.data.image_size, cfg.data.synthetic_samples, cfg.data.synthetic_classes,
-                       cfg.data.augment)
+    facts = _facts(cfg)
     s = _setting(p, cfg, facts, shared_cores, cores)
     w = workload(cfg, facts, cfg.optim.batch_size)
     threads = s.rank_threads
@@ -184,44 +232,34 @@ def predict_config(p: Predictor, cfg, *, shared_cores: int | None = None, cores:
         ops = [dataclasses.replace(o, backward_s=o.backward_s + again * o.forward_s) for o in ops]
     loss = p.loss_s(cfg.optim.batch_size, facts["classes"], cfg.model.precision, threads)
     s.sample_s = p.loader_sample_s(cfg.data.dataset, facts["image_size"], facts["source_pixels"], cfg.optim.batch_size)
-    workers = p.workers()
     # the batch as the loader makes it (float32 images, int64 labels), copied to the device before its forward
     copy_bytes = cfg.optim.batch_size * (4 * math.prod(sample_shape(facts)) + 8)
     loop = _loop(p, cfg, s, shared_cores)
     loop = dataclasses.replace(loop, h2d_s=loop.h2d_s + p.batch_copy_s(copy_bytes))
     opt_law = p.optimizer_law(cfg.optim.optimizer, threads)
+
     def step_at(setting: M.Setting) -> dict[str, Any]:
-        return M.predict_step(ops, setting, loop, p.network, opt_law, loss, workers=workers, cfg=cfg, facts=facts,
-                              predictor=p)
+        return M.strategy_step(ops, setting, loop, p.network, opt_law, loss, cfg=cfg, facts=facts, predictor=p)
 
     step = step_at(s)
     if auto_cap and step["comm"].get("best_bucket_cap_mb") is not None:
         # --bucket-cap-mb auto: the cap the model finds best at this point, as auto_bucket.choose picks it
         s.bucket_cap_mb = step["comm"]["best_bucket_cap_mb"]
         step = step_at(s)
-    steps = facts["samples"] // (cfg.optim.batch_size * s.trainers)
     mem = rank_memory(cfg, facts, p.memory_kind())  # (after the strategy's cost: its refusal names the basis)
-    eff = batch_efficiency(p, cfg, facts, ops, threads)
-    lim, note = M.limit(step["phases_s"], eff)
-    peak = sum(mem.values()) if mem else None
-    check = plausibility(w, step["phases_s"], p.peak_flops(cfg.model.precision), steps, p.hardware,
-                         peak or 0, p.device_memory(), oversubscribed(s), step["flops_share"])
     per_op = [{"name": op.name, "kind": op.kind, "source": c.source, "forward_s": c.forward_s,
                "backward_s": c.backward_s} for op, c in zip(w.ops, ops) if op.kind != "view"]
-    sources = {}
+    sources: dict[str, int] = {}
     for o in ops:
         if o.source != "none":
             sources[o.source] = sources.get(o.source, 0) + 1
-    return {"setting": s, "phases_s": step["phases_s"], "step_time_s": step["step_time_s"],
-            "steps_per_epoch": steps, "epoch_time_s": steps * step["step_time_s"] + step["epoch_start_s"],
-            "samples_per_s": cfg.optim.batch_size * s.trainers / step["step_time_s"],
-            "peak_memory_bytes": peak, "memory_bytes": mem, "memory_kind": p.memory_kind(),
-            "comm": step["comm"], "layers": {k: sources.get(k, 0) for k in ("measured", "regression", "roofline")},
-            "limit": lim, "limit_note": note, "batch_efficiency": eff, "threads": threads,
-            "stretch": step["stretch"], "workers_lost_s": step["workers_lost_s"], "plausibility": check,
-            "notes": list(w.notes) + ([AUTO_CAP_NOTE] if auto_cap else []) + ([] if mem else [NO_MEMORY_NOTE])
-            + ([LEAN_NOTE] if runs_lean(cfg, p.memory_kind()) else []),
-            "image_size": facts["image_size"], "ops": per_op, **step["extra"]}
+    notes = list(w.notes) + ([AUTO_CAP_NOTE] if auto_cap else []) + ([] if mem else [NO_MEMORY_NOTE]) \
+        + ([LEAN_NOTE] if runs_lean(cfg, p.memory_kind()) else [])
+    return _BeforeInput(s, facts, w, step, mem, batch_efficiency(p, cfg, facts, ops, threads),
+                        {k: sources.get(k, 0) for k in ("measured", "regression", "roofline")}, per_op, notes)
+
+
+_KEPT = Kept(1024)
 
 
 def checkpointing(cfg, facts: dict[str, Any]) -> str:
@@ -243,19 +281,20 @@ def recomputed_share(cfg, facts: dict[str, Any]) -> float:
     if value == "none":
         return 0.0
     from scaletrain.comm.memory import cached_walk
-    from scaletrain.train.recompute import plan_units
+    from scaletrain.train.recompute import block_units, pick_units
 
     factory, shape = model_factory(cfg, facts), sample_shape(facts)
     walks = _model_walks(cfg, facts)
     mm = cached_walk(walks, factory, 1, shape, cfg.optim.optimizer, cfg.model.precision)
     if mm is None:
         return 0.0
-    units = (_model_key(cfg, facts), shape, value)
-    if units not in _UNITS:
+    key = (_model_key(cfg, facts), shape)
+    if key not in _UNITS:
         with torch.device("meta"):
-            _UNITS[units] = {u.block for u in plan_units(factory(), shape, value)}  # (a lone layer, e.g. fc, is not)
+            _UNITS[key] = block_units(factory(), shape)
+    recomputed = {u.block for u in pick_units(*_UNITS[key], value)}  # (a lone layer, e.g. fc, is not)
     total = sum(b.flops for b in mm.blocks)
-    return sum(b.flops for b in mm.blocks if b.name in _UNITS[units]) / total if total else 0.0
+    return sum(b.flops for b in mm.blocks if b.name in recomputed) / total if total else 0.0
 
 
 def runs_lean(cfg, memory_kind: str) -> bool:
@@ -281,7 +320,7 @@ def sample_shape(facts: dict[str, Any]) -> tuple[int, int, int]:
 
 
 _WALKS: dict[tuple, dict] = {}  # the model's memory walks per model, kept for the process (a sweep walks once)
-_UNITS: dict[tuple, set] = {}  # the blocks each checkpointing value recomputes, per model, shape and value
+_UNITS: dict[tuple, tuple] = {}  # the units of the model's blocks and their names, per model and shape
 
 
 def _model_key(cfg, facts: dict[str, Any]) -> tuple:

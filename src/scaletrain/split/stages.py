@@ -13,7 +13,7 @@ from torch import fx, nn
 
 from scaletrain.errors import UserError
 from scaletrain.perf.blocks import Block, group
-from scaletrain.perf.walk import LayerGraph, Untraceable, layer_graph
+from scaletrain.perf.walk import LayerGraph, Untraceable, layer_graph, on_meta
 
 Bounds = list[tuple[int, int]]  # per stage: (first block, one past its last block)
 
@@ -37,8 +37,8 @@ def blocked(model: nn.Module, input_shape: tuple[int, ...], batch_size: int = 1,
     shapes, bytes and FLOPs from a copy of the model on the meta device (no memory, whatever the image's size;
     the stages' modules still run `model`'s layers), else from a forward of zeros through `model`."""
     try:
-        if meta:
-            graph = layer_graph(copy.deepcopy(model).to("meta"), input_shape, batch_size)
+        if meta:  # (a model already on the meta device is walked as it is: its walks at other batches kept)
+            graph = layer_graph(model if on_meta(model) else copy.deepcopy(model).to("meta"), input_shape, batch_size)
             return Blocked(graph, group(graph, "block"), root=model)
         graph = layer_graph(model, input_shape, batch_size)
     except Untraceable as e:

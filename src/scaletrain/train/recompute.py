@@ -68,6 +68,12 @@ class Unit:
 def plan_units(model: nn.Module, sample_shape: tuple[int, ...], value: str = "blocks") -> list[Unit]:
     """The units of `model`'s blocks that --checkpoint-activations `value` names, in order, read from its block
     graph on a meta copy (no memory); a name that is no block is refused, naming the blocks."""
+    return pick_units(*block_units(model, sample_shape), value)
+
+
+def block_units(model: nn.Module, sample_shape: tuple[int, ...]) -> tuple[list[Unit], list[str]]:
+    """(the units of every block of `model`, the names of its blocks, each in order), from its block graph on a meta
+    copy: what pick_units chooses from (a plan asks for many choices of one model's blocks)."""
     from scaletrain.perf.blocks import group
     from scaletrain.perf.walk import walk
 
@@ -77,11 +83,15 @@ def plan_units(model: nn.Module, sample_shape: tuple[int, ...], value: str = "bl
     blocks = group(graph, "block")
     targets = [[by_id[i].target.split(".") for i in b.nodes if i in by_id and by_id[i].op == "call_module"]
                for b in blocks]
-    units = units_of(model, targets, [b.name for b in blocks])
+    return units_of(model, targets, [b.name for b in blocks]), [b.name for b in blocks]
+
+
+def pick_units(units: list[Unit], known: list[str], value: str) -> list[Unit]:
+    """Of block_units' `units`, those of the blocks --checkpoint-activations `value` names; a name that is no block
+    (`known`) is refused, naming the blocks."""
     names = chosen(value)
     if names is True or names is False:
         return units if names else []
-    known = [b.name for b in blocks]
     unknown = sorted(names - set(known))
     if unknown:
         raise UserError(f"--checkpoint-activations: no block named {unknown[0]}; the blocks are {', '.join(known)} "
