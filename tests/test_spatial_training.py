@@ -308,7 +308,7 @@ def test_predict_prices_the_fused_stems_recompute_and_the_flat_messages_copies(t
     whole = predict_config(p, build_config({}, {**flags, "strategy": "allreduce"}))
     monkeypatch.setattr(front_module, "_stems", lambda *a: ())  # as if the stem ran as four layers
     monkeypatch.setattr(front_module, "_kept", type(front_module._kept)())  # (the front planned again)
-    four = predict_config(p, cfg)
+    four = predict_config(Predictor(fake_calibration(), NETWORK), cfg)  # (a new basis: a point is kept per basis)
     stem = {"stem_0", "stem_1", "stem_2", "stem_3"}
     share = sum(o["forward_s"] for o in fused["ops"] if o["name"] in stem) / sum(o["forward_s"] for o in fused["ops"])
     assert 0 < share < 1
