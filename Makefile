@@ -35,28 +35,27 @@ $(COMPILED): $(STAMP)
 demo: $(COMPILED)
 	$(VENV)/bin/scaletrain train --config configs/demo.toml --out runs/demo-$$(date +%Y%m%d-%H%M%S)
 
-# The fast suite, under 5 minutes on 2 cores (docs/testing.md), then its equivalence tests (2 ranks = 1 rank, ...)
-# again on the kernels of a CPU without AVX2, so that a test that holds on one CPU's kernels only cannot land
-# (tests/conftest.py: EXACT). A test file per pytest worker, one worker per core: launches wait on their ranks'
-# start-up, and the other worker's tests fill that time (the 8 equivalence tests alone run faster serially). Tests write bytecode even where PYTHONDONTWRITEBYTECODE
-# is set: pytest would otherwise rewrite every test module's asserts at each run (9 s).
+# The fast suite, under 5 minutes on 2 cores (docs/testing.md). A test file per pytest worker, one worker per core:
+# launches wait on their ranks' start-up, and the other worker's tests fill that time. Tests write bytecode even
+# where PYTHONDONTWRITEBYTECODE is set: pytest would otherwise rewrite every test module's asserts at each run (9 s).
+# Every equivalence test (2 ranks = 1 rank, ...) runs again on the kernels of a CPU without AVX2 in test-slow (and
+# so in CI), so that a test that holds on one CPU's kernels only cannot land (tests/conftest.py: EXACT).
 TESTENV := PYTHONDONTWRITEBYTECODE=
 WORKERS ?= auto
 PYTEST := $(TESTENV) $(PY) -m pytest -q -n $(WORKERS) --dist loadfile
 SERIAL := $(TESTENV) $(PY) -m pytest -q
 test: $(COMPILED)
 	$(PYTEST) -m "not slow" $(PYTEST_ARGS)
-	@echo "the equivalence tests again, on the kernels of a CPU without AVX2 (ATEN_CPU_CAPABILITY=default):"
-	ATEN_CPU_CAPABILITY=default $(SERIAL) -m "equivalence and not slow" $(PYTEST_ARGS)
 
 # The slow suite, which includes the real-SLURM tests (SLURM and munge are installed first where missing, as
-# root), and its equivalence tests again on the kernels of a CPU without AVX2 (35 + 3 min here). One test at a
-# time: some compare timings (a diagnosed slowdown, the testbed's links), which another test's load would move.
+# root), then every equivalence test, fast and slow, again on the kernels of a CPU without AVX2 (49 + 4 min here).
+# One test at a time: some compare timings (a diagnosed slowdown, the testbed's links), which another test's load
+# would move.
 test-slow: $(COMPILED)
 	sh tools/slurm/install.sh
 	$(SERIAL) -m slow $(PYTEST_ARGS)
-	@echo "the equivalence tests again, on the kernels of a CPU without AVX2 (ATEN_CPU_CAPABILITY=default):"
-	ATEN_CPU_CAPABILITY=default $(SERIAL) -m "equivalence and slow" $(PYTEST_ARGS)
+	@echo "every equivalence test again, on the kernels of a CPU without AVX2 (ATEN_CPU_CAPABILITY=default):"
+	ATEN_CPU_CAPABILITY=default $(SERIAL) -m equivalence $(PYTEST_ARGS)
 
 # `scaletrain slurm` against a real SLURM (root): installs slurmctld, slurmd, slurm-client and munge where
 # missing, then the tests start them on this machine and stop them after (docs/slurm.md; about 3 min).

@@ -37,6 +37,7 @@ def sync_runs(tmp_path_factory, launch):
     return straight, broken, first
 
 
+@pytest.mark.slow  # three trainings of a parameter server: ps-sync = allreduce stays in the fast suite
 def test_ps_sync_resume_equals_an_uninterrupted_run(sync_runs):
     straight, broken, first = sync_runs
     ps = first["ps"]

@@ -46,6 +46,7 @@ def test_fp16_compression_tracks_the_uncompressed_trajectory(train, tmp_path):
     assert s["compression_ratio"] == pytest.approx(2.0, rel=1e-3)
 
 
+@pytest.mark.slow  # three trainings: a resume's exactness is in the fast suite through test_recovery
 def test_compressor_state_is_checkpointed_and_resumed(train, launch, tmp_path):
     straight = tmp_path / "straight"
     train(straight, "--nproc", "2", "--compress", "topk:0.05", "--epochs", "2")

@@ -101,22 +101,31 @@ def test_run_directory_is_complete(one_and_two_ranks):
     assert {"step", "epoch", "loss", "step_time_s", "lr", "samples"} <= steps[0].keys()
 
 
+RESUMED = ["--model", "resnet20", "--width", "0.5", "--dataset", "digits", "--image-size", "16", "--epochs", "2",
+           "--batch-size", "32", "--nproc", "2", "--warmup-epochs", "1", "--scale-lr", "--optimizer", "nesterov",
+           "--no-progress", "--seed", "1"]
+
+
 @pytest.fixture(scope="module")
-def resumed_and_straight(tmp_path_factory, launch):
-    """ResNet-20 (BatchNorm, augmentation on: RNG state matters) on 2 ranks, with and without a break."""
-    base = tmp_path_factory.mktemp("resume")
-    args = ["--model", "resnet20", "--width", "0.5", "--dataset", "digits", "--image-size", "16",
-            "--epochs", "2", "--batch-size", "32", "--nproc", "2", "--warmup-epochs", "1", "--scale-lr",
-            "--optimizer", "nesterov", "--no-progress", "--seed", "1"]
-    straight, broken = base / "straight", base / "broken"
-    launch(*args, "--out", str(straight))
-    launch(*args, "--stop-after", "1", "--out", str(broken))
+def straight(tmp_path_factory, launch):
+    """ResNet-20 (BatchNorm, augmentation on: RNG state matters) on 2 ranks, without a break."""
+    run = tmp_path_factory.mktemp("resume") / "straight"
+    launch(*RESUMED, "--out", str(run))
+    return run
+
+
+@pytest.fixture(scope="module")
+def resumed_and_straight(tmp_path_factory, launch, straight):
+    """The same with a break after its first epoch, resumed."""
+    broken = tmp_path_factory.mktemp("resume") / "broken"
+    launch(*RESUMED, "--stop-after", "1", "--out", str(broken))
     assert summary(broken)["status"] == "stopped" and summary(broken)["epochs"] == 1
     # the resumed invocation names only the run directory: its config comes from config.toml
     launch("--resume", "--out", str(broken))
     return straight, broken
 
 
+@pytest.mark.slow  # a second resume of DDP: the fast suite's is test_recovery's preempted run resumed bitwise
 def test_interrupt_and_resume_equals_an_uninterrupted_run(resumed_and_straight):
     straight, broken = resumed_and_straight
     a = torch.load(straight / "checkpoint.pt", weights_only=True)
@@ -133,9 +142,9 @@ def test_interrupt_and_resume_equals_an_uninterrupted_run(resumed_and_straight):
     assert steps == list(range(sb["steps"]))
 
 
-def test_distributed_evaluation_equals_single_process(resumed_and_straight):
+def test_distributed_evaluation_equals_single_process(straight):
     """The 2-rank sharded evaluation in the summary equals evaluating the saved weights in one process."""
-    run = resumed_and_straight[0]
+    run = straight
     s = summary(run)
     data = build_datasets("digits", image_size=16, augment=False)
     model = build_model("resnet20", num_classes=10, in_channels=1, image_size=16, width=0.5)
