@@ -311,9 +311,13 @@ def optimal(costs: list[BlockCost], stages: int, **pipeline: Any) -> Partition:
 
 def _fastest(costs: list[BlockCost], stages: int, pipeline: dict[str, Any]) -> Bounds:
     """The bounds of `optimal` without a memory limit, kept per cost vector and pipeline: a plan asks for the same
-    split once per memory setting (precision, checkpointing) and the search is tens of milliseconds."""
+    split once per memory setting (precision, checkpointing) and the search is tens of milliseconds. Without a limit
+    every stage runs as it is (no offload), so the blocks' times alone, and the bytes crossing each cut where a
+    message costs anything, choose it: the key holds only those."""
     free = {k: v for k, v in pipeline.items() if k not in ("memory", "memory_limit")}
-    key = (tuple(costs), stages, tuple(sorted(free.items())))
+    messages = free.get("latency_s", 0.0) or free.get("link_bytes_per_s", math.inf) != math.inf
+    key = (tuple((c.forward_s, c.backward_s, c.out_bytes if messages else None) for c in costs), stages,
+           tuple(sorted(free.items())))
     if key not in _FASTEST:
         if len(_FASTEST) >= 512:
             _FASTEST.pop(next(iter(_FASTEST)))

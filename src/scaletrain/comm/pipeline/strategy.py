@@ -133,7 +133,11 @@ class Pipeline(Strategy):
 
         if choose is None:
             after = [b.input for b in blocks[1:]] + [0]  # the tensor crossing each cut: the next block's input
-            costs = [BlockCost(b.name, float(b.flops), 2.0 * b.flops, b.params, b.saved, out)
+            # the split follows the FLOPs' ratios alone: per sample where they divide (exact), one search serves every
+            # micro-batch (split/partition._fastest keeps it per cost vector)
+            micro = max(1, cfg.optim.batch_size // cfg.pipeline.microbatches)
+            per = micro if all(b.flops % micro == 0 for b in blocks) else 1
+            costs = [BlockCost(b.name, float(b.flops // per), 2.0 * (b.flops // per), b.params, b.saved, out)
                      for b, out in zip(blocks, after)]
             method, k = cfg.pipeline.split, cfg.layout.stages
 
