@@ -259,7 +259,7 @@ def _before_input(p: Predictor, cfg, shared_cores: int | None, cores: int | None
                         {k: sources.get(k, 0) for k in ("measured", "regression", "roofline")}, per_op, notes)
 
 
-_KEPT = Kept(1024)
+_KEPT = Kept(512)  # (a plan's largest grid holds 60 configurations without workers; each entry ~60 kB)
 
 
 def checkpointing(cfg, facts: dict[str, Any]) -> str:

@@ -36,6 +36,7 @@ but the one being computed (out and back: 2 x one micro-batch's share of `activa
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 from dataclasses import dataclass, field
@@ -114,12 +115,16 @@ class _Stage:
     transfer_s: float
     offload_s: float
     update_s: float
-    memory: dict[str, int]
+    held: dict[str, int] | Callable[[], dict[str, int]]  # its memory, or what gives it when first asked
     offload: str
 
     @property
     def time_s(self) -> float:
         return self.forward_s + self.backward_s + self.transfer_s + self.offload_s
+
+    @functools.cached_property
+    def memory(self) -> dict[str, int]:  # (a search without a limit asks it of the chosen split's stages alone)
+        return self.held if isinstance(self.held, dict) else self.held()
 
     @property
     def memory_bytes(self) -> int:
@@ -196,15 +201,26 @@ class _Model:
         out = self.costs[j - 1].out_bytes if j < self.n else 0
         transfer = (2 * self._message(into) if i > 0 else 0.0) + (2 * self._message(out) if j < self.n else 0.0)
         params = self.par[j] - self.par[i]
-        memory = dict(self.memory_of(s, i, j)) if self.memory_of is not None else self._block_bytes(s, i, j, into, out)
+
+        def held() -> dict[str, int]:
+            memory = dict(self.memory_of(s, i, j)) if self.memory_of is not None else \
+                self._block_bytes(s, i, j, into, out)
+            if "activations" in offload:
+                memory["activations"] = 0
+            if "optimizer" in offload:
+                memory["optimizer"] = 0
+            return {k: int(v) for k, v in memory.items()}
+
         offload_s, update_s = 0.0, 0.0
         if "activations" in offload:  # (offered only with more than one micro-batch in flight)
-            offload_s = 2 * memory["activations"] / (self.in_flight(s) - 1) / self.host_rate
-            memory["activations"] = 0
+            kept = self.memory_of(s, i, j)["activations"] if self.memory_of is not None else \
+                self._block_bytes(s, i, j, into, out)["activations"]
+            offload_s = 2 * kept / (self.in_flight(s) - 1) / self.host_rate
         if "optimizer" in offload:
-            update_s, memory["optimizer"] = 2 * params / self.host_rate, 0
+            update_s = 2 * params / self.host_rate
+        # without a limit no stage's memory chooses anything: it is worked out for the stages asked for it
         return _Stage(self.fwd[j] - self.fwd[i], self.bwd[j] - self.bwd[i], transfer, offload_s, update_s,
-                      {k: int(v) for k, v in memory.items()}, offload)
+                      held if self.limit is None else held(), offload)
 
     def _block_bytes(self, s: int, i: int, j: int, into: int, out: int) -> dict[str, int]:
         """Stage s's memory from the blocks' bytes alone, when no memory model is given (module docstring)."""
