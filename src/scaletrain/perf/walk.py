@@ -126,15 +126,14 @@ def layer_graph(model: nn.Module, input_shape: tuple[int, ...], batch_size: int 
         return _layer_graph(model, input_shape, batch_size)
     lines = _BY_BATCH.setdefault(model, {})
     key = (tuple(input_shape), _state(model))
-    line = lines.get(key)
-    if line is None:
+    if key not in lines:
         try:
-            line = ByBatch(*(_layer_graph(model, input_shape, b) for b in ANCHORS))
-        except Exception:  # (a forward that fails at the anchors: walked, and told, at the batch asked)
-            line = None
-        if line is None:
-            return _layer_graph(model, input_shape, batch_size)
-        lines[key] = line
+            lines[key] = ByBatch(*(_layer_graph(model, input_shape, b) for b in ANCHORS))
+        except Exception:  # (a forward that fails at the anchors: walked, and told, at each batch asked)
+            lines[key] = None
+    line = lines[key]
+    if line is None:
+        return _layer_graph(model, input_shape, batch_size)
     graph = line.at(batch_size) if line.holds else None
     if graph is not None and (line.checked or batch_size in ANCHORS):
         return graph
@@ -207,7 +206,7 @@ def on_meta(model: nn.Module) -> bool:
     return param is not None and param.device.type == "meta"
 
 
-_BY_BATCH: "weakref.WeakKeyDictionary[nn.Module, dict[tuple, ByBatch]]" = weakref.WeakKeyDictionary()
+_BY_BATCH: "weakref.WeakKeyDictionary[nn.Module, dict[tuple, ByBatch | None]]" = weakref.WeakKeyDictionary()
 
 
 def _layer_graph(model: nn.Module, input_shape: tuple[int, ...], batch_size: int) -> LayerGraph:
