@@ -380,7 +380,9 @@ def _branch_and_bound(model: _Model, start: Bounds) -> Bounds:
     best, best_key = list(start), key(start)
     tol = 1e-12 * max(best_key[0], 1e-30)
 
-    def descend(s: int, i: int, chosen: Bounds, fwd: list[float], bwd: list[float], update: float) -> None:
+    def descend(s: int, i: int, chosen: Bounds, update: float, ahead: tuple[float, float, float]) -> None:
+        """`ahead`: schedule.lower_bound of the stages chosen so far and the sums of their forward and backward ops,
+        extended a stage at a time (schedule.with_stage)."""
         nonlocal best, best_key
         if s == k:
             found = key(chosen)
@@ -393,17 +395,18 @@ def _branch_and_bound(model: _Model, start: Bounds) -> Bounds:
             st = model.stage(s, i, j)
             if not model.fits(st):
                 continue
-            f, b = model.ops([st])
-            fwd2, bwd2 = fwd + f, bwd + b
-            bound = max(play.lower_bound(fwd2, bwd2, m), update, st.update_s)
+            (f,), (b,) = model.ops([st])
+            deeper = play.with_stage(ahead, f, b, m)
+            lower, sum_f, sum_b = deeper
+            bound = max(lower, update, st.update_s)
             if s < k - 1:  # between the fill and the drain: the slowest of the stages left runs its M micro-batches,
                 # and the first micro-batch goes through the blocks left and back
-                bound = max(bound, sum(fwd2) + max(m * least[k - s - 1][j], work[n] - work[j]) + sum(bwd2))
+                bound = max(bound, sum_f + max(m * least[k - s - 1][j], work[n] - work[j]) + sum_b)
             if bound > best_key[0] + tol:
                 continue
-            descend(s + 1, j, chosen + [(i, j)], fwd2, bwd2, max(update, st.update_s))
+            descend(s + 1, j, chosen + [(i, j)], max(update, st.update_s), deeper)
 
-    descend(0, 0, [], [], [], 0.0)
+    descend(0, 0, [], 0.0, play.NOTHING_AHEAD)
     return best
 
 

@@ -49,13 +49,25 @@ def step_time(forward: list[float], backward: list[float], schedule: str, microb
     dependency (`_played`, the same for any durations: kept), each starting when its stage is free and its input
     has arrived (a plan's split search plays thousands of splits)."""
     k, m = len(forward), microbatches
-    ends = ([[0.0] * m for _ in range(k)], [[0.0] * m for _ in range(k)])  # forward, backward ends by stage, batch
+    ends = [0.0] * (2 * k * m + 1)  # each op's end (_slots), and a last cell, 0, for the ops that wait on none
     free = [0.0] * k
-    for s, op, i, dep_op, dep_stage in _played(schedule, k, m):
-        dep = ends[dep_op][dep_stage][i] if dep_stage >= 0 else 0.0
-        free[s] = (free[s] if free[s] > dep else dep) + (backward[s] if op else forward[s])
-        ends[op][s][i] = free[s]
+    durations = [*forward, *backward]
+    for s, slot, dep, duration in _slots(schedule, k, m):
+        t, f = ends[dep], free[s]
+        f = (f if f > t else t) + durations[duration]
+        free[s] = ends[slot] = f
     return max(free)
+
+
+@functools.lru_cache(maxsize=256)
+def _slots(schedule: str, k: int, m: int) -> tuple[tuple[int, int, int, int], ...]:
+    """`_played` as flat indices: (stage, the op's cell in step_time's `ends`, its input's cell (the last, always 0,
+    for none), its duration's index in forward + backward)."""
+    def cell(op: int, stage: int, i: int) -> int:
+        return (op * k + stage) * m + i
+
+    return tuple((s, cell(op, s, i), cell(dep_op, dep_stage, i) if dep_stage >= 0 else 2 * k * m, op * k + s)
+                 for s, op, i, dep_op, dep_stage in _played(schedule, k, m))
 
 
 @functools.lru_cache(maxsize=256)
@@ -92,9 +104,17 @@ def lower_bound(forward: list[float], backward: list[float], microbatches: int) 
     """A bound no schedule beats, over the stages given so far (the first ones of a pipeline): stage s cannot
     start before one micro-batch's forwards through the stages before it, runs its M forwards and M
     backwards, and its last gradient still has to go back through those stages."""
-    best, ahead_f, ahead_b = 0.0, 0.0, 0.0
+    ahead = NOTHING_AHEAD
     for f, b in zip(forward, backward):
-        best = max(best, ahead_f + microbatches * (f + b) + ahead_b)
-        ahead_f += f
-        ahead_b += b
-    return best
+        ahead = with_stage(ahead, f, b, microbatches)
+    return ahead[0]
+
+
+NOTHING_AHEAD = (0.0, 0.0, 0.0)  # (lower_bound, sum of forwards, sum of backwards) of no stage
+
+
+def with_stage(ahead: tuple[float, float, float], f: float, b: float, microbatches: int) -> tuple[float, float, float]:
+    """`ahead` (lower_bound over some first stages, their forward and backward sums) with the next stage's forward
+    `f` and backward `b` added: a split's search extends it a stage at a time."""
+    bound, ahead_f, ahead_b = ahead
+    return max(bound, ahead_f + microbatches * (f + b) + ahead_b), ahead_f + f, ahead_b + b
