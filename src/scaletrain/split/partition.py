@@ -196,10 +196,33 @@ class _Model:
     def fits(self, st: _Stage) -> bool:
         return self.limit is None or st.memory_bytes <= self.limit
 
+    def time_s(self, s: int, i: int, j: int) -> float:
+        """stage(s, i, j).time_s; without a limit (no stage offloads) from the prefix sums alone, no stage made."""
+        if self.limit is not None:
+            return self.stage(s, i, j).time_s
+        return self.fwd[j] - self.fwd[i] + (self.bwd[j] - self.bwd[i]) + self._transfer(i, j) + 0.0
+
+    def halves(self, s: int, i: int, j: int) -> tuple[float, float, float] | None:
+        """Stage s over blocks i..j-1 as the schedule plays it: its forward and backward ops (`ops`) and its update_s;
+        None where it does not fit. Without a limit from the prefix sums alone, no stage made."""
+        if self.limit is None:
+            half = (self._transfer(i, j) + 0.0) / 2
+            return self.fwd[j] - self.fwd[i] + half, self.bwd[j] - self.bwd[i] + half, 0.0
+        st = self.stage(s, i, j)
+        if not self.fits(st):
+            return None
+        (f,), (b,) = self.ops([st])
+        return f, b, st.update_s
+
+    def _transfer(self, i: int, j: int) -> float:
+        into = self.costs[i - 1].out_bytes if i > 0 else 0  # the model's input itself is not counted
+        out = self.costs[j - 1].out_bytes if j < self.n else 0
+        return (2 * self._message(into) if i > 0 else 0.0) + (2 * self._message(out) if j < self.n else 0.0)
+
     def _priced(self, s: int, i: int, j: int, offload: str) -> _Stage:
         into = self.costs[i - 1].out_bytes if i > 0 else 0  # the model's input itself is not counted
         out = self.costs[j - 1].out_bytes if j < self.n else 0
-        transfer = (2 * self._message(into) if i > 0 else 0.0) + (2 * self._message(out) if j < self.n else 0.0)
+        transfer = self._transfer(i, j)
         params = self.par[j] - self.par[i]
 
         def held() -> dict[str, int]:
@@ -350,14 +373,13 @@ def _within(model: _Model) -> Partition:
     def fits(s: int, i: int, j: int) -> bool:
         return model.fits(model.stage(s, i, j))
 
-    def time(s: int, i: int, j: int) -> float:
-        return model.stage(s, i, j).time_s
-
-    bottleneck, bounds = _solve(model.n, model.k, time, max, fits)
+    time = model.time_s
+    allowed = fits if model.limit is not None else None  # (without a limit every stage fits)
+    bottleneck, bounds = _solve(model.n, model.k, time, max, allowed)
     if bounds is None:
         raise model.infeasible()
     _, tied = _solve(model.n, model.k, time, lambda a, b: a + b,
-                     lambda s, i, j: fits(s, i, j) and time(s, i, j) <= bottleneck)
+                     lambda s, i, j: (allowed is None or fits(s, i, j)) and time(s, i, j) <= bottleneck)
     return model.partition("auto", _branch_and_bound(model, tied or bounds))
 
 
@@ -373,9 +395,10 @@ def _branch_and_bound(model: _Model, start: Bounds) -> Bounds:
         for j in range(n - r + 1):
             least[r][j] = min(max(work[t] - work[j], least[r - 1][t]) for t in range(j + 1, n - r + 2))
 
-    def key(bounds: Bounds) -> tuple[float, float]:
-        stages = [model.stage(s, lo, hi) for s, (lo, hi) in enumerate(bounds)]
-        return model.step(stages), max(st.time_s for st in stages)
+    def key(bounds: Bounds) -> tuple[float, float]:  # (model.step, the bottleneck) of a split whose stages fit
+        fwd, bwd, update = zip(*(model.halves(s, lo, hi) for s, (lo, hi) in enumerate(bounds)))
+        return (play.step_time(list(fwd), list(bwd), model.schedule, m) + max(update),
+                max(model.time_s(s, lo, hi) for s, (lo, hi) in enumerate(bounds)))
 
     best, best_key = list(start), key(start)
     tol = 1e-12 * max(best_key[0], 1e-30)
@@ -392,19 +415,19 @@ def _branch_and_bound(model: _Model, start: Bounds) -> Bounds:
             return
         last = n - (k - s - 1)  # one past the last block this stage may end with: each stage after keeps one
         for j in range(i + 1, last + 1) if s < k - 1 else (n,):
-            st = model.stage(s, i, j)
-            if not model.fits(st):
+            op = model.halves(s, i, j)
+            if op is None:  # (does not fit)
                 continue
-            (f,), (b,) = model.ops([st])
+            f, b, stage_update = op
             deeper = play.with_stage(ahead, f, b, m)
             lower, sum_f, sum_b = deeper
-            bound = max(lower, update, st.update_s)
+            bound = max(lower, update, stage_update)
             if s < k - 1:  # between the fill and the drain: the slowest of the stages left runs its M micro-batches,
                 # and the first micro-batch goes through the blocks left and back
                 bound = max(bound, sum_f + max(m * least[k - s - 1][j], work[n] - work[j]) + sum_b)
             if bound > best_key[0] + tol:
                 continue
-            descend(s + 1, j, chosen + [(i, j)], max(update, st.update_s), deeper)
+            descend(s + 1, j, chosen + [(i, j)], max(update, stage_update), deeper)
 
     descend(0, 0, [], 0.0, play.NOTHING_AHEAD)
     return best
