@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 COMPILED := $(VENV)/.compiled
 PYTEST_ARGS ?=
 
-.PHONY: bench-plan bench-memory bench-largest bench-bigdigits setup demo test test-slow test-slurm bench bench-pipeline bench-spatial bench-recovery bench-testbed validate-predict report-check clean
+.PHONY: bench-plan bench-plan-search bench-memory bench-largest bench-bigdigits setup demo test test-slow test-slurm bench bench-pipeline bench-spatial bench-recovery bench-testbed validate-predict report-check clean
 
 setup: $(COMPILED)
 
@@ -72,6 +72,11 @@ bench: $(COMPILED)
 # the testbed cases need root). CAL=FILE: a calibration of this machine (default: its cached one).
 bench-plan: $(COMPILED)
 	$(PY) benchmarks/plan_choice.py --testbed $(if $(CAL),--calibration $(CAL))
+
+# The plan search's time against revision BASE's, alternated, and their plans compared candidate by candidate
+# (docs/plan.md; ~3 min): make bench-plan-search BASE=<commit>
+bench-plan-search: $(COMPILED)
+	$(PY) benchmarks/plan_search.py --base $(or $(BASE),HEAD~1)
 
 # The automatic pipeline split against uniform and the exhaustive best, K=2 (docs/bench-pipeline.md; ~2 min).
 bench-pipeline: $(COMPILED)
