@@ -1,8 +1,9 @@
 """The plan search's cost against an earlier revision's, side by side: the same `scaletrain plan` request run by this
 checkout and by REV (a git worktree made for the run), alternated round by round so that a shared machine's drift
 hits both alike. Printed per request: each side's `search_s` (pricing only, as plan.json records it) by round, the
-median of the rounds' ratios (REV / this) with their spread, and whether the two plans rank the same candidates with
-the same times, phases and memory (a cut of the search must change nothing it finds). A measurement, not a test:
+median of the rounds' ratios (REV / this) with their spread, and whether the two plans agree: the same first five,
+and every candidate both priced with the same times, phases and memory (a cut of the search must change nothing it
+finds; a bound may leave unpriced what cannot reach the top). A measurement, not a test:
 exits 0 whatever the times (1 if a run fails or the plans differ).
 
     .venv/bin/python benchmarks/plan_search.py --base REV [--nodes 1,4] [--rounds 3]   (make bench-plan-search)
@@ -38,10 +39,14 @@ def plan(src: Path, nodes: int, out: Path) -> dict:
     return json.loads((out / "plan.json").read_text())
 
 
-def differences(a: dict, b: dict) -> int:
-    """Candidates ranked by one plan and not the other, or ranked by both with any figure in SAME apart."""
+def differences(a: dict, b: dict, top: int = 5) -> int:
+    """Candidates the two plans disagree on: ranked by both with any figure in SAME apart, ranked by one and neither
+    ranked nor pruned by the other, and one more if their first `top` are not the same ids (a plan prunes what its
+    bound says cannot reach its top: one plan may price what the other pruned)."""
     ra, rb = ({c["id"]: c for c in p["ranked"]} for p in (a, b))
-    return len(ra.keys() ^ rb.keys()) + sum(any(ra[k].get(f) != rb[k].get(f) for f in SAME) for k in ra.keys() & rb.keys())
+    apart = sum(any(ra[k].get(f) != rb[k].get(f) for f in SAME) for k in ra.keys() & rb.keys())
+    lost = len((ra.keys() - rb.keys() - set(b["pruned"])) | (rb.keys() - ra.keys() - set(a["pruned"])))
+    return apart + lost + ([c["id"] for c in a["ranked"][:top]] != [c["id"] for c in b["ranked"][:top]])
 
 
 def main(argv: list[str] | None = None) -> int:

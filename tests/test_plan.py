@@ -86,9 +86,9 @@ def test_a_plan_prices_ranks_and_explains(lenet_plan, capsys):
     assert [c["rank"] for c in ranked] == list(range(1, len(ranked) + 1))
     assert ranked == sorted(ranked, key=rank_key) and plan["chosen"] == ranked[0]["id"]
     assert len({c["id"] for c in ranked}) == len(ranked)  # every strategy's grid named apart
-    pruned = {name for name in ("allreduce", "ring", "ps-sync", "fsdp") if any(i.startswith(name + "-")
-                                                                             for i in plan["pruned"])}
-    # (a pipeline on the data sheet too: its blocks by the roofline)
+    pruned = {name for name in ("allreduce", "ring", "ps-sync", "fsdp", "pipeline")
+              if any(i.startswith(name + "-") for i in plan["pruned"])}
+    # (a pipeline on the data sheet too: its blocks by the roofline, pruned by their compute over its stages)
     assert {c["axes"]["strategy"] for c in ranked} | pruned == {"allreduce", "ring", "ps-sync", "fsdp", "pipeline"}
     first = ranked[0]
     assert first["time_to_train_s"] == pytest.approx(first["epoch_time_s"])  # one epoch asked
@@ -108,6 +108,28 @@ def test_pruning_by_the_models_bound_leaves_the_top_as_pricing_every_candidate_d
 
     assert any(row[0] == str(len(plan["pruned"])) and "pruned by the model's bound" in row[1]
                for row in skipped_grid(plan).rows)
+
+
+def test_every_bound_is_under_the_epoch_it_bounds(monkeypatch, tmp_path, capsys):
+    """The floor a plan prunes by (the whole model's compute; a pipeline's, or its tiles' in stages, blocks over the
+    stages) is under the epoch pricing gives, candidate by candidate: pruning by it is exact only so."""
+    from scaletrain.plan import search
+    from scaletrain.predict.points import epoch_floor_s
+
+    seen: list[list] = []
+
+    def prune(self, cfg):
+        kind = cfg.strategy.name + ("-staged" if cfg.layout.stages > 1 and cfg.strategy.name == "spatial" else "")
+        seen.append([kind, epoch_floor_s(self.predictor, cfg), None])
+
+    monkeypatch.setattr(search.Bound, "prune", prune)
+    monkeypatch.setattr(search.Bound, "priced", lambda self, entry: seen[-1].__setitem__(2, entry["epoch_time_s"]))
+    assert main(["plan", "--model", "resnet20", "--nodes", "1", "--nproc", "4", "--hardware", "dgx-a100-80gb",
+                 "--precision", "fp32", "--workers", "0", "--compress", "none", "--checkpoint-activations", "none",
+                 "--batch-size", "32,64", "--out", str(tmp_path / "p")]) == 0
+    bounded = [(kind, floor, epoch) for kind, floor, epoch in seen if floor is not None and epoch is not None]
+    assert {kind for kind, _, _ in bounded} == {"allreduce", "ring", "ps-sync", "fsdp", "pipeline", "spatial-staged"}
+    assert all(0 < floor <= epoch for _, floor, epoch in bounded)
 
 
 def test_the_memory_budget_leaves_out_what_does_not_fit(tmp_path, capsys):

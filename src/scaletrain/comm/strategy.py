@@ -71,6 +71,13 @@ class Strategy:
     host_key = ""
 
     @classmethod
+    def step_floor_s(cls, cfg: TrainConfig, facts: dict[str, Any], predictor: Any, threads: int) -> float | None:
+        """Where its trainers do not run the whole model (`computes_whole_model` False): a lower bound on the step its
+        `cost` prices for `cfg` (seconds; facts: the data's; the point's basis and threads per rank), cheaper than
+        pricing it, which a plan prunes by; None: no bound (every candidate priced)."""
+        return None
+
+    @classmethod
     def host_work(cls, device: torch.device, threads: int, quick: bool) -> list[dict[str, Any]]:
         """What its step does on the host that no op, collective or the local optimizer's law prices, timed once by
         `scaletrain calibrate` at `threads` (already set): rows {threads, tensors, numel, ..., <part>_s}, which its

@@ -93,7 +93,8 @@ def largest_batch_first(axes: dict[str, list]) -> dict[str, list]:
 class Bound:
     """Pruning by the model's own bound: a candidate whose whole-model forward and backward alone
     (predict/points.epoch_floor_s: what every strategy that runs the whole model on each trainer adds to, never
-    takes from) would train slower than the `req.priced_top`-th fastest candidate priced so far within the budget
+    takes from; a pipeline's, its blocks' compute over its stages) would train slower than the `req.priced_top`-th
+    fastest candidate priced so far within the budget
     cannot be among those: it is not priced. Exact for the top candidates (the same ids and times as without);
     the plot and `ranked` hold the priced ones."""
 
@@ -119,13 +120,14 @@ class Bound:
             return None
         self.count += 1
         return (f"its forward and backward alone train in {floor * self.req.epochs:.4g} s, slower than the "
-                f"{k} fastest priced ({kth:.4g} s)")
+                f"{k} fastest priced ({kth:.4g} s)")  # (a pipeline's: its blocks' over its stages)
 
     def describe(self) -> str | None:
         if not self.req.priced_top:
             return None
-        return (f"a candidate whose whole-model forward and backward alone train slower than the {self.req.priced_top} "
-                "fastest priced within the budget is not priced (--no-prune prices every one)")
+        return (f"a candidate whose forward and backward alone (the whole model's; a pipeline's blocks' over its "
+                f"stages) train slower than the {self.req.priced_top} fastest priced within the budget is not priced "
+                "(--no-prune prices every one)")
 
 
 def rank_key(c: dict[str, Any]) -> tuple:

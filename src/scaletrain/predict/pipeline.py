@@ -156,6 +156,14 @@ def split_phases(cfg, graph, model, shape: tuple[int, ...], costs: list, alpha_b
             "bubble_theory": (k - 1) / (m + k - 1)}
 
 
+def floor_s(cfg, costs: list) -> float:
+    """A lower bound on the step split_phases prices from these block costs (a plan prunes by it): every stage runs
+    its M forward and M backward ops one after another, so the step takes at least M x the slowest stage's time, at
+    least M x the blocks' forward and backward over the K stages; the phases (forward, backward, p2p, bubble) add up
+    to no less, and a recompute, transfers, halos and the optimizer only add."""
+    return cfg.pipeline.microbatches * sum(c.forward_s + c.backward_s for c in costs) / cfg.layout.stages
+
+
 def replicas_allreduce_s(stage_param_bytes: list[int], replicas: int, alpha: float, beta: float) -> float:
     """Each stage's gradients averaged over the replicas after backward: one flat all-reduce (the slowest)."""
     if replicas < 2 or not stage_param_bytes:

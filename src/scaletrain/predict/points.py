@@ -152,23 +152,28 @@ def _loop(p: Predictor, cfg, s: M.Setting, shared_cores: int | None):
 def epoch_floor_s(p: Predictor, cfg, *, shared_cores: int | None = None, cores: int | None = None) -> float | None:
     """A lower bound on the point's predicted epoch: its steps times the whole model's forward and backward
     (model.compute_s), where its strategy runs the whole model on every trainer and only adds to that
-    (Strategy.computes_whole_model; None otherwise). A few milliseconds where predict_config takes tens: what a
-    plan prunes by (plan/search.py)."""
+    (Strategy.computes_whole_model), else times the strategy's own bound on its step (Strategy.step_floor_s: a
+    pipeline's blocks over its stages); None where it has none. A few milliseconds where predict_config takes tens:
+    what a plan prunes by (plan/search.py)."""
     from scaletrain.comm.memory import workerless
     from scaletrain.comm.registry import strategy_class
 
     check_point(cfg, p.hardware)
-    if not strategy_class(cfg.strategy.name).computes_whole_model:
-        return None
+    strategy = strategy_class(cfg.strategy.name)
 
-    def floor() -> float:
+    def floor() -> float | None:
         facts = _facts(cfg)
         s = _setting(p, cfg, facts, shared_cores, cores)
-        w = workload(cfg, facts, cfg.optim.batch_size)
-        ops = p.op_costs(w, cfg.model.precision, s.rank_threads)
-        loss = p.loss_s(cfg.optim.batch_size, facts["classes"], cfg.model.precision, s.rank_threads)
-        fwd, bwd = M.compute_s(ops, s, _loop(p, cfg, s, shared_cores), loss)  # (checkpointing's recompute only adds)
-        return facts["samples"] // (cfg.optim.batch_size * s.trainers) * (fwd + bwd)
+        if strategy.computes_whole_model:
+            w = workload(cfg, facts, cfg.optim.batch_size)
+            ops = p.op_costs(w, cfg.model.precision, s.rank_threads)
+            loss = p.loss_s(cfg.optim.batch_size, facts["classes"], cfg.model.precision, s.rank_threads)
+            step = sum(M.compute_s(ops, s, _loop(p, cfg, s, shared_cores), loss))  # (a recompute only adds)
+        else:
+            step = strategy.step_floor_s(cfg, facts, p, s.rank_threads)
+            if step is None:
+                return None
+        return facts["samples"] // (cfg.optim.batch_size * s.trainers) * step
 
     return _KEPT.get((p,), ("floor", workerless(cfg), shared_cores, cores), floor)
 

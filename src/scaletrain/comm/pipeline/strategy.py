@@ -89,6 +89,18 @@ class Pipeline(Strategy):
         return Cost(exposed, comm, phases=phases, extra={"pipeline": pp}, flops_share=1 / k)
 
     @classmethod
+    def step_floor_s(cls, cfg: TrainConfig, facts: dict[str, Any], predictor: Any, threads: int) -> float | None:
+        """Its blocks' compute over the stages (predict/pipeline.floor_s), before a split is searched; None where the
+        blocks cannot be priced (the cost then says why)."""
+        from scaletrain.predict import pipeline as PP
+
+        try:
+            model, graph, shape, micro = PP.blocked_model(cfg, facts)
+            return PP.floor_s(cfg, PP.priced_blocks(predictor, cfg, graph, model, shape, micro, threads))
+        except UserError:
+            return None
+
+    @classmethod
     def memory(cls, cfg: TrainConfig, memory_at, factory, sample_shape):
         """The fullest stage of the split balanced on the blocks' FLOPs (the run balances measured times): its
         parameters and state, and per micro-batch in flight (GPipe: all; 1F1B: K - s) its blocks' saved tensors

@@ -51,6 +51,27 @@ def staged_cost(pricing):
     return Cost(exposed, comm, phases=phases, extra={"pipeline": pp}, flops_share=pp["compute_share"] / k)
 
 
+def floor_s(cfg, facts: dict, predictor, threads: int) -> float | None:
+    """A lower bound on the step staged_cost prices (predict/pipeline.floor_s over the blocks _phases splits, before
+    their halos, statistics and gather are added): what a plan prunes by. None where the blocks cannot be priced so
+    (the cost then says why)."""
+    from scaletrain.predict import pipeline as PP
+
+    grid = TileGrid(*square_grid(cfg.spatial.tiles))
+    try:
+        model, graph, shape, micro = PP.blocked_model(cfg, facts)
+        _, f = staged_until(model, cfg.spatial.until, graph, shape, grid)
+        tile_shape = (shape[0], shape[1] // grid.rows, shape[2] // grid.cols)
+        on_tile = PP.blocked_at(cfg, facts, tile_shape)
+        if on_tile.names != graph.names:
+            return None
+        front = PP.priced_blocks(predictor, cfg, on_tile, model, tile_shape, micro, threads)[:f]
+        whole = PP.priced_blocks(predictor, cfg, graph, model, shape, micro, threads)
+    except UserError:
+        return None
+    return PP.floor_s(cfg, front + whole[f:])
+
+
 def _phases(pricing) -> dict:
     from scaletrain.predict import pipeline as PP
 

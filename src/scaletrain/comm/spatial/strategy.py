@@ -56,6 +56,16 @@ class Spatial(Strategy):
         return spatial_cost(pricing)
 
     @classmethod
+    def step_floor_s(cls, cfg: TrainConfig, facts: dict[str, Any], predictor: Any, threads: int) -> float | None:
+        """With --stages, its pipelines' blocks over the stages (comm/spatial/staged_cost.floor_s); tiles alone:
+        none."""
+        if cfg.layout.stages <= 1:
+            return None
+        from scaletrain.comm.spatial.staged_cost import floor_s
+
+        return floor_s(cfg, facts, predictor, threads)
+
+    @classmethod
     def create(cls, cfg: TrainConfig, rank: RankInfo) -> Strategy:
         """With --stages, the tiles' pipelines (comm/spatial/pipeline.py)."""
         if cfg.layout.stages > 1:
