@@ -94,9 +94,8 @@ class Bound:
     """Pruning by the model's own bound: a candidate whose whole-model forward and backward alone
     (predict/points.epoch_floor_s: what every strategy that runs the whole model on each trainer adds to, never
     takes from; a pipeline's, its blocks' compute over its stages) would train slower than the `req.priced_top`-th
-    fastest candidate priced so far within the budget
-    cannot be among those: it is not priced. Exact for the top candidates (the same ids and times as without);
-    the plot and `ranked` hold the priced ones."""
+    fastest candidate priced so far within the budget cannot be among those: it is not priced. Exact for the top
+    candidates (the same ids and times as without); the plot and `ranked` hold the priced ones."""
 
     def __init__(self, req: Request, predictor, budget: int | None) -> None:
         self.req, self.predictor, self.budget = req, predictor, budget
