@@ -22,6 +22,10 @@ def test_commbench_measures_both_strategies(tmp_path, capsys):
     assert rows[("halo", 1024)]["compute_s"] > 0 and rows[("halo", 1024)]["iters"] >= 3
     assert all(r["time_s"] > 0 and r["busbw"] == r["algbw"] for r in data["rows"])  # P = 2: factor 1
     assert set(data["fits"]) == {"allreduce", "ring", "halo"} and "alpha" in printed
+    # on CPU each collective's CPU seconds (the engine's threads, the ring's worker), fitted beside its time
+    assert all(rows[(s, n)]["cpu_s"] > 0 for s in ("allreduce", "ring") for n in (1024, 256 * 1024))
+    assert all("cpu_beta_s_per_byte" in data["fits"][s] for s in ("allreduce", "ring"))
+    assert "cpu_alpha_s" not in data["fits"]["halo"]  # its rows time the swap alone, not the process's CPU
 
 
 BAD_REQUESTS = [(("--strategies", "tree"), "unknown tree"), (("--nproc", "1"), "at least 2 ranks"),

@@ -14,7 +14,7 @@ import time
 import torch
 import torch.distributed as dist
 
-from scaletrain.comm.ring import ring_allreduce_
+from scaletrain.comm.ring import RingState
 from scaletrain.distributed.rank import RankInfo
 from scaletrain.distributed.device import choose_device, cpu_threads_per_rank
 from scaletrain.distributed.group import (current_rank, current_world_size, init_process_group, largest, shutdown,
@@ -31,8 +31,13 @@ def worker_main(strategies: list[str], sizes: list[int], seconds: float, out: st
         torch.set_num_threads(cpu_threads_per_rank(rank.local_world_size, None))
     init_process_group(device, rank)
     try:
-        ring_groups = (dist.new_group(), dist.new_group()) if "ring" in strategies else (None, None)
-        rows = [_measure(s, size, seconds, device, ring_groups) for s in strategies for size in sizes]
+        # the ring as training runs it: each buffer handed to the hook's worker thread, waited on (comm/ring.py)
+        ring = RingState(group=dist.new_group(), wrap_group=dist.new_group()) if "ring" in strategies else None
+        try:
+            rows = [_measure(s, size, seconds, device, ring) for s in strategies for size in sizes]
+        finally:
+            if ring is not None:
+                ring.stop()
         if rank.rank == 0:
             append_jsonl(out, *rows)
         dist.barrier()
@@ -47,7 +52,7 @@ HALO_ROUNDS = 30
 of several launches, whose latencies differ more than the rounds of one)."""
 
 
-def _measure(strategy: str, size: int, seconds: float, device: torch.device, ring_groups: Any) -> dict[str, Any]:
+def _measure(strategy: str, size: int, seconds: float, device: torch.device, ring: RingState | None) -> dict[str, Any]:
     if strategy == "halo":
         return _measure_halo(size, seconds, device)
     world, rank = current_world_size(), current_rank()
@@ -58,7 +63,7 @@ def _measure(strategy: str, size: int, seconds: float, device: torch.device, rin
 
     def once() -> None:
         if strategy == "ring":
-            ring_allreduce_(buf, *ring_groups)
+            ring.submit(buf).wait()
         elif strategy == "ps":
             _ps_round(buf, inbox, rank, server)
         else:
@@ -69,7 +74,10 @@ def _measure(strategy: str, size: int, seconds: float, device: torch.device, rin
     t = time_collective(once, 1, device)
     iters = max(3, min(200, int(seconds / max(t, 1e-6))))
     iters = int(largest(iters, device))  # every rank runs the same number of collectives
-    elapsed = largest(time_collective(once, iters, device), device)
+    cpu = time.process_time()
+    elapsed = time_collective(once, iters, device)
+    cpu = (time.process_time() - cpu) / iters  # the process's CPU per call: the engine's threads, the ring's
+    elapsed, cpu = largest(elapsed, device), largest(cpu, device)
     if strategy == "ring":
         sent = ring_bytes(buf.numel(), 4, world, rank)
     elif strategy == "ps":  # one shard, no headers; the busiest rank is the server: (P-1) S
@@ -78,8 +86,8 @@ def _measure(strategy: str, size: int, seconds: float, device: torch.device, rin
             ps_push_bytes([n], header_bytes=0)
     else:
         sent = allreduce_bytes(size, world)
-    return {"strategy": strategy, "world": world, "size": size,
-            "iters": int(iters), "time_s": elapsed, "bytes_per_rank": largest(sent, device)}
+    return {"strategy": strategy, "world": world, "size": size, "iters": int(iters), "time_s": elapsed,
+            "cpu_s": cpu if device.type == "cpu" else None, "bytes_per_rank": largest(sent, device)}
 
 
 def _ps_round(buf: torch.Tensor, inbox: list[torch.Tensor], rank: int, server: int) -> None:

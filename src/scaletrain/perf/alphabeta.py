@@ -37,12 +37,13 @@ def bandwidths(size: int, seconds: float, world: int, strategy: str = "allreduce
     return algbw, algbw * bus_factor(world, strategy)
 
 
-def fit_alpha_beta(rows: list[dict[str, Any]]) -> tuple[float, float]:
+def fit_alpha_beta(rows: list[dict[str, Any]], column: str = "time_s") -> tuple[float, float]:
     """Least squares of t = steps alpha + factor S beta over rows {strategy, world, size, time_s} (the
-    steps and factor of each row's strategy, above); both >= 0."""
+    steps and factor of each row's strategy, above); both >= 0. `column`: the seconds fitted (commbench's
+    `cpu_s`, the CPU a collective takes, fits the same form)."""
     a = np.array([[latency_steps(r["world"], r.get("strategy", "allreduce")),
                    bus_factor(r["world"], r.get("strategy", "allreduce")) * r["size"]] for r in rows], dtype=float)
-    t = np.array([r["time_s"] for r in rows], dtype=float)
+    t = np.maximum(np.array([r[column] for r in rows], dtype=float), 1e-9)
     # relative error matters at every size: weight each row by 1/t so 1 KB counts as much as 64 MB
     w = 1.0 / t
     (alpha, beta), *_ = np.linalg.lstsq(a * w[:, None], t * w, rcond=None)
@@ -65,6 +66,9 @@ def with_model(rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], dict[s
         alpha, beta = fit_alpha_beta(mine)
         fits[strategy] = {"alpha_s": alpha, "beta_s_per_byte": beta,
                           "link_bytes_per_s": 1 / beta if beta > 0 else None}
+        if all(r.get("cpu_s") is not None for r in mine):  # on CPU: what the collective takes of the host's cores
+            cpu_alpha, cpu_beta = fit_alpha_beta(mine, "cpu_s")
+            fits[strategy].update(cpu_alpha_s=cpu_alpha, cpu_beta_s_per_byte=cpu_beta)
     out = []
     for r in rows:
         algbw, busbw = bandwidths(r["size"], r["time_s"], r["world"], r["strategy"])
