@@ -56,6 +56,15 @@ NETWORK = {"intra": {k: {"alpha_s": 1e-4, "beta_s_per_byte": 1e-9} for k in ("al
            "inter": None}
 
 
+def grads(cfg):
+    """The values of each parameter tensor, as the prediction traced them."""
+    from scaletrain.predict.points import data_facts, workload
+
+    facts = data_facts(cfg.data.dataset, cfg.data.image_size, cfg.data.synthetic_samples, cfg.data.synthetic_classes,
+                       cfg.data.augment)
+    return [n for op in workload(cfg, facts, cfg.optim.batch_size).ops for n in op.param_numels]
+
+
 def calibrated_here(cal, mean=(0.1, 0.05)):
     """`cal` as if made on this machine, with speed probes of `mean` seconds at 1 and 2 threads."""
     import platform

@@ -20,6 +20,14 @@ class AllReduce(Strategy):
 
     gradient_buckets = True
     network_fit = "allreduce"  # the calibration's collective fit its buckets are priced at
+    host_key = "ddp"  # the Reducer's copies into its buckets and back (the ring's hook runs in DDP too)
+
+    @classmethod
+    def host_work(cls, device, threads, quick):
+        """DDP's copy of each gradient into its bucket and of the reduced bucket back (comm/ddp_host.py)."""
+        from scaletrain.comm.ddp_host import rows
+
+        return rows(device, threads, quick)
 
     @classmethod
     def cost(cls, pricing):

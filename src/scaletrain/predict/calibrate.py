@@ -5,7 +5,8 @@ What it measures, in order (told to `progress` as it goes: a bar on a terminal, 
              device runs (CPU: fp32, bf16; CUDA: fp32, bf16, fp16) and each thread count (1 and all cores)
   optimizer  optimizer.step() of each --optimizer over parameter sets of several sizes and counts
   host work  what a strategy's step does on the host beyond ops, collectives and that law (Strategy.host_work: a
-             parameter server's packing, FSDP's optimizer on DTensor shards), over parameter sets alike
+             parameter server's packing, FSDP's optimizer on DTensor shards, DDP's copies into its buckets and
+             back), over parameter sets alike
   loader     seconds per sample of each dataset kind (an image folder written from digits at several
              sizes, digits, synthetic), and loader worker start-up and hand-over
   network    commbench between 2 local ranks: the alpha-beta of allreduce, ring, a parameter server and a halo
