@@ -211,17 +211,19 @@ def test_the_first_bad_point_is_named_with_its_axis_values():
 
 @pytest.mark.parametrize("text, needle", [
     ("[axes]\nfoo = [1]\n", "'foo' in [axes] of {path} is not a study axis (axes: nproc, workers, batch_size, "
-                            "precision, dataset, model, strategy, compress, ps_servers, stages, microbatches, "
-                            "pipeline_schedule, split, spatial, checkpoint_activations): vary one of those, or "
-                            "drop it"),
+                            "precision, dataset, model, strategy, compress, bucket_cap_mb, ps_servers, stages, "
+                            "microbatches, pipeline_schedule, split, spatial, checkpoint_activations): vary one of "
+                            "those, or drop it"),
     ("[axes]\nthreads = [1, 2]\n", "'threads' in [axes] of {path} is not a study axis (axes: nproc, workers, "
-                                   "batch_size, precision, dataset, model, strategy, compress, ps_servers, stages, "
-                                   "microbatches, pipeline_schedule, split, spatial, checkpoint_activations): put a "
-                                   "fixed value under [train]"),
+                                   "batch_size, precision, dataset, model, strategy, compress, bucket_cap_mb, "
+                                   "ps_servers, stages, microbatches, pipeline_schedule, split, spatial, "
+                                   "checkpoint_activations): put a fixed value under [train]"),
     ("[axes]\nworkers = [0, 1.5]\n", "[axes] of {path}: workers takes integers, got 1.5 (a number): write e.g. "
                                      "workers = [0] (study axes: nproc, workers, batch_size, precision, dataset, "
-                                     "model, strategy, compress, ps_servers, stages, microbatches, pipeline_schedule, "
-                                     "split, spatial, checkpoint_activations)"),
+                                     "model, strategy, compress, bucket_cap_mb, ps_servers, stages, microbatches, "
+                                     "pipeline_schedule, split, spatial, checkpoint_activations)"),
+    ("[axes]\nbucket_cap_mb = [0.25, \"big\"]\n", "[axes] of {path}: --bucket-cap-mb 'big': give MiB (e.g. 0.5) or "
+                                                   "auto"),
     ("[axes]\nmodel = [3]\n", '[axes] of {path}: model takes strings, got 3 (an integer): write e.g. model = '
                               '["resnet20"] (study axes:'),
     ("[axes]\nnproc = [[1, 2]]\n", "[axes] of {path}: nproc takes integers, got [1, 2] (a list)"),

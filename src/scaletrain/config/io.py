@@ -89,7 +89,13 @@ def has_kind(name: str, value: Any) -> bool:
     if kind == "bool":
         return isinstance(value, bool)
     want = {"int": int, "float": (int, float), "str": str}[kind]
+    if isinstance(value, str) and _takes_words(name):  # a number or a word (`--bucket-cap-mb auto`): the field checks
+        return True
     return isinstance(value, want) and not isinstance(value, bool)
+
+
+def _takes_words(name: str) -> bool:
+    return "str" in (p.strip() for p in _types()[name].split("|"))
 
 
 def from_text(name: str, text: str) -> Any:
@@ -99,7 +105,12 @@ def from_text(name: str, text: str) -> Any:
         if text.lower() not in ("true", "false"):
             raise ValueError(text)
         return text.lower() == "true"
-    return {"int": int, "float": float}.get(kind, str)(text)
+    try:
+        return {"int": int, "float": float}.get(kind, str)(text)
+    except ValueError:
+        if _takes_words(name):  # a word the field checks (`--bucket-cap-mb 0.25,auto`)
+            return text
+        raise
 
 
 def check_setting(name: str, value: Any) -> None:

@@ -18,8 +18,8 @@ from scaletrain.config import TrainConfig, applies, build_config, check_setting,
 from scaletrain.config.io import from_text, has_kind, setting_kind, setting_name
 from scaletrain.errors import UserError
 
-AXES = ("nproc", "workers", "batch_size", "precision", "dataset", "model", "strategy", "compress", "ps_servers",
-        "stages", "microbatches", "pipeline_schedule", "split", "spatial", "checkpoint_activations")
+AXES = ("nproc", "workers", "batch_size", "precision", "dataset", "model", "strategy", "compress", "bucket_cap_mb",
+        "ps_servers", "stages", "microbatches", "pipeline_schedule", "split", "spatial", "checkpoint_activations")
 """TrainConfig fields a study can vary; a new axis (e.g. `strategy`) is just its field name added here."""
 STUDY_OWNED = ("out", "resume", "progress", "stop_after")
 """Train settings the study sets itself per run, so they are not fixed settings of the spec."""
