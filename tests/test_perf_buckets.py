@@ -47,6 +47,23 @@ def test_one_bucket_at_the_end_of_backward_hides_nothing_smaller_buckets_hide_mo
     assert cap == 1.0 and best["comm_exposed_s"] == 0.5
 
 
+def test_hidden_reduction_takes_its_cpu_from_backward_and_the_cap_weighs_it():
+    """Each bucket's CPU seconds, in the share of its reduction that overlaps backward, are taken from backward;
+    where hiding costs backward as much as exposing would (CPU = the reduction's time), small buckets gain nothing
+    and the cap with fewer messages wins."""
+    grad_s, grad_bytes = [1.0, 2.0, 3.0, 4.0], [MIB] * 4
+    comm = lambda n: 0.5 * n / MIB  # noqa: E731
+    small = backward_overlap(grad_s, grad_bytes, comm, bucket_cap_mb=1.0, comm_cpu=lambda n: 0.2 * n / MIB)
+    # buckets 1-3 (1-1.5, 2-2.5, 3-3.5) wholly hidden, bucket 4 (4-4.5) wholly exposed: 3 x 0.2 s taken
+    assert small["compute_stolen_s"] == pytest.approx(0.6)
+    assert backward_overlap(grad_s, grad_bytes, comm, 1.0)["compute_stolen_s"] == 0.0  # no CPU given: none
+    half = backward_overlap([1.0], [MIB], lambda n: 2.0, comm_cpu=lambda n: 1.0)  # ready at the end: nothing hidden
+    assert half["compute_stolen_s"] == 0.0
+    cap, best = best_bucket_cap(grad_s, grad_bytes, comm, [None, 4.0, 1.0], comm_cpu=comm)
+    assert cap == 4.0 and best["comm_exposed_s"] + best["compute_stolen_s"] == 2.0  # 1.0 MiB: 1.5 + 0.5
+    assert best_bucket_cap(grad_s, grad_bytes, comm, [None, 4.0, 1.0])[0] == 1.0  # free hiding: small buckets
+
+
 def test_mismatched_lists_are_refused():
     with pytest.raises(ValueError):
         backward_overlap([1.0], [1, 2], lambda n: 0.0)
@@ -71,7 +88,7 @@ def _ddp_rebuilt(rank, world, model_name, cap):
     return [int(s) for s in data["rebuilt_bucket_sizes"].split(", ")], sizes
 
 
-@pytest.mark.parametrize("model_name", ["resnet20", "lenet5"])
+@pytest.mark.parametrize("model_name", ["resnet20", "lenet5", "mlp"])
 @pytest.mark.parametrize("cap", [None, 0.25, 0.05])
 def test_reverse_parameter_order_gives_ddps_rebuilt_buckets(ranks, model_name, cap):
     (rebuilt, sizes), _ = ranks.run(_ddp_rebuilt, 2, model_name, cap)

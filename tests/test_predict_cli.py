@@ -173,8 +173,10 @@ def test_calibrate_quick_then_predict_a_study_run_it_and_validate(tmp_path):
     assert {r["model"] for r in data["loop"]["runs"]} == {"refnet", "plain", "memory"}
     assert set(data["network"]["fits"]) == {"allreduce", "ring", "ps", "halo"}
     # each strategy's own host work at each thread count (Strategy.host_work)
-    assert set(data["host_work"]) == {"ps", "fsdp"}
+    assert set(data["host_work"]) == {"ps", "fsdp", "ddp"}
     assert {r["threads"] for r in data["host_work"]["fsdp"]} == set(data["threads"])
+    # what each collective takes of the host's cores, fitted beside its time (what hiding it costs backward)
+    assert all(data["network"]["fits"][k]["cpu_beta_s_per_byte"] > 0 for k in ("allreduce", "ring", "ps"))
     pages = data["memory"]["fresh_pages"]  # (lean's huge pages can cost next to nothing)
     assert pages["steady"]["seconds_per_byte"] > 0 and pages["lean"]["seconds_per_byte"] >= 0
     assert set(data["probe"]["mean_s"]) == {str(t) for t in data["threads"]} == set(data["probe"]["loop_mean_s"])

@@ -61,7 +61,7 @@ def test_a_correction_the_runs_do_not_exercise_changes_nothing(rows):
 def test_an_unknown_correction_is_one_line_naming_them_all():
     with pytest.raises(UserError, match="no correction named loop_factor: the corrections are loop_factors"):
         Predictor({"device": {"cores": 2}}, {}, without=frozenset({"loop_factor"}))
-    assert len(CORRECTIONS) == 13
+    assert len(CORRECTIONS) == 16
 
 
 def test_oversubscribed_thread_teams_are_flagged_not_priced():
@@ -154,18 +154,53 @@ def _today(shapes, data=None, studies=("ho-study7", "ho-study8")):
 
 
 def test_the_held_out_models_with_their_own_shapes_timed_meet_the_targets_as_recorded():
-    """With the shapes timed (6 repeats a point pooled): step time 5.0% median, 9.0% p90 (5 over, 3 under), ratios
-    4.8% / 15.2% (6 over, 6 under); by the laws alone 12.1% / 16.2% and 9.2% / 21.6%: the law's error on
+    """With the shapes timed (6 repeats a point pooled): step time 3.9% median, 9.0% p90 (5 over, 3 under), ratios
+    4.5% / 12.8% (6 over, 6 under); by the laws alone 11.9% / 14.4% and 7.1% / 20.1%: the law's error on
     ResNet-20's few convolution shapes (+22% in backward) was the largest error left. (Read with the communication
-    line through every repeat: this calibration ran one repeat at batch 8, and its median at 32 moved to the mean.)"""
+    line through every repeat: this calibration ran one repeat at batch 8, and its median at 32 moved to the mean.
+    Before the residual's floor, 2026-11-29: 5.0% / 9.0%, 4.8% / 15.2%; laws 12.2% / 16.4%, 9.3% / 21.8%.)"""
     from scaletrain.predict.shapes import OpShapes
 
     step, ratios = _today(lambda cal: OpShapes(cal, TODAY / "shapes.json", budget_s=0.0))
-    assert step["median_abs_error"] <= 0.055 and step["p90_abs_error"] <= 0.10 and not step["biased"]
-    assert ratios["median_abs_error"] <= 0.05 and ratios["p90_abs_error"] <= 0.16 and not ratios["biased"]
+    assert step["median_abs_error"] <= 0.045 and step["p90_abs_error"] <= 0.10 and not step["biased"]
+    assert ratios["median_abs_error"] <= 0.05 and ratios["p90_abs_error"] <= 0.135 and not ratios["biased"]
     laws_step, laws_ratios = _today(lambda cal: None)
     assert laws_step["median_abs_error"] > step["median_abs_error"] + 0.05
-    assert laws_ratios["median_abs_error"] > ratios["median_abs_error"] + 0.03
+    assert laws_ratios["median_abs_error"] > ratios["median_abs_error"] + 0.02
+
+
+def test_the_residuals_floor_brings_the_held_out_short_steps_closer_as_recorded():
+    """LeNet-5's 2-rank steps are short (a few ms of compute): the reference runs' line prices their exposed
+    communication at a fraction of the wait one collective between computing ranks takes (this calibration's halo
+    fit: 1.7 ms beyond the idle point-to-point's). Without the floor the same study's step time is 5.0% / 9.0% and
+    its ratios 4.8% / 15.2% (median / p90), with it 3.9% / 9.0% and 4.5% / 12.8%; the afternoon's calibration,
+    whose line is above the floor, predicts the same either way."""
+    import contextlib
+    import io
+
+    from scaletrain.predict import calibration
+    from scaletrain.predict.cli import predict_spec
+    from scaletrain.predict.scaling import predict_grid
+    from scaletrain.predict.shapes import OpShapes
+    from scaletrain.validate.load import load_measured
+    from scaletrain.validate.match import validate
+
+    def summaries(data, studies, without):
+        cal = calibration.load(data / "calibration.json")
+        network = {"intra": cal["network"]["fits"], "inter": None, "source": "calibration"}
+        with contextlib.redirect_stdout(io.StringIO()):
+            prediction = predict_grid(predict_spec(str(data / studies[0] / "study.toml"), {}, {}), cal, network,
+                                      None, "recorded", shapes=OpShapes(cal, data / "shapes.json", budget_s=0.0),
+                                      without=frozenset(without))
+        v = validate(prediction, load_measured([data / s for s in studies]))
+        return v["summary"], v["ratio_summary"]
+
+    (step, ratios), (step_off, ratios_off) = (summaries(TODAY, ("ho-study7", "ho-study8"), w)
+                                              for w in ((), {"skew_floor"}))
+    assert step_off["median_abs_error"] > step["median_abs_error"] + 0.01
+    assert ratios_off["p90_abs_error"] > ratios["p90_abs_error"] + 0.02
+    afternoon = ("ho-s12a", "ho-s12b", "ho-s12c")
+    assert summaries(AFTERNOON, afternoon, ()) == summaries(AFTERNOON, afternoon, {"skew_floor"})
 
 
 # The same grid in the afternoon (2026-11-27): a full calibration (12:32-12:40) with refnet's two-rank runs at batch

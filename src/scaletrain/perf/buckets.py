@@ -14,6 +14,10 @@ order, each starting when it is ready and its predecessor is done:
     bucket 2                      [reduce 2]      ready at the end of backward: exposed after it
 
 so `comm_exposed` = last reduction's end - end of backward, as the profiler splits a step (docs/metrics.md).
+
+Hidden is not free where the collective's own work needs the cores backward is using (a CPU whose cores the ranks
+fill, the transport's copies on them): each bucket's CPU seconds, in the share of its reduction that overlaps
+backward, lengthen backward (`compute_stolen_s`, with `comm_cpu(bytes)` given).
 """
 
 from __future__ import annotations
@@ -73,10 +77,11 @@ def overlap(backward_s: float, intervals: Sequence[tuple[float, float]]) -> dict
 
 
 def backward_overlap(grad_s: Sequence[float], grad_bytes: Sequence[int], comm_time: Callable[[int], float],
-                     bucket_cap_mb: float | None = None) -> dict:
+                     bucket_cap_mb: float | None = None, comm_cpu: Callable[[int], float] | None = None) -> dict:
     """One step's backward with DDP: `grad_s[i]` the backward seconds up to and including gradient i's
     computation (cumulative, in backward's order), `grad_bytes[i]` its bytes, `comm_time(bytes)` a bucket's
-    reduction time (e.g. the alpha-beta model). Returns the buckets, their reductions and `overlap`."""
+    reduction time (e.g. the alpha-beta model), `comm_cpu(bytes)` the compute it takes from backward while it
+    overlaps it (None: none). Returns the buckets, their reductions, `overlap` and `compute_stolen_s`."""
     if len(grad_s) != len(grad_bytes):
         raise ValueError("grad_s and grad_bytes must list the same gradients")
     buckets = assign_buckets(grad_bytes, bucket_cap_mb)
@@ -84,13 +89,20 @@ def backward_overlap(grad_s: Sequence[float], grad_bytes: Sequence[int], comm_ti
     sizes = [sum(grad_bytes[i] for i in b) for b in buckets]
     intervals = reductions(ready, [comm_time(n) for n in sizes])
     backward_s = max(grad_s, default=0.0)
+    stolen = 0.0
+    if comm_cpu is not None:
+        stolen = sum(comm_cpu(n) * max(0.0, min(end, backward_s) - start) / (end - start)
+                     for n, (start, end) in zip(sizes, intervals) if end > start)
     return {"buckets": buckets, "bucket_bytes": sizes, "ready_s": ready, "reductions_s": intervals,
-            **overlap(backward_s, intervals)}
+            **overlap(backward_s, intervals), "compute_stolen_s": stolen}
 
 
 def best_bucket_cap(grad_s: Sequence[float], grad_bytes: Sequence[int], comm_time: Callable[[int], float],
-                    caps_mb: Sequence[float | None]) -> tuple[float | None, dict]:
-    """The cap among `caps_mb` (None: DDP's default) that leaves the least communication exposed (ties:
-    the larger buckets, fewer messages), with its `backward_overlap`."""
-    results = [(cap, backward_overlap(grad_s, grad_bytes, comm_time, cap)) for cap in caps_mb]
-    return min(results, key=lambda r: (round(r[1]["comm_exposed_s"], 12), len(r[1]["buckets"])))
+                    caps_mb: Sequence[float | None], comm_cpu: Callable[[int], float] | None = None
+                    ) -> tuple[float | None, dict]:
+    """The cap among `caps_mb` (None: DDP's default) that adds the least to the step: the communication left
+    exposed and the compute the hidden part takes (ties: the larger buckets, fewer messages), with its
+    `backward_overlap`."""
+    results = [(cap, backward_overlap(grad_s, grad_bytes, comm_time, cap, comm_cpu)) for cap in caps_mb]
+    return min(results, key=lambda r: (round(r[1]["comm_exposed_s"] + r[1]["compute_stolen_s"], 12),
+                                       len(r[1]["buckets"])))

@@ -30,7 +30,10 @@ def choose(cfg, alpha: float, beta: float) -> tuple[float | None, dict[str, Any]
         return None, {"chosen_mb": None, "reason": f"no calibration of this machine ({path}): DDP's default kept; "
                                                     "run `scaletrain calibrate` once"}
     cal = calibration.load(path)
-    network = {"intra": {k: {"alpha_s": alpha, "beta_s_per_byte": beta} for k in ("allreduce", "ring")},
+    # the launch's own latency and bandwidth; the CPU a collective takes (what hiding it costs backward): calibrated
+    fits = (cal.get("network") or {}).get("fits") or {}
+    network = {"intra": {k: {**{c: v for c, v in (fits.get(k) or {}).items() if c.startswith("cpu_")},
+                             "alpha_s": alpha, "beta_s_per_byte": beta} for k in ("allreduce", "ring")},
                "inter": None, "source": "measured on this launch's process group"}
     flat = cfg.replace(bucket_cap_mb=None, nnodes=1, nproc=cfg.layout.world)
     comm = predict_config(Predictor(cal, network), flat)["comm"]  # at DDP's default, with the best cap beside it

@@ -134,6 +134,16 @@ def compute_stretch(s: Setting) -> float:
     return max(1.0, ranks * s.rank_threads / max(1, cores))
 
 
+def cores_busy(s: Setting) -> float:
+    """The share of the computing ranks whose communication finds no idle core beside their compute threads (each
+    rank's collective wants one core of its own): 1 where the ranks' threads fill the cores, 0 where every rank
+    has a spare core (on an accelerator: 0, compute shares no cores)."""
+    if not s.cpu_compute:
+        return 0.0
+    ranks, cores = computing_ranks(s)
+    return min(1.0, max(0.0, ranks * s.rank_threads + ranks - cores) / max(1.0, ranks))
+
+
 def cores_per_rank(s: Setting) -> float:
     """The cores each computing rank has to itself and its loader workers."""
     ranks, cores = computing_ranks(s)
@@ -179,7 +189,7 @@ def strategy_step(ops: list[OpCost], s: Setting, loop: Loop, network: dict[str, 
     stretch = compute_stretch(s)
     opt = opt * stretch
     compute = {"h2d": loop.h2d_s, "forward": fwd, "backward": bwd, "optimizer": opt, "other": loop.other_s}
-    pricing = Pricing(s, ops, loop, network, optimizer_s, dict(compute), stretch, **context)
+    pricing = Pricing(s, ops, loop, network, optimizer_s, dict(compute), stretch, busy=cores_busy(s), **context)
     cost = strategy.cost(pricing) if s.trainers >= 1 else None
     phases = {"data_wait": 0.0, **compute, "comm_exposed": cost.comm_exposed_s if cost else 0.0}
     if cost is not None:

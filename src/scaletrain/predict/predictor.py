@@ -39,6 +39,8 @@ CORRECTIONS = {
     "comm_residual": "exposed communication the bucket model does not explain: a constant + a share of compute, "
                      "from the 2-rank reference runs (off: 0)",
     "comm_slope": "the residual's share of compute (off: its mean as a constant)",
+    "skew_floor": "the residual never under the wait of one collective between computing ranks (the halo fit's "
+                  "latency beyond the idle point-to-point's; off: the line alone)",
     "core_stretch": "ranks' threads beyond the cores stretch compute by the threads over the cores (off: no "
                     "stretch)",
     "worker_sharing": "a loader worker's work on the cores a rank's threads fill costs the rank as much compute "
@@ -46,6 +48,10 @@ CORRECTIONS = {
     "loader_handoff": "a loader worker's per-batch hand-over and its first-batch start-up (off: 0)",
     "harness_excess": "each op's isolated time less what timing it alone adds (an autocast context per forward, "
                       "an autograd engine start per backward), measured on a chain of tiny ops (off: as timed)",
+    "ddp_copies": "DDP's copy of each gradient into its bucket (in backward) and of the reduced buckets back "
+                  "(exposed), by the calibration's host-work law (off: 0)",
+    "overlap_cpu": "a bucket reduced beside backward takes its collective's CPU seconds from backward where the "
+                   "ranks' threads fill the cores (off: hidden is free)",
 }
 """Every correction the calibration basis stacks on the ops' isolated times, by name: `Predictor(...,
 without=...)` leaves the named ones out, so that benchmarks/corrections.py shows what each one is worth on
@@ -315,11 +321,13 @@ class Predictor:
         return [(ph["forward"] + ph["backward"], max(0.0, ph["comm_exposed"] - plain)) for ph in each]
 
     def _plain_comm(self, run: dict[str, Any]) -> float:
-        """The exposed communication the bucket model alone gives the reference run."""
+        """The exposed communication the bucket model alone gives the reference run (with DDP's copies back, where
+        the calibration timed them: what the residual is beyond)."""
         ref = self._reference(run)
         s = M.Setting(batch_size=run.get("batch_size", self.cal["loop"]["batch_size"]), nproc=run["nproc"],
                       cores=self.cal["device"]["cores"], threads=ref["threads"])
-        return M.predict_step(ref["ops"], s, M.Loop(), self.network, lambda t, n: 0.0)["phases_s"]["comm_exposed"]
+        step = M.predict_step(ref["ops"], s, M.Loop(), self.network, lambda t, n: 0.0, predictor=self)
+        return step["phases_s"]["comm_exposed"] - step["comm"].get("residual_s", 0.0)  # (the skew floor's, if any)
 
     def _reference(self, run: dict[str, Any]) -> dict[str, Any]:
         """A reference run's ops (calibrated, as when measured: their shapes are in the grid), their sums per

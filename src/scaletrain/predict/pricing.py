@@ -26,6 +26,7 @@ class Pricing:
     optimizer_s: Callable[[int, int], float]  # the optimizer's law: (tensors, elements) -> seconds
     phases: dict[str, float]  # forward, backward, optimizer (the local update), h2d, other: compute so far
     stretch: float  # compute's stretch from shared cores (model.compute_stretch)
+    busy: float = 0.0  # the share of trainers whose collectives find no idle core (model.cores_busy)
     cfg: Any = None  # the TrainConfig (pipelines and FSDP read the model and their settings); None in unit tests
     facts: dict[str, Any] = field(default_factory=dict)  # the data's samples, classes, channels, image size
     predictor: Any = None  # the basis's predictor (a pipeline prices its blocks with it)
@@ -37,11 +38,32 @@ class Pricing:
 
     @property
     def residual_s(self) -> float:
-        """Exposed communication the model does not explain (the loop's: ranks out of step, DDP's own)."""
-        return self.loop.comm_s + self.loop.comm_per_compute * (self.phases["forward"] + self.phases["backward"])
+        """Exposed communication the bucket model does not explain (ranks out of step, DDP's own): the loop's line
+        in the step's compute, never under what one collective between computing ranks waits beyond an idle one
+        (`skew_s`; the 2-rank reference runs, 27-108 ms of compute, cannot show the floor a short step meets)."""
+        if "comm_residual" in self.without:
+            return 0.0
+        line = self.loop.comm_s + self.loop.comm_per_compute * (self.phases["forward"] + self.phases["backward"])
+        return line if "skew_floor" in self.without else max(line, self.skew_s())
+
+    @property
+    def without(self) -> frozenset[str]:
+        """The corrections the basis leaves out (predictor.CORRECTIONS; none on a data sheet, in unit tests)."""
+        return getattr(self.predictor, "without", frozenset())
 
     def link(self, kind: str) -> tuple[float, float]:
         return link(self.setting, self.network, kind)
+
+    def comm_cpu(self, kind: str) -> Callable[[int], float] | None:
+        """The compute a bucket of `bytes` fp32 gradient bytes takes from backward while it is reduced beside it:
+        the `kind` collective's CPU seconds (commbench's `cpu_s` fit: on loopback the transport's copies are
+        the host's cores' work) times the share of the trainers that find no idle core for it (`busy`). None where
+        the basis has no such fit (a data sheet, calibrations before 2026-11-29) or no trainer lacks a core."""
+        fit = self.network.get("intra", {}).get(kind) or {}
+        if self.busy <= 0 or fit.get("cpu_alpha_s") is None or "overlap_cpu" in self.without:
+            return None
+        seconds = reduce_seconds(self.setting, (fit["cpu_alpha_s"], fit["cpu_beta_s_per_byte"]))
+        return lambda nbytes: self.busy * seconds(nbytes)
 
     def host_law(self, column: str, **match: Any):
         """The strategy's own host work `column` as the calibration timed it (Strategy.host_work, its `host_key`):
@@ -96,11 +118,16 @@ def strategy_of(name: str):
 
 def ddp_buckets(pr: Pricing, fit: str) -> Cost:
     """DDP's gradient buckets (perf/buckets.py): each reduced as soon as backward has filled it, one at a time,
-    at the `fit` collective's alpha-beta over the trainers; what outlasts backward is exposed."""
+    at the `fit` collective's alpha-beta over the trainers; what outlasts backward is exposed, and what hides
+    behind it takes its CPU from backward where the cores are full (`Pricing.comm_cpu`)."""
     s = pr.setting
     grads = pr.grads
     if s.trainers < 2 or not grads:
         return Cost()
+    # DDP's own host work (comm/ddp_host.py): each gradient copied into its bucket as backward produces it, every
+    # reduced bucket copied back after the last reduction (exposed); none where the basis has no timing of it
+    laws = (None, None) if "ddp_copies" in pr.without else (pr.host_law("copy_in_s"), pr.host_law("copy_out_s"))
+    copy_in, copy_out = (law(len(grads), sum(grads) // 4) * pr.stretch if law is not None else 0.0 for law in laws)
     # gradients in the order backward produces them: ops in reverse, each op's parameters in reverse
     ready, sizes, elapsed = [], [], 0.0
     for op in reversed(pr.ops):
@@ -108,18 +135,21 @@ def ddp_buckets(pr: Pricing, fit: str) -> Cost:
         for g in reversed(op.grad_bytes):
             ready.append(elapsed)
             sizes.append(g)
-    bwd = pr.phases["backward"]
+    bwd = pr.phases["backward"] + copy_in
     ready = [r * bwd / elapsed for r in ready] if elapsed > 0 else ready
     comm_time = reduce_seconds(s, pr.link(fit), codec_seconds(pr))
-    result = buckets.backward_overlap(ready, sizes, comm_time, s.bucket_cap_mb)
-    best_cap, best = buckets.best_bucket_cap(ready, sizes, comm_time, BUCKET_CAPS_MB)
+    cpu = pr.comm_cpu(fit)
+    result = buckets.backward_overlap(ready, sizes, comm_time, s.bucket_cap_mb, cpu)
+    best_cap, best = buckets.best_bucket_cap(ready, sizes, comm_time, BUCKET_CAPS_MB, cpu)
     residual = pr.residual_s
     comm = {"bytes_per_step": sum(wire.ddp_bytes(b // 4, s.trainers, s.compress) for b in result["bucket_bytes"]),
             "buckets": len(result["buckets"]), "comm_total_s": result["comm_total_s"],
             "comm_hidden_s": result["comm_hidden_s"], "overlap_ratio": result["overlap_ratio"],
             "best_bucket_cap_mb": best_cap, "best_overlap_ratio": best["overlap_ratio"],
-            "best_comm_exposed_s": best["comm_exposed_s"] + residual}
-    return Cost(result["comm_exposed_s"] + residual, comm)
+            "best_comm_exposed_s": best["comm_exposed_s"] + copy_out + residual,
+            "host_copies_s": copy_in + copy_out, "compute_stolen_s": result["compute_stolen_s"], "residual_s": residual}
+    return Cost(result["comm_exposed_s"] + copy_out + residual, comm,
+                phases={"backward": bwd + result["compute_stolen_s"]})
 
 
 def codec_seconds(pr: Pricing) -> Callable[[int], float] | None:

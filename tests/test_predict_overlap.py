@@ -1,0 +1,74 @@
+"""What DDP's buckets cost beyond their reductions' time: the CPU a bucket reduced beside backward takes from it where
+the ranks fill the cores (`overlap_cpu`), and the residual's floor, one collective's wait between computing ranks
+(`skew_floor`). Fake calibrations with exact laws: deterministic, no timing."""
+
+from __future__ import annotations
+
+import pytest
+
+from predict_fixtures import NETWORK, fake_calibration, grads
+from scaletrain.config import build_config
+from scaletrain.predict.points import predict_config
+from scaletrain.predict.predictor import Predictor
+
+CAL = fake_calibration(threads=(1, 2))
+FLAGS = {"model": "lenet5", "dataset": "digits", "batch_size": 16, "threads": 1}
+
+
+def with_cpu(network, seconds_per_byte=2e-9):
+    """The network with the collectives' CPU fitted beside their time (commbench's `cpu_s`)."""
+    return {**network, "intra": {k: {**v, "cpu_alpha_s": 5e-5, "cpu_beta_s_per_byte": seconds_per_byte}
+                                 for k, v in network["intra"].items()}}
+
+
+def test_a_bucket_reduced_beside_backward_takes_its_cpu_from_it_where_the_cores_are_full():
+    """ResNet-20 in 0.05 MiB buckets on 2 ranks of one thread: on 2 cores every hidden bucket's CPU lengthens
+    backward (the exposed part does not: backward is over); on 3 cores half the ranks find a free core for it,
+    on 4 every one does; a calibration without the CPU fit, or the correction left out, takes nothing."""
+    cfg = build_config({}, {**FLAGS, "model": "resnet20", "nproc": 2, "bucket_cap_mb": 0.05})
+    off = frozenset({"comm_residual"})
+    plain = predict_config(Predictor(CAL, NETWORK, without=off), cfg, cores=2)
+    full = predict_config(Predictor(CAL, with_cpu(NETWORK), without=off), cfg, cores=2)
+    stolen = full["comm"]["compute_stolen_s"]
+    assert stolen > 0 and plain["comm"]["compute_stolen_s"] == 0
+    assert full["phases_s"]["backward"] - plain["phases_s"]["backward"] == pytest.approx(stolen, rel=1e-9)
+    assert full["phases_s"]["comm_exposed"] == pytest.approx(plain["phases_s"]["comm_exposed"])
+    # the hidden shares of the buckets' CPU (2 steps of alpha and the bytes once each, on 2 ranks): under all of it
+    assert stolen < full["comm"]["buckets"] * 2 * 5e-5 + 2e-9 * 4 * sum(grads(cfg))
+    half = predict_config(Predictor(CAL, with_cpu(NETWORK), without=off), cfg, cores=3)
+    assert half["comm"]["compute_stolen_s"] == pytest.approx(stolen / 2, rel=1e-9)
+    free = predict_config(Predictor(CAL, with_cpu(NETWORK), without=off), cfg, cores=4)
+    assert free["comm"]["compute_stolen_s"] == 0
+    left_out = predict_config(Predictor(CAL, with_cpu(NETWORK), without=off | {"overlap_cpu"}), cfg, cores=2)
+    assert left_out["phases_s"] == pytest.approx(plain["phases_s"])
+
+
+def test_where_hiding_costs_as_much_as_exposing_the_cap_hides_nothing():
+    """ResNet-20 over a slow link (33 MB/s): where hiding is free, the smallest cap hides the most (0.25 MiB: 82%
+    hidden); with a collective's CPU as long as its time (nothing but the host's cores moves the bytes) hiding buys
+    nothing, and one bucket (fewer messages) is chosen."""
+    cfg = build_config({}, {**FLAGS, "model": "resnet20", "nproc": 2})
+    off = frozenset({"comm_residual"})
+    slow = {**NETWORK, "intra": {k: {"alpha_s": 1e-4, "beta_s_per_byte": 3e-8} for k in NETWORK["intra"]}}
+    free = predict_config(Predictor(CAL, slow, without=off), cfg, cores=2)["comm"]
+    busy = {**slow, "intra": {k: {**v, "cpu_alpha_s": v["alpha_s"], "cpu_beta_s_per_byte": v["beta_s_per_byte"]}
+                              for k, v in slow["intra"].items()}}
+    costly = predict_config(Predictor(CAL, busy, without=off), cfg, cores=2)["comm"]
+    assert free["best_bucket_cap_mb"] == 0.25 and free["best_overlap_ratio"] > 0.8
+    assert costly["best_overlap_ratio"] == 0 and costly["best_bucket_cap_mb"] not in (0.25, 0.5)
+
+
+def test_the_residual_is_never_under_one_collectives_wait_between_computing_ranks():
+    """The exposed communication beyond the buckets: the reference runs' line in compute, or the halo fit's wait
+    beyond the idle point-to-point's where that is larger (a short step); left out with the residual."""
+    cfg = build_config({}, {**FLAGS, "nproc": 2})
+    net = {**NETWORK, "intra": {**NETWORK["intra"], "halo": {"alpha_s": 2e-3, "beta_s_per_byte": 1e-9}}}
+    skew = 2e-3 - NETWORK["intra"]["ps"]["alpha_s"]
+    floored = predict_config(Predictor(CAL, net), cfg)
+    line = predict_config(Predictor(CAL, net, without=frozenset({"skew_floor"})), cfg)
+    assert line["comm"]["residual_s"] < skew  # LeNet-5's short step: the line alone is under the floor
+    assert floored["comm"]["residual_s"] == pytest.approx(skew)
+    assert floored["phases_s"]["comm_exposed"] - line["phases_s"]["comm_exposed"] == \
+        pytest.approx(skew - line["comm"]["residual_s"])
+    assert predict_config(Predictor(CAL, NETWORK), cfg)["comm"]["residual_s"] == line["comm"]["residual_s"]  # no halo
+    assert predict_config(Predictor(CAL, net, without=frozenset({"comm_residual"})), cfg)["comm"]["residual_s"] == 0
