@@ -21,6 +21,28 @@ DATA = Path(__file__).parent / "data" / "corrections-2026-11-26"
 HELD_OUT, THREADS = str(DATA / "ho-study2"), str(DATA / "corr-threads2")
 
 
+def _validated(data: Path, studies, without=(), shapes: bool = False):
+    """The validation of `data`'s recorded studies, predicted from its calibration with the corrections `without`
+    left out (with `shapes`: the op shapes recorded beside it, none timed here)."""
+    import contextlib
+    import io
+
+    from scaletrain.predict import calibration
+    from scaletrain.predict.cli import predict_spec
+    from scaletrain.predict.scaling import predict_grid
+    from scaletrain.predict.shapes import OpShapes
+    from scaletrain.validate.load import load_measured
+    from scaletrain.validate.match import validate
+
+    cal = calibration.load(data / "calibration.json")
+    network = {"intra": cal["network"]["fits"], "inter": None, "source": "calibration"}
+    timer = OpShapes(cal, data / "shapes.json", budget_s=0.0) if shapes else None
+    with contextlib.redirect_stdout(io.StringIO()):
+        prediction = predict_grid(predict_spec(str(data / studies[0] / "study.toml"), {}, {}), cal, network, None,
+                                  "recorded", shapes=timer, without=frozenset(without))
+    return validate(prediction, load_measured([data / s for s in studies]))
+
+
 @pytest.fixture(scope="module")
 def rows():
     from scaletrain.predict.ablation import ablation
@@ -61,7 +83,7 @@ def test_a_correction_the_runs_do_not_exercise_changes_nothing(rows):
 def test_an_unknown_correction_is_one_line_naming_them_all():
     with pytest.raises(UserError, match="no correction named loop_factor: the corrections are loop_factors"):
         Predictor({"device": {"cores": 2}}, {}, without=frozenset({"loop_factor"}))
-    assert len(CORRECTIONS) == 16
+    assert len(CORRECTIONS) == 17
 
 
 def test_oversubscribed_thread_teams_are_flagged_not_priced():
@@ -175,24 +197,8 @@ def test_the_residuals_floor_brings_the_held_out_short_steps_closer_as_recorded(
     fit: 1.7 ms beyond the idle point-to-point's). Without the floor the same study's step time is 5.0% / 9.0% and
     its ratios 4.8% / 15.2% (median / p90), with it 3.9% / 9.0% and 4.5% / 12.8%; the afternoon's calibration,
     whose line is above the floor, predicts the same either way."""
-    import contextlib
-    import io
-
-    from scaletrain.predict import calibration
-    from scaletrain.predict.cli import predict_spec
-    from scaletrain.predict.scaling import predict_grid
-    from scaletrain.predict.shapes import OpShapes
-    from scaletrain.validate.load import load_measured
-    from scaletrain.validate.match import validate
-
     def summaries(data, studies, without):
-        cal = calibration.load(data / "calibration.json")
-        network = {"intra": cal["network"]["fits"], "inter": None, "source": "calibration"}
-        with contextlib.redirect_stdout(io.StringIO()):
-            prediction = predict_grid(predict_spec(str(data / studies[0] / "study.toml"), {}, {}), cal, network,
-                                      None, "recorded", shapes=OpShapes(cal, data / "shapes.json", budget_s=0.0),
-                                      without=frozenset(without))
-        v = validate(prediction, load_measured([data / s for s in studies]))
+        v = _validated(data, studies, without, shapes=True)
         return v["summary"], v["ratio_summary"]
 
     (step, ratios), (step_off, ratios_off) = (summaries(TODAY, ("ho-study7", "ho-study8"), w)
@@ -350,34 +356,20 @@ APART = ("ddp_copies", "overlap_cpu", "skew_floor")
 
 
 def _summaries(study: str, without=()):
-    import contextlib
-    import io
-
-    from scaletrain.predict import calibration
-    from scaletrain.predict.cli import predict_spec
-    from scaletrain.predict.scaling import predict_grid
-    from scaletrain.validate.load import load_measured
-    from scaletrain.validate.match import validate
-
-    cal = calibration.load(OVERLAP / "calibration.json")
-    network = {"intra": cal["network"]["fits"], "inter": None, "source": "calibration"}
-    with contextlib.redirect_stdout(io.StringIO()):
-        prediction = predict_grid(predict_spec(str(OVERLAP / study / "study.toml"), {}, {}), cal, network, None,
-                                  "recorded", without=frozenset(without))
-    return validate(prediction, load_measured([OVERLAP / study]))
+    return _validated(OVERLAP, (study,), without)
 
 
 def test_the_exposed_all_reduce_priced_apart_brings_short_and_held_out_steps_closer_as_recorded():
     """With DDP's copies, the CPU of hidden buckets and the residual's floor, against the same model without the
     three: the MLP's step time 10.2% median (15.0% without), its ratios 13.8% / 44.4% (17.6% / 52.1%); the held-out
-    grid's p90s 10.6% and 16.8% (14.6% and 19.9%), its medians within half a point either way (6.7% against 6.1%,
-    4.9% against 4.6%)."""
+    grid's p90s 10.6% and 16.4% (14.6% and 18.1%), its medians within a point either way (6.2% against 5.5%, 4.5%
+    against 4.5%)."""
     with_them, without = _summaries("mlp-s24"), _summaries("mlp-s24", APART)
     assert without["summary"]["median_abs_error"] > with_them["summary"]["median_abs_error"] + 0.03
     assert without["ratio_summary"]["median_abs_error"] > with_them["ratio_summary"]["median_abs_error"] + 0.02
     held, held_without = _summaries("ho-s24"), _summaries("ho-s24", APART)
     assert held_without["summary"]["p90_abs_error"] > held["summary"]["p90_abs_error"] + 0.02
-    assert held_without["ratio_summary"]["p90_abs_error"] > held["ratio_summary"]["p90_abs_error"] + 0.02
+    assert held_without["ratio_summary"]["p90_abs_error"] > held["ratio_summary"]["p90_abs_error"] + 0.01
     assert held["summary"]["median_abs_error"] <= 0.07 and held["ratio_summary"]["median_abs_error"] <= 0.05
 
 
@@ -393,3 +385,14 @@ def test_small_buckets_hidden_on_full_cores_are_priced_slower_as_measured():
     with_it, without = ring_ratio(), ring_ratio(("overlap_cpu",))
     assert with_it["measured"] > 1.15
     assert with_it["predicted"] > 1.02 and without["predicted"] < 1.0
+
+
+def test_the_residuals_line_is_not_extrapolated_past_the_compute_it_was_fitted_over():
+    """ResNet-20's 2-rank steps (125-245 ms of compute) lie past refnet's (27-108 ms): the line extrapolated priced
+    their exposed all-reduce at 8.3 and 13.6 ms where it measured 6.0 and 6.2 (ho-s24). Held at its end, the
+    held-out ratios' p90 is lower in each of three recorded grids of three calibrations (16.4% against 16.8%,
+    16.5% against 17.6%, 11.6% against 12.3%)."""
+    cases = ((OVERLAP, ("ho-s24",)), (LATER, ("ho-study6",)), (DATA, ("ho-study2",)))
+    for data, studies in cases:
+        held, extrapolated = (_validated(data, studies, w)["ratio_summary"] for w in ((), ("comm_range",)))
+        assert held["p90_abs_error"] < extrapolated["p90_abs_error"], data.name

@@ -109,6 +109,7 @@ class Loop:
     other_s: float = 0.0
     comm_s: float = 0.0  # exposed communication the bucket model does not explain (DDP's own, peers' jitter) ...
     comm_per_compute: float = 0.0  # ... and its part that grows with the step's forward + backward
+    comm_compute_upto_s: float | None = None  # ... up to the most forward + backward it was fitted over (None: no end)
 
     def factor(self, group: str, direction: str) -> float:
         """The factor of a `group` op's isolated time in `direction` (forward | backward) inside a step."""

@@ -39,6 +39,8 @@ CORRECTIONS = {
     "comm_residual": "exposed communication the bucket model does not explain: a constant + a share of compute, "
                      "from the 2-rank reference runs (off: 0)",
     "comm_slope": "the residual's share of compute (off: its mean as a constant)",
+    "comm_range": "the residual's share of compute held at the most compute the reference runs had (off: the line "
+                  "extrapolated)",
     "skew_floor": "the residual never under the wait of one collective between computing ranks (the halo fit's "
                   "latency beyond the idle point-to-point's; off: the line alone)",
     "core_stretch": "ranks' threads beyond the cores stretch compute by the threads over the cores (off: no "
@@ -271,6 +273,7 @@ class Predictor:
                 points = [point for r in runs[nproc] if r.get("model", "refnet") == "refnet"
                           for point in self._comm_points(r)]
                 loop.comm_s, loop.comm_per_compute = _affine(points)
+                loop.comm_compute_upto_s = max(x for x, _ in points)
                 if "comm_slope" in off:
                     loop.comm_s, loop.comm_per_compute = statistics.fmean(y for _, y in points), 0.0
             self._loops[nproc] = loop

@@ -43,7 +43,11 @@ class Pricing:
         (`skew_s`; the 2-rank reference runs, 27-108 ms of compute, cannot show the floor a short step meets)."""
         if "comm_residual" in self.without:
             return 0.0
-        line = self.loop.comm_s + self.loop.comm_per_compute * (self.phases["forward"] + self.phases["backward"])
+        compute = self.phases["forward"] + self.phases["backward"]
+        upto = self.loop.comm_compute_upto_s
+        if upto is not None and "comm_range" not in self.without:
+            compute = min(compute, upto)
+        line = self.loop.comm_s + self.loop.comm_per_compute * compute
         return line if "skew_floor" in self.without else max(line, self.skew_s())
 
     @property
