@@ -11,17 +11,18 @@ from scaletrain.cli import main
 
 def test_commbench_measures_both_strategies(tmp_path, capsys):
     """The command's smoke test: `scaletrain commbench` in this process, its ranks launched as a user's are."""
-    assert main(["commbench", "--nproc", "2", "--strategies", "allreduce,ring,halo", "--sizes", "1K,256K",
+    assert main(["commbench", "--nproc", "2", "--strategies", "allreduce,ring,halo,fp16", "--sizes", "1K,256K",
                  "--seconds", "0.05", "--out", str(tmp_path)]) == 0
     printed = capsys.readouterr().out
     data = json.loads((tmp_path / "commbench.json").read_text())
     rows = {(r["strategy"], r["size"]): r for r in data["rows"]}
-    assert set(rows) == {(s, n) for s in ("allreduce", "ring", "halo") for n in (1024, 256 * 1024)}
+    assert set(rows) == {(s, n) for s in ("allreduce", "ring", "halo", "fp16") for n in (1024, 256 * 1024)}
     assert rows[("ring", 262144)]["bytes_per_rank"] == 262144  # 2 (P-1)/P x S with P = 2
+    assert rows[("fp16", 262144)]["bytes_per_rank"] == 131072  # the fp32 bucket's half-size payload
     assert rows[("halo", 262144)]["bytes_per_rank"] == 262144  # to the one neighbour
     assert rows[("halo", 1024)]["compute_s"] > 0 and rows[("halo", 1024)]["iters"] >= 3
     assert all(r["time_s"] > 0 and r["busbw"] == r["algbw"] for r in data["rows"])  # P = 2: factor 1
-    assert set(data["fits"]) == {"allreduce", "ring", "halo"} and "alpha" in printed
+    assert set(data["fits"]) == {"allreduce", "ring", "halo", "fp16"} and "alpha" in printed
     # on CPU each collective's CPU seconds (the engine's threads, the ring's worker), fitted beside its time
     assert all(rows[(s, n)]["cpu_s"] > 0 for s in ("allreduce", "ring") for n in (1024, 256 * 1024))
     assert all("cpu_beta_s_per_byte" in data["fits"][s] for s in ("allreduce", "ring"))

@@ -171,7 +171,7 @@ def test_calibrate_quick_then_predict_a_study_run_it_and_validate(tmp_path):
     data = json.loads(cal.read_text())
     assert data["layers"] and data["network"]["fits"] and all("error" not in x for x in data["loop"]["runs"])
     assert {r["model"] for r in data["loop"]["runs"]} == {"refnet", "plain", "memory"}
-    assert set(data["network"]["fits"]) == {"allreduce", "ring", "ps", "halo"}
+    assert set(data["network"]["fits"]) == {"allreduce", "ring", "ps", "halo", "fp16", "bf16"}
     # each strategy's own host work at each thread count (Strategy.host_work)
     assert set(data["host_work"]) == {"ps", "fsdp", "ddp"}
     assert {r["threads"] for r in data["host_work"]["fsdp"]} == set(data["threads"])

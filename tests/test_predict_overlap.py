@@ -72,3 +72,25 @@ def test_the_residual_is_never_under_one_collectives_wait_between_computing_rank
         pytest.approx(skew - line["comm"]["residual_s"])
     assert predict_config(Predictor(CAL, NETWORK), cfg)["comm"]["residual_s"] == line["comm"]["residual_s"]  # no halo
     assert predict_config(Predictor(CAL, net, without=frozenset({"comm_residual"})), cfg)["comm"]["residual_s"] == 0
+
+
+def test_a_compressed_bucket_is_priced_by_its_hooks_measured_exchange_where_the_calibration_has_it():
+    """`--compress fp16` inside a node: the bucket's whole exchange (cast, all-reduce of half the bytes, cast back)
+    at the calibration's `fp16` fit on the bucket's fp32 bytes; without that fit, half the bytes at the all-reduce's
+    fit plus the casts by the element-wise law; across nodes the payload crosses the link: the fit is not used."""
+    from scaletrain.perf.alphabeta import predict as alpha_beta
+
+    cfg = build_config({}, {**FLAGS, "nproc": 2, "compress": "fp16"})
+    off = frozenset({"comm_residual"})
+    net = {**NETWORK, "intra": {**NETWORK["intra"], "fp16": {"alpha_s": 3e-4, "beta_s_per_byte": 2e-9}}}
+    fitted = predict_config(Predictor(CAL, net, without=off), cfg)["comm"]
+    assert fitted["buckets"] == 1  # LeNet-5's gradients fill one bucket
+    nbytes = 4 * sum(grads(cfg))
+    assert fitted["comm_total_s"] == pytest.approx(alpha_beta(3e-4, 2e-9, 2, nbytes), rel=1e-9)
+    p = Predictor(CAL, NETWORK, without=off)
+    plain = predict_config(p, cfg)["comm"]
+    want = alpha_beta(1e-4, 1e-9, 2, nbytes // 2) + p.codec_s(nbytes // 4, 1)
+    assert plain["comm_total_s"] == pytest.approx(want, rel=1e-6)
+    two_nodes = build_config({}, {**FLAGS, "nproc": 1, "nnodes": 2, "master_port": 29500, "compress": "fp16"})
+    assert predict_config(Predictor(CAL, net, without=off), two_nodes)["comm"]["comm_total_s"] == \
+        pytest.approx(predict_config(p, two_nodes)["comm"]["comm_total_s"], rel=1e-9)

@@ -13,7 +13,7 @@ from scaletrain.command import Command
 from scaletrain.errors import UserError
 
 DEFAULT_SIZES = "1K,4K,16K,64K,256K,1M,4M,16M,64M"
-STRATEGIES = ("allreduce", "ring", "ps", "halo")
+STRATEGIES = ("allreduce", "ring", "ps", "halo", "fp16", "bf16")
 RANK_BYTES = 200 << 20
 """Memory of one rank before its buffers: Python, torch and gloo loaded (about 230 MiB resident here)."""
 RANKS_PER_CORE = 8
@@ -27,7 +27,8 @@ def add_commbench_args(p: argparse.ArgumentParser) -> None:
                      "model fitted to it (docs/commbench.md).")
     p.add_argument("--strategies", default="allreduce,ring",
                    help="comma list of allreduce, ring, ps (one parameter server, the last rank), halo (neighbours "
-                        "swap, computing between swaps; default: allreduce,ring)")
+                        "swap, computing between swaps), fp16, bf16 (the all-reduce of --compress fp16|bf16 as its "
+                        "hook runs it: cast, all-reduce, cast back; default: allreduce,ring)")
     p.add_argument("--sizes", default=DEFAULT_SIZES, help=f"comma list of message sizes, each once, at least 4 bytes "
                                                           f"(default: {DEFAULT_SIZES})")
     p.add_argument("--nproc", default=None, help="comma list of processes per node (default: 2..cores, at least 2)")

@@ -3,7 +3,11 @@
 `halo` is not an all-reduce: every rank swaps `size` bytes with each neighbour in a line of ranks (as spatial
 tiles swap their border rows), after HALO_COMPUTE_S of computing alone (the same work on every rank), and the
 time is the swap's alone, averaged over the ranks: what one exchange costs between ranks that compute between
-exchanges, their skew included (on shared cores it is several times the idle latency: docs/commbench.md)."""
+exchanges, their skew included (on shared cores it is several times the idle latency: docs/commbench.md).
+
+`fp16` and `bf16` time the all-reduce of `--compress fp16|bf16` as its DDP hook runs it on a `size`-byte float32
+bucket: the compressor's encode (divide, cast), the all-reduce of the half-size payload, the decode and the copy back
+into the bucket."""
 
 from __future__ import annotations
 
@@ -14,6 +18,7 @@ import time
 import torch
 import torch.distributed as dist
 
+from scaletrain.comm.compress import make_compressor
 from scaletrain.comm.ring import RingState
 from scaletrain.distributed.rank import RankInfo
 from scaletrain.distributed.device import choose_device, cpu_threads_per_rank
@@ -61,11 +66,17 @@ def _measure(strategy: str, size: int, seconds: float, device: torch.device, rin
     server = world - 1  # ps: the last rank serves, the others push and pull
     inbox = [torch.empty_like(buf) for _ in range(world - 1)] if strategy == "ps" and rank == server else []
 
+    codec = make_compressor(strategy) if strategy in ("fp16", "bf16") else None
+
     def once() -> None:
         if strategy == "ring":
             ring.submit(buf).wait()
         elif strategy == "ps":
             _ps_round(buf, inbox, rank, server)
+        elif codec is not None:  # as comm/hooks.compressed_hook: encode, all-reduce, decode; DDP copies it back
+            payload = codec.encode(buf, 0, world)
+            dist.all_reduce(payload[0])
+            buf.copy_(codec.decode(payload, buf.numel(), world))
         else:
             dist.all_reduce(buf)
 
@@ -85,7 +96,7 @@ def _measure(strategy: str, size: int, seconds: float, device: torch.device, rin
         sent = ps_server_bytes(n, world - 1, world - 1, header_bytes=0)[1] if rank == server else \
             ps_push_bytes([n], header_bytes=0)
     else:
-        sent = allreduce_bytes(size, world)
+        sent = allreduce_bytes(size // 2 if codec is not None else size, world)
     return {"strategy": strategy, "world": world, "size": size, "iters": int(iters), "time_s": elapsed,
             "cpu_s": cpu if device.type == "cpu" else None, "bytes_per_rank": largest(sent, device)}
 

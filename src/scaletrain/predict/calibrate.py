@@ -9,7 +9,8 @@ What it measures, in order (told to `progress` as it goes: a bar on a terminal, 
              back), over parameter sets alike
   loader     seconds per sample of each dataset kind (an image folder written from digits at several
              sizes, digits, synthetic), and loader worker start-up and hand-over
-  network    commbench between 2 local ranks: the alpha-beta of allreduce, ring, a parameter server and a halo
+  network    commbench between 2 local ranks: the alpha-beta of allreduce, ring, a parameter server, fp16 and bf16
+             compression's whole exchange (cast, all-reduce, cast back) and a halo
              swap between neighbours that compute between swaps
   loop       real `scaletrain train` runs of the reference networks (predict/refnet.py): each of the three on
              1 rank (3 times each: one run varies ~10% here), the mixed one on 2 ranks at two batch sizes:
@@ -346,7 +347,7 @@ def _network(work: Path, quick: bool) -> dict[str, Any]:
             return {"fits": {}, "rows": [], "error": _last_line(result)}
         return json.loads((out / COMMBENCH).read_text())
 
-    data = commbench("allreduce,ring,ps", work)
+    data = commbench("allreduce,ring,ps,fp16,bf16", work)
     if "error" in data:
         return data
     halos = [commbench("halo", work / f"halo-{i}") for i in range(HALO_LAUNCHES)]

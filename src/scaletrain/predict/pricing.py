@@ -6,7 +6,7 @@ the loader's wait; it names no strategy (docs/predict.md, "The cost seam")."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
 from scaletrain.perf import alphabeta, buckets, wire
@@ -141,8 +141,12 @@ def ddp_buckets(pr: Pricing, fit: str) -> Cost:
             sizes.append(g)
     bwd = pr.phases["backward"] + copy_in
     ready = [r * bwd / elapsed for r in ready] if elapsed > 0 else ready
-    comm_time = reduce_seconds(s, pr.link(fit), codec_seconds(pr))
-    cpu = pr.comm_cpu(fit)
+    hooked = measured_codec(pr) if fit == "allreduce" else None
+    if hooked:  # the compressed bucket's exchange as its hook ran it in the calibration, on the bucket's fp32 bytes
+        comm_time = reduce_seconds(replace(s, compress=None), pr.link(hooked))
+    else:
+        comm_time = reduce_seconds(s, pr.link(fit), codec_seconds(pr))
+    cpu = pr.comm_cpu(hooked or fit)
     result = buckets.backward_overlap(ready, sizes, comm_time, s.bucket_cap_mb, cpu)
     best_cap, best = buckets.best_bucket_cap(ready, sizes, comm_time, BUCKET_CAPS_MB, cpu)
     residual = pr.residual_s
@@ -154,6 +158,17 @@ def ddp_buckets(pr: Pricing, fit: str) -> Cost:
             "host_copies_s": copy_in + copy_out, "compute_stolen_s": result["compute_stolen_s"], "residual_s": residual}
     return Cost(result["comm_exposed_s"] + copy_out + residual, comm,
                 phases={"backward": bwd + result["compute_stolen_s"]})
+
+
+def measured_codec(pr: Pricing) -> str | None:
+    """The calibration's fit of a linear compressor's whole exchange (commbench's `fp16` / `bf16`: cast, all-reduce,
+    cast back, as the hook runs them) where the point compresses so inside one node; None elsewhere (across nodes the
+    payload crosses the declared link; a data sheet or a calibration before 2026-11-29 has no such fit)."""
+    s = pr.setting
+    name = s.compress[0] if s.compress else None
+    if name not in ("fp16", "bf16") or s.nnodes > 1 or name not in pr.network.get("intra", {}):
+        return None
+    return name
 
 
 def codec_seconds(pr: Pricing) -> Callable[[int], float] | None:
