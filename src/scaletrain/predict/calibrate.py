@@ -44,7 +44,7 @@ from scaletrain.rundir import COMMBENCH, read_summary
 
 OPTIMIZERS = ("sgd", "nesterov", "adamw", "adagrad")
 REFNET = "scaletrain.predict.refnet:build"
-LOOP_RUN = {"batch_size": 32, "image_size": 32, "samples": 2048}
+LOOP_RUN = {"batch_size": 32, "image_size": 32, "samples": 2048, "min_samples": 512}  # (batch 2: 256 steps, not 64)
 # (reference network, ranks, batch per rank, runs, loader workers, threads per rank or None for the cores
 # shared out): the three networks on 1 rank separate the loop factors of compute- and memory-bound ops;
 # refnet on 1 rank at one thread, then on 2 ranks at one thread each, is how much slower a rank computes
@@ -52,10 +52,12 @@ LOOP_RUN = {"batch_size": 32, "image_size": 32, "samples": 2048}
 # batches on 2 ranks separate the exposed communication that grows with the step's compute (ranks out of
 # step) from the part that does not (four runs each: one run's exposed communication moves 25% from the next's)
 LOOP_RUNS = (("refnet", 1, 32, 3, 0, None), ("plain", 1, 32, 3, 0, None), ("memory", 1, 32, 3, 0, None),
-             ("refnet", 1, 32, 4, 0, 1), ("refnet", 2, 32, 4, 0, None), ("refnet", 2, 8, 4, 0, None))
-# LOOP_RUNS run alternately (r0 of each, then r1, ...): the slowdown pair (3, 4), whose ratio pairs by round, and
-# the two batches on 2 ranks, whose line over the step's compute the machine's drift would otherwise tilt
-INTERLEAVED = (3, 4, 5)
+             ("refnet", 1, 32, 4, 0, 1), ("refnet", 2, 32, 4, 0, None), ("refnet", 2, 8, 4, 0, None),
+             ("refnet", 1, 2, 4, 0, 1), ("refnet", 2, 2, 4, 0, None))
+# LOOP_RUNS run alternately (r0 of each, then r1, ...): the slowdown pairs at batch 32 (3, 4) and 2 (6, 7), whose
+# ratios pair by round (at batch 2 a step's constant on two ranks weighs 10x what it does at 32), and the batches on
+# 2 ranks, whose line over the step's compute the machine's drift would otherwise tilt
+INTERLEAVED = (3, 4, 5, 6, 7)
 # (a run with one loader worker beside the rank's threads once priced a worker's interference; predict no
 # longer reads it: the CPU-demand rule was closer in every recorded study, docs/predict.md)
 
@@ -413,7 +415,8 @@ def _loop_run(out: Path, net: str, nproc: int, batch: int, quick: bool, folder: 
               threads: int | None = None) -> dict[str, Any]:
     """One run; with `folder`, on that JPEG folder with one loader worker (else synthetic data, no worker);
     `threads` per rank (None: the cores shared out, as `train` does)."""
-    samples = LOOP_RUN["samples"] // (2 if quick else 1) // (LOOP_RUN["batch_size"] // batch)
+    samples = max(LOOP_RUN["samples"] // (LOOP_RUN["batch_size"] // batch), LOOP_RUN["min_samples"])
+    samples //= 2 if quick else 1
     data = ["--dataset", f"imagefolder:{folder}", "--workers", "1"] if folder else \
         ["--dataset", "synthetic", "--synthetic-samples", str(samples)]
     cmd = [sys.executable, "-m", "scaletrain", "train", "--model", f"scaletrain.predict.refnet:{refnet.NETS[net]}",

@@ -53,6 +53,7 @@ class Setting:
     train_samples: int = 0
     sample_s: float = 0.0  # loader seconds per sample (decode + augment + collate)
     sample_bytes: int = 0  # one sample's tensor bytes
+    buffer_bytes: int = 0  # the model's buffers (a batch norm's running statistics): DDP broadcasts them each forward
     stages: int = 1  # the layout's: a pipeline's stages
     tiles: int = 1  # the layout's: the ranks that hold one image's tiles
     cpu_compute: bool = True  # forward and backward run on the CPU's cores (False: on an accelerator)
@@ -110,6 +111,8 @@ class Loop:
     comm_s: float = 0.0  # exposed communication the bucket model does not explain (DDP's own, peers' jitter) ...
     comm_per_compute: float = 0.0  # ... and its part that grows with the step's forward + backward
     comm_compute_upto_s: float | None = None  # ... up to the most forward + backward it was fitted over (None: no end)
+    forward_s: float = 0.0  # seconds a step's forward takes beyond its factored ops on this many ranks (a rank's
+    backward_s: float = 0.0  # DDP wrapper, its compute slowed after a collective): per step, not per op
 
     def factor(self, group: str, direction: str) -> float:
         """The factor of a `group` op's isolated time in `direction` (forward | backward) inside a step."""
@@ -156,9 +159,10 @@ def compute_s(ops: list[OpCost], s: Setting, loop: Loop, loss_s: tuple[float, fl
     """(forward, backward) of one rank's whole model at the point's batch: the ops' times with the loop's factors
     and the loss, stretched where ranks share cores; what a strategy's cost starts from (and a plan's bound on a
     step where the strategy runs the whole model on every trainer: Strategy.computes_whole_model)."""
-    fwd = sum(o.forward_s * loop.factor(o.group, "forward") for o in ops) + loss_s[0] * loop.factor("memory", "forward")
+    fwd = sum(o.forward_s * loop.factor(o.group, "forward") for o in ops) + \
+        loss_s[0] * loop.factor("memory", "forward") + loop.forward_s
     bwd = sum(o.backward_s * loop.factor(o.group, "backward") for o in ops) + \
-        loss_s[1] * loop.factor("memory", "backward")
+        loss_s[1] * loop.factor("memory", "backward") + loop.backward_s
     stretch = compute_stretch(s)
     return fwd * stretch, bwd * stretch
 

@@ -63,6 +63,7 @@ class Workload:
     # bytes autograd keeps for backward at this batch, traced in float32 (perf/saved.py); None when the trace
     # could not count them (not on the meta device, or module hooks): then the ops' outputs stand in
     saved_bytes: int | None = None
+    buffer_bytes: int = 0  # the model's buffers (running statistics): what DDP broadcasts at every forward
 
     @property
     def activation_bytes(self) -> int:
@@ -87,8 +88,10 @@ def workload_of(model: nn.Module, graph: LayerGraph, input_shape: tuple[int, ...
     notes = [] if graph.traced_by == "fx" else [
         f"torch.fx cannot trace the model ({graph.untraceable}): its modules were walked through forward hooks, "
         "and functional operations between them are not priced"]
+    buffers = sum(b.numel() * b.element_size() for b in model.buffers())
     return Workload(ops, batch_size, tuple(input_shape), params, pbytes,
-                    "fx" if graph.traced_by == "fx" else "hooks", notes, saved_bytes=graph.saved_bytes)
+                    "fx" if graph.traced_by == "fx" else "hooks", notes, saved_bytes=graph.saved_bytes,
+                    buffer_bytes=buffers)
 
 
 def _fx_ops(model: nn.Module, graph: LayerGraph) -> list[Op]:

@@ -230,6 +230,7 @@ def _before_input(p: Predictor, cfg, shared_cores: int | None, cores: int | None
     facts = _facts(cfg)
     s = _setting(p, cfg, facts, shared_cores, cores)
     w = workload(cfg, facts, cfg.optim.batch_size)
+    s.buffer_bytes = w.buffer_bytes
     threads = s.rank_threads
     ops = [dataclasses.replace(c, name=op.name) for op, c in zip(w.ops, p.op_costs(w, cfg.model.precision, threads))]
     again = recomputed_share(cfg, facts)

@@ -31,6 +31,10 @@ CORRECTIONS = {
     "group_bound": f"each group's factor held within {GROUP_BOUND:g}x of the pooled one (off: as fitted)",
     "rank_slowdown": "more ranks per node: the factors x how much slower the same network ran there than alone "
                      "(off: x 1)",
+    "buffer_broadcast": "DDP's broadcast of the model's buffers at each forward, one collective at the halo fit "
+                        "(and out of the reference runs' forward the slowdown is measured on; off: 0)",
+    "rank_constant": "more ranks per node: a constant per step beside the slowdown's factor, from the same network "
+                     "alone and together at two batches (off: the slowdown one ratio at the reference batch)",
     "probe_drift": "the reference runs corrected by the speed probe for the machine's change of speed since the "
                    "op grid (off: taken as measured)",
     "optimizer_residual": "the optimizer's law + what the reference run's optimizer phase took beyond it (off: the "
@@ -223,9 +227,11 @@ class Predictor:
         isolated ops (the loop and profiler, caches colder than for an op repeated alone). With one network
         only, one factor for both. More ranks per node: both factors scaled by how much slower the mixed
         reference network ran there than the same network, batch and threads on one rank (ranks sharing
-        the memory bus and caches); a calibration without that one-rank run: than the one-rank factors
-        predict from its ops timed at that many threads. Every run is corrected by the speed probe for a change of the
-        machine's speed between the op grid and the runs. `optimizer` gains what the run's optimizer
+        the memory bus and caches), and where it ran that network alone and together at two batches, a factor
+        and a constant per step through both (rank_constant), DDP's broadcast of its buffers taken out first
+        (priced apart: broadcast_apart); a calibration without the one-rank run: than the one-rank factors
+        predict from its ops timed at that many threads. Every run is corrected by the speed probe for a change
+        of the machine's speed between the op grid and the runs. `optimizer` gains what the run's optimizer
         phase took beyond its law; `h2d` and `other` are the run's. On several ranks, the exposed
         communication the bucket model does not explain is added: a constant and a share of the step's
         compute when the calibration ran two batch sizes on that many ranks (ranks drift out of step in
@@ -249,15 +255,26 @@ class Predictor:
             mine = self._reference(main)
             ph = main["phases_mean_s"]
             scale = {"forward": 1.0, "backward": 1.0}
+            extra = {"forward": 0.0, "backward": 0.0}
             alone = self._alone(runs, main) if nproc != min(runs) else None
+            # DDP's broadcast of refnet's buffers at each forward is priced apart (pricing.buffer_broadcast_s): out
+            # of the forwards the slowdown is measured on
+            bcast = self._refnet_broadcast_s(nproc) if nproc > 1 and self.broadcast_apart else 0.0
             if "rank_slowdown" in self.without:
                 pass
             elif alone is not None:  # the same network, batch and threads per rank on one rank: the ratio alone
-                scale = {d: _slowdown(main, alone, d) for d in scale}
+                scale = {d: _slowdown(_less_forward(main, bcast), alone, d) for d in scale}
+                pairs = [(_less_forward(r, bcast), self._alone(runs, r)) for r in runs[nproc]
+                         if r.get("model", "refnet") == "refnet"]
+                pairs = [(many, one) for many, one in pairs if one is not None]
+                if "rank_constant" not in self.without:  # two batches alone and together: a factor and a constant
+                    for d in scale:
+                        scale[d], extra[d] = _slowdown_line(pairs, d) or (scale[d], 0.0)
             elif nproc != min(runs):  # an older calibration: against what the one-rank factors predict
+                measured = _less_forward(main, bcast)["phases_mean_s"]
                 for d in scale:
                     predicted = base[d][0] * mine[d]["compute"] + base[d][1] * mine[d]["memory"]
-                    scale[d] = ph[d] * mine["drift"] / predicted if predicted else 1.0
+                    scale[d] = measured[d] * mine["drift"] / predicted if predicted else 1.0
             if "loop_factors" in self.without:
                 base = {d: (1.0, 1.0) for d in ("forward", "backward")}
             off = self.without
@@ -268,7 +285,8 @@ class Predictor:
                           optimizer_s=0.0 if "optimizer_residual" in off else
                           max(0.0, ph["optimizer"] - mine["optimizer_law_s"]),
                           h2d_s=0.0 if "loop_overheads" in off else ph["h2d"],
-                          other_s=0.0 if "loop_overheads" in off else ph["other"])
+                          other_s=0.0 if "loop_overheads" in off else ph["other"],
+                          forward_s=extra["forward"], backward_s=extra["backward"])
             if nproc > 1 and "comm_residual" not in off:
                 points = [point for r in runs[nproc] if r.get("model", "refnet") == "refnet"
                           for point in self._comm_points(r)]
@@ -278,6 +296,31 @@ class Predictor:
                     loop.comm_s, loop.comm_per_compute = statistics.fmean(y for _, y in points), 0.0
             self._loops[nproc] = loop
         return self._loops[nproc]
+
+    @functools.cached_property
+    def broadcast_apart(self) -> bool:
+        """Whether DDP's broadcast of a model's buffers at each forward is priced apart (pricing.buffer_broadcast_s):
+        where the calibration ran refnet alone and on more ranks at two batches (since 2026-11-29), which separate
+        the slowdown's factor, its constant per step and the broadcast. One batch cannot: an older calibration keeps
+        refnet's broadcast inside its one ratio (priced apart there, it left LeNet-5's speedups 1-2 points worse)."""
+        runs = [r for r in self.cal.get("loop", {}).get("runs", [])
+                if "error" not in r and r.get("phases_mean_s") and not r.get("workers")
+                and r.get("model", "refnet") == "refnet"]
+        alone = {(r.get("batch_size"), r.get("threads")) for r in runs if r["nproc"] == 1}
+        together = {}
+        for r in runs:
+            if r["nproc"] > 1 and (r.get("batch_size"), r.get("threads")) in alone:
+                together.setdefault(r["nproc"], set()).add(r.get("batch_size"))
+        return any(len(b) >= 2 for b in together.values())
+
+    def _refnet_broadcast_s(self, nproc: int) -> float:
+        """What DDP's broadcast of refnet's buffers costs a forward on `nproc` ranks of one node, priced as a
+        strategy prices it for any model (pricing.buffer_broadcast_s)."""
+        from scaletrain.predict import refnet
+        from scaletrain.predict.pricing import buffer_broadcast_s
+
+        nbytes = sum(b.numel() * b.element_size() for b in refnet.factory("refnet")().buffers())
+        return buffer_broadcast_s(M.Setting(batch_size=1, nproc=nproc, buffer_bytes=nbytes), self.network, self.without)
 
     @staticmethod
     def _alone(runs: dict[int, list[dict[str, Any]]], main: dict[str, Any]) -> dict[str, Any] | None:
@@ -463,6 +506,38 @@ def _affine(points: list[tuple[float, float]]) -> tuple[float, float]:
     slope = max(0.0, statistics.linear_regression([x for x, _ in points], [y for _, y in points]).slope)
     const = max(0.0, statistics.fmean(y - slope * x for x, y in points))
     return const, slope
+
+
+def _less_forward(run: dict[str, Any], seconds: float) -> dict[str, Any]:
+    """`run` with `seconds` taken off the forward of its medians and of each of its rounds."""
+    if not seconds:
+        return run
+
+    def less(ph):
+        return {**ph, "forward": max(0.0, ph["forward"] - seconds)} if ph else ph
+    return {**run, "phases_mean_s": less(run["phases_mean_s"]),
+            "phases_runs_s": [less(ph) for ph in run.get("phases_runs_s") or []]}
+
+
+def _slowdown_line(pairs: list[tuple[dict[str, Any], dict[str, Any]]], phase: str) -> tuple[float, float] | None:
+    """(factor, constant) of `phase` on many ranks against the same network alone at two or more batches: many =
+    factor x alone + constant, through each batch's slowdown (`_slowdown`, its rounds paired) as factor + constant /
+    alone. A step's forward on two ranks pays a constant beside the factor (DDP's wrapper, and a rank's compute
+    runs slower after a gloo all-reduce: LeNet-5's 2-ms forward 15% after one of 0.25 MB, ResNet-20's 54-ms forward
+    1%; 2026-11-29), which a ratio taken at one batch spreads over every op. None with fewer than two batches, or
+    where the line is not a slowdown (a negative constant, a factor under 0.5: noise larger than the effect)."""
+    points = {}
+    for many, alone in pairs:
+        a = alone["phases_mean_s"][phase]
+        if a > 0:
+            points[alone.get("batch_size")] = (1.0 / a, _slowdown(many, alone, phase))
+    xs, ys = zip(*points.values()) if points else ((), ())
+    if len(set(xs)) < 2:
+        return None
+    fit = statistics.linear_regression(xs, ys)
+    if fit.slope < 0 or fit.intercept < 0.5:
+        return None
+    return fit.intercept, fit.slope
 
 
 def _slowdown(many: dict[str, Any], alone: dict[str, Any], phase: str) -> float:

@@ -156,8 +156,25 @@ def ddp_buckets(pr: Pricing, fit: str) -> Cost:
             "best_bucket_cap_mb": best_cap, "best_overlap_ratio": best["overlap_ratio"],
             "best_comm_exposed_s": best["comm_exposed_s"] + copy_out + residual,
             "host_copies_s": copy_in + copy_out, "compute_stolen_s": result["compute_stolen_s"], "residual_s": residual}
+    apart = getattr(pr.predictor, "broadcast_apart", True)  # (a calibration may keep it inside its slowdown)
+    broadcast = buffer_broadcast_s(s, pr.network, pr.without) if apart else 0.0
+    comm["buffer_broadcast_s"] = broadcast
     return Cost(result["comm_exposed_s"] + copy_out + residual, comm,
-                phases={"backward": bwd + result["compute_stolen_s"]})
+                phases={"forward": pr.phases["forward"] + broadcast, "backward": bwd + result["compute_stolen_s"]})
+
+
+def buffer_broadcast_s(s, network: dict[str, Any], without: frozenset[str] = frozenset()) -> float:
+    """DDP's broadcast of the model's buffers from rank 0 at the start of every forward (`broadcast_buffers`, on by
+    default: a batch norm's running statistics), in the forward phase: one collective between ranks that computed
+    since the last one, at the basis's `halo` fit (commbench: a swap between computing ranks) where it has one, else
+    its all-reduce fit; 0 for a model without buffers (and on a calibration basis that keeps it inside its slowdown
+    ratio: Predictor.broadcast_apart). Measured (2026-11-29, two ranks of one thread, DDP with and
+    without it alternated): 1.2 ms a forward for refnet at batch 2, 1.8-2.0 ms for ResNet-20 at 2 and 32, where
+    the halo fit gave 1.8 and the all-reduce's 0.8."""
+    if s.trainers < 2 or not s.buffer_bytes or "buffer_broadcast" in without:
+        return 0.0
+    alpha, beta = link(s, network, "halo" if "halo" in network.get("intra", {}) else "allreduce")
+    return alpha + beta * s.buffer_bytes
 
 
 def measured_codec(pr: Pricing) -> str | None:
