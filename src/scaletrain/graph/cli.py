@@ -87,7 +87,7 @@ def run_graph(args: argparse.Namespace) -> int:
         doc["notes"].append(unsteady(cal))
     if cal is None:
         doc["notes"].append("no predicted times: no calibration of this machine yet; `scaletrain calibrate` "
-                            "makes one (about 5 minutes), or pass --calibration FILE")
+                            "makes one (about 10 minutes), or pass --calibration FILE")
     write_json_atomic(out / GRAPH, doc)
     replace_atomic(out / "graph.dot", lambda f: f.write(to_dot(doc)), mode="w")
     pictures = draw(doc, out)

@@ -63,7 +63,7 @@ def quick_notice(path: Path) -> str:
     """What `predict` prints before it calibrates this machine quickly (it has no calibration)."""
     return (f"no calibration of this machine yet: measuring a quick one now (a few minutes; {path}). "
             f"{QUICK_AGAINST_FULL[0].upper()}{QUICK_AGAINST_FULL[1:]}: run `scaletrain calibrate` once for a full "
-            "one (about 19 minutes on 2 cores), which every later prediction reads")
+            "one (about 10 minutes on 2 cores), which every later prediction reads")
 
 
 UNSTEADY = 0.15  # a calibration whose probes moved more than this is flagged (docs/predict.md, Speed probe)
