@@ -15,7 +15,8 @@ def add_calibrate_args(p: argparse.ArgumentParser) -> None:
                      "optimizer, the data loader, the network between local ranks and the training loop itself.")
     p.add_argument("--out", default=None, help="calibration file to write (default: the machine's cache, which "
                                                "predict reads when given no --calibration)")
-    p.add_argument("--quick", action="store_true", help="a fifth of the shapes, fp32 only: under a minute (tests)")
+    p.add_argument("--quick", action="store_true", help="a fifth of the shapes, fp32 only, one run of each "
+                   "training-loop setting: about 2.5 minutes on 2 cores (tests)")
     p.add_argument("--device", default="auto", help="auto, cpu or cuda")
     p.add_argument("--only", choices=("loader",), default=None,
                    help="loader: measure only one core's input-pipeline rate for --dataset at --image-size (seconds; "
