@@ -237,10 +237,7 @@ class Predictor:
         compute when the calibration ran two batch sizes on that many ranks (ranks drift out of step in
         proportion to their work), a constant otherwise."""
         batch = self.cal["loop"]["batch_size"]
-        runs: dict[int, list[dict[str, Any]]] = {}
-        for r in self.cal["loop"]["runs"]:
-            if "error" not in r and r.get("phases_mean_s") and not r.get("workers"):
-                runs.setdefault(r["nproc"], []).append(r)
+        runs = self._loop_runs()
         if not runs:
             self.notes.append("the calibration has no training-loop run: forward and backward are the ops' sums")
             return M.Loop()
@@ -303,23 +300,25 @@ class Predictor:
         where the calibration ran refnet alone and on more ranks at two batches (since 2026-11-29), which separate
         the slowdown's factor, its constant per step and the broadcast. One batch cannot: an older calibration keeps
         refnet's broadcast inside its one ratio (priced apart there, it left LeNet-5's speedups 1-2 points worse)."""
-        runs = [r for r in self.cal.get("loop", {}).get("runs", [])
-                if "error" not in r and r.get("phases_mean_s") and not r.get("workers")
-                and r.get("model", "refnet") == "refnet"]
-        alone = {(r.get("batch_size"), r.get("threads")) for r in runs if r["nproc"] == 1}
-        together = {}
-        for r in runs:
-            if r["nproc"] > 1 and (r.get("batch_size"), r.get("threads")) in alone:
-                together.setdefault(r["nproc"], set()).add(r.get("batch_size"))
-        return any(len(b) >= 2 for b in together.values())
+        runs = self._loop_runs()
+        return any(len({r.get("batch_size") for r in many if r.get("model", "refnet") == "refnet"
+                        and self._alone(runs, r) is not None}) >= 2 for n, many in runs.items() if n > 1)
+
+    def _loop_runs(self) -> dict[int, list[dict[str, Any]]]:
+        """The calibration's training-loop runs that completed, without loader workers, by ranks."""
+        runs: dict[int, list[dict[str, Any]]] = {}
+        for r in self.cal.get("loop", {}).get("runs", []):
+            if "error" not in r and r.get("phases_mean_s") and not r.get("workers"):
+                runs.setdefault(r["nproc"], []).append(r)
+        return runs
 
     def _refnet_broadcast_s(self, nproc: int) -> float:
         """What DDP's broadcast of refnet's buffers costs a forward on `nproc` ranks of one node, priced as a
         strategy prices it for any model (pricing.buffer_broadcast_s)."""
-        from scaletrain.predict import refnet
         from scaletrain.predict.pricing import buffer_broadcast_s
 
-        nbytes = sum(b.numel() * b.element_size() for b in refnet.factory("refnet")().buffers())
+        cal = self.cal["loop"]
+        nbytes = _reference_workload("refnet", cal["image_size"], cal["batch_size"]).buffer_bytes
         return buffer_broadcast_s(M.Setting(batch_size=1, nproc=nproc, buffer_bytes=nbytes), self.network, self.without)
 
     @staticmethod
