@@ -52,6 +52,7 @@ class Setting:
     threads: int | None = None  # intra-op threads per rank (default: cores // ranks per node)
     train_samples: int = 0
     sample_s: float = 0.0  # loader seconds per sample (decode + augment + collate)
+    data_line: tuple[float, float] = (1.0, 0.0)  # Loop.data_factor, data_s: the rank's own loading inside a step
     sample_bytes: int = 0  # one sample's tensor bytes
     buffer_bytes: int = 0  # the model's buffers (a batch norm's running statistics): DDP broadcasts them each forward
     stages: int = 1  # the layout's: a pipeline's stages
@@ -113,6 +114,8 @@ class Loop:
     comm_compute_upto_s: float | None = None  # ... up to the most forward + backward it was fitted over (None: no end)
     forward_s: float = 0.0  # seconds a step's forward takes beyond its factored ops on this many ranks (a rank's
     backward_s: float = 0.0  # DDP wrapper, its compute slowed after a collective): per step, not per op
+    data_factor: float = 1.0  # the rank's own loading (no workers) inside a step: this x the loader's law for the
+    data_s: float = 0.0  # batch, + this per step (the loop's fetch of a batch; caches colder than the loader alone)
 
     def factor(self, group: str, direction: str) -> float:
         """The factor of a `group` op's isolated time in `direction` (forward | backward) inside a step."""
@@ -214,7 +217,7 @@ def with_input(step: dict[str, Any], s: Setting, workers: Workers | None = None)
     loader_cpu = s.batch_size * s.sample_s
     lost, w = 0.0, workers or Workers()
     if s.workers == 0:
-        data_wait = loader_cpu
+        data_wait = s.data_line[0] * loader_cpu + s.data_line[1]
     else:
         computing = phases["forward"] + phases["backward"] + phases["optimizer"]
         loop_s = phases["h2d"] + phases["other"]

@@ -242,6 +242,7 @@ def _before_input(p: Predictor, cfg, shared_cores: int | None, cores: int | None
     copy_bytes = cfg.optim.batch_size * (4 * math.prod(sample_shape(facts)) + 8)
     loop = _loop(p, cfg, s, shared_cores)
     loop = dataclasses.replace(loop, h2d_s=loop.h2d_s + p.batch_copy_s(copy_bytes))
+    s.data_line = (loop.data_factor, loop.data_s)
     opt_law = p.optimizer_law(cfg.optim.optimizer, threads)
 
     def step_at(setting: M.Setting) -> dict[str, Any]:
