@@ -436,3 +436,22 @@ def test_the_ranks_own_loading_on_refnets_line_is_closer_to_the_held_out_waits_a
     monkeypatch.setattr(Predictor, "_data_line", lambda self, runs: None)
     law, signs, _ = waits()
     assert law > line + 0.05 and max(signs) < 0
+
+
+# The held-out grid measured again, on a calibration made the same morning (2026-11-29, twenty-sixth session):
+# runs/cal-s25b (no warning; its noise probe 5.5%), its shapes' cache as `predict` timed them, and ho-s26 (lenet5,
+# resnet20 x 1-2 ranks x batch 32/64, 2,048 samples, 3 interleaved repeats; their spread a median 10.9%).
+FRESH = Path(__file__).parent / "data" / "heldout-2026-11-29"
+
+
+def test_a_held_out_grid_measured_hours_after_its_calibration_meets_the_step_time_targets_as_recorded():
+    """The absolute target (median <= max(7%, the repeats' spread), p90 <= 15%) on the held-out models: 2.6% / 10.1%,
+    6 over and 2 under. The ratios are 7.3% / 12.7% (6 over, 6 under), short of theirs (5% / 10%): LeNet-5's speedups
+    +10 and +13% (its one-rank step priced 0.3 ms too much optimizer phase, refnet's constant) and its batch ratios
+    +9 and +11%, ResNet-20's batch-64 shapes timed 2.1x its batch-32 ones where its steps ran 1.93-2.0x."""
+    v = _validated(FRESH, ("ho-s26",), shapes=True)
+    step, ratios = v["summary"], v["ratio_summary"]
+    assert step["count"] == 8 and step["median_abs_error"] <= 0.03 and step["p90_abs_error"] <= 0.11
+    assert step["over"] and step["under"] and not step["biased"]
+    assert ratios["count"] == 12 and ratios["median_abs_error"] <= 0.075 and ratios["p90_abs_error"] <= 0.13
+    assert ratios["over"] == ratios["under"] == 6
