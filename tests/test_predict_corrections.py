@@ -84,7 +84,7 @@ def test_a_correction_the_runs_do_not_exercise_changes_nothing(rows):
 def test_an_unknown_correction_is_one_line_naming_them_all():
     with pytest.raises(UserError, match="no correction named loop_factor: the corrections are loop_factors"):
         Predictor({"device": {"cores": 2}}, {}, without=frozenset({"loop_factor"}))
-    assert len(CORRECTIONS) == 19
+    assert len(CORRECTIONS) == 20
 
 
 def test_oversubscribed_thread_teams_are_flagged_not_priced():
@@ -409,16 +409,19 @@ SLOWDOWN = Path(__file__).parent / "data" / "slowdown-2026-11-29"
 def test_the_constant_and_the_broadcast_bring_the_held_out_speedups_within_the_target_as_recorded():
     """LeNet-5 (no buffers, a 2-3 ms forward) ran 1.28x slower on two ranks, ResNet-20 (19 batch norms) 1.10x: one
     ratio cannot price both. With the constant per step from refnet's two batches and the broadcast of the buffers
-    priced apart, the four 1-to-2-rank speedups are within 5.6% (p90; 3.6% median); without the constant 7.7%,
-    without the broadcast 8.5%, without the slowdown at all 12.0%."""
+    priced apart, the four 1-to-2-rank speedups were within 5.6% (p90; 3.6% median); without the constant 7.7%,
+    without the broadcast 8.5%, without the slowdown at all 12.0%. With the optimizer's and the loop's overheads on
+    lines in the step's compute (overhead_slope, 2026-11-29): 2.0% (1.7%); without the constant 3.1%, without the
+    broadcast 13.5%, without the slowdown 9.8%."""
     def nproc(without=()):
         return _validated(SLOWDOWN, ("ho-s25",), without)["ratio_summary"]["by_axis"]["nproc"]
 
     both = nproc()
-    assert both["count"] == 4 and both["median_abs_error"] <= 0.04 and both["p90_abs_error"] <= 0.06
-    assert nproc(("rank_constant",))["p90_abs_error"] > both["p90_abs_error"] + 0.015
+    assert both["count"] == 4 and both["median_abs_error"] <= 0.02 and both["p90_abs_error"] <= 0.025
+    assert nproc(("rank_constant",))["p90_abs_error"] > both["p90_abs_error"] + 0.01
     assert nproc(("buffer_broadcast",))["p90_abs_error"] > both["p90_abs_error"] + 0.02
     assert nproc(("rank_slowdown",))["p90_abs_error"] > both["p90_abs_error"] + 0.05
+    assert nproc(("overhead_slope",))["p90_abs_error"] > both["p90_abs_error"] + 0.03  # (5.9%)
 
 
 def test_the_ranks_own_loading_on_refnets_line_is_closer_to_the_held_out_waits_as_recorded(monkeypatch):
@@ -445,13 +448,18 @@ FRESH = Path(__file__).parent / "data" / "heldout-2026-11-29"
 
 
 def test_a_held_out_grid_measured_hours_after_its_calibration_meets_the_step_time_targets_as_recorded():
-    """The absolute target (median <= max(7%, the repeats' spread), p90 <= 15%) on the held-out models: 2.6% / 10.1%,
-    6 over and 2 under. The ratios are 7.3% / 12.7% (6 over, 6 under), short of theirs (5% / 10%): LeNet-5's speedups
-    +10 and +13% (its one-rank step priced 0.3 ms too much optimizer phase, refnet's constant) and its batch ratios
-    +9 and +11%, ResNet-20's batch-64 shapes timed 2.1x its batch-32 ones where its steps ran 1.93-2.0x."""
+    """The absolute target (median <= max(7%, the repeats' spread), p90 <= 15%) on the held-out models: 2.6% / 9.3%,
+    5 over and 3 under. The ratios are 6.3% / 11.0% (6 over, 6 under), short of theirs (5% / 10%): LeNet-5's speedup
+    at batch 64 +11% (its two-rank point's repeats spread 29%) and its batch ratio on two ranks +11%, the model ratios
+    at batch 64 -9 and -13% (ResNet-20's batch-64 shapes timed 2.1x its batch-32 ones where its steps ran
+    1.93-2.0x). With refnet's constant overheads (no overhead_slope) the ratios were 7.3% / 12.7%: LeNet-5's 4-ms
+    one-rank steps took 0.3 ms of optimizer phase too much, refnet's at 90 ms of compute."""
     v = _validated(FRESH, ("ho-s26",), shapes=True)
     step, ratios = v["summary"], v["ratio_summary"]
-    assert step["count"] == 8 and step["median_abs_error"] <= 0.03 and step["p90_abs_error"] <= 0.11
+    assert step["count"] == 8 and step["median_abs_error"] <= 0.03 and step["p90_abs_error"] <= 0.10
     assert step["over"] and step["under"] and not step["biased"]
-    assert ratios["count"] == 12 and ratios["median_abs_error"] <= 0.075 and ratios["p90_abs_error"] <= 0.13
+    assert ratios["count"] == 12 and ratios["median_abs_error"] <= 0.065 and ratios["p90_abs_error"] <= 0.115
     assert ratios["over"] == ratios["under"] == 6
+    constant = _validated(FRESH, ("ho-s26",), ("overhead_slope",), shapes=True)["ratio_summary"]
+    assert constant["median_abs_error"] > ratios["median_abs_error"] + 0.005
+    assert constant["p90_abs_error"] > ratios["p90_abs_error"] + 0.01

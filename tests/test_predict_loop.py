@@ -358,6 +358,38 @@ def test_a_calibration_with_one_batch_alone_keeps_the_loader_law():
         assert (loop.data_factor, loop.data_s) == (1.0, 0.0)
 
 
+def test_the_optimizer_and_the_loops_overheads_grow_with_the_steps_compute_up_to_refnets_longest():
+    """refnet alone spent 0.33 ms in its optimizer phase beyond the optimizer's law at batch 2 (7.6 ms of forward +
+    backward) and 0.56 at batch 32 (90 ms); `other` 0.39 and 0.46 (2026-11-29): a long step leaves the update's
+    state and the loop's out of cache. One constant from batch 32 priced LeNet-5's 4-ms steps 0.3-0.4 ms too much. A
+    line through the runs at each rank count, held at the longest compute fitted over; the constants alone with
+    `overhead_slope` left out or without refnet alone at two batches."""
+    cal = _waits(_pairs_at({32: (0.040, 0.060), 2: (0.003, 0.004)}, 1.07, 0.0005), {1: (1.1, 2e-4), 2: (1.2, 3e-4)})
+    p = Predictor(cal, NETWORK, without=NO_BROADCAST)
+    for r in cal["loop"]["runs"]:
+        compute = r["phases_mean_s"]["forward"] + r["phases_mean_s"]["backward"]
+        law = p._reference(r)["optimizer_law_s"]
+        r["phases_mean_s"] = {**r["phases_mean_s"], "optimizer": law + 3e-4 + 0.003 * compute,
+                              "other": 4e-4 + 0.001 * compute}
+    q = Predictor(cal, NETWORK, without=NO_BROADCAST)
+    one = q.loop(1)
+    assert one.optimizer_s == pytest.approx(3e-4) and one.optimizer_per_compute == pytest.approx(0.003)
+    assert one.other_s == pytest.approx(4e-4) and one.other_per_compute == pytest.approx(0.001)
+    assert one.overheads_upto_s == pytest.approx(0.100)  # refnet at batch 32: 40 + 60 ms
+    assert one.overheads(0.004) == (pytest.approx(3e-4 + 0.003 * 0.004), pytest.approx(4e-4 + 0.001 * 0.004))
+    assert one.overheads(0.300) == one.overheads(0.100)  # held at the longest step fitted over
+    ops = [M.OpCost(0.002, 0.002, [4 * 1000], "measured", "compute")]
+    step = M.strategy_step(ops, M.Setting(batch_size=32, nproc=1, cores=2), one, NETWORK, lambda t, n: 1e-4)
+    fwd, bwd = M.compute_s(ops, M.Setting(batch_size=32, nproc=1, cores=2), one)
+    assert step["phases_s"]["optimizer"] == pytest.approx(1e-4 + one.overheads(fwd + bwd)[0])
+    assert step["phases_s"]["other"] == pytest.approx(one.overheads(fwd + bwd)[1])
+    flat = Predictor(cal, NETWORK, without=NO_BROADCAST | {"overhead_slope"}).loop(1)
+    assert flat.optimizer_per_compute == flat.other_per_compute == 0.0 and flat.overheads_upto_s is None
+    cal["loop"]["runs"] = [r for r in cal["loop"]["runs"] if r["nproc"] == 2 or r["batch_size"] == 32]
+    older = Predictor(cal, NETWORK, without=NO_BROADCAST).loop(2)  # refnet alone at one batch: the constants
+    assert older.optimizer_per_compute == older.other_per_compute == 0.0
+
+
 def test_an_op_timed_alone_is_priced_without_what_timing_it_alone_adds():
     """calibrate's `harness`: a tiny op alone paid 13 us forward and 71 us backward more than its share of a
     chain of such ops (an autocast context per call, an autograd engine start per backward). Each op is priced

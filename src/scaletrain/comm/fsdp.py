@@ -72,7 +72,8 @@ class Fsdp(Strategy):
         grads = pricing.grads
         numel = sum(grads) // 4 // max(1, s.world)
         law = pricing.host_law("seconds", optimizer=cfg.optim.optimizer) or pricing.optimizer_s
-        optimizer = (law(len(grads), numel) + pricing.loop.optimizer_s) * pricing.stretch
+        beyond_law = pricing.loop.overheads(pricing.phases["forward"] + pricing.phases["backward"])[0]
+        optimizer = (law(len(grads), numel) + beyond_law) * pricing.stretch
         return Cost(0.0, comm, phases={"forward": pricing.phases["forward"] + f,
                                        "backward": pricing.phases["backward"] + b, "optimizer": optimizer})
 

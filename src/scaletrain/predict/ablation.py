@@ -16,6 +16,7 @@ PHASES = {"loop_factors": COMPUTE, "group_factors": COMPUTE, "group_bound": COMP
           "rank_constant": COMPUTE, "buffer_broadcast": ("forward",),
           "probe_drift": COMPUTE, "core_stretch": COMPUTE, "harness_excess": COMPUTE,
           "optimizer_residual": ("optimizer",), "loop_overheads": ("h2d", "other", "data_wait"),
+          "overhead_slope": ("optimizer", "other"),
           "comm_residual": ("comm_exposed",), "comm_slope": ("comm_exposed",),
           "skew_floor": ("comm_exposed",), "comm_range": ("comm_exposed",), "loader_handoff": ("data_wait",),
           "worker_sharing": ("data_wait", "forward"), "ddp_copies": ("backward", "comm_exposed"),

@@ -116,6 +116,14 @@ class Loop:
     backward_s: float = 0.0  # DDP wrapper, its compute slowed after a collective): per step, not per op
     data_factor: float = 1.0  # the rank's own loading (no workers) inside a step: this x the loader's law for the
     data_s: float = 0.0  # batch, + this per step (the loop's fetch of a batch; caches colder than the loader alone)
+    optimizer_per_compute: float = 0.0  # optimizer_s and other_s grow by these x the step's forward + backward (the
+    other_per_compute: float = 0.0  # longer the step, the colder its caches when the update and the loop run) ...
+    overheads_upto_s: float | None = None  # ... up to the most forward + backward they were fitted over
+
+    def overheads(self, compute_s: float) -> tuple[float, float]:
+        """(the optimizer phase beyond its law, `other`) of a step whose forward + backward take `compute_s`."""
+        x = compute_s if self.overheads_upto_s is None else min(compute_s, self.overheads_upto_s)
+        return self.optimizer_s + self.optimizer_per_compute * x, self.other_s + self.other_per_compute * x
 
     def factor(self, group: str, direction: str) -> float:
         """The factor of a `group` op's isolated time in `direction` (forward | backward) inside a step."""
@@ -193,10 +201,11 @@ def strategy_step(ops: list[OpCost], s: Setting, loop: Loop, network: dict[str, 
     grads = [g for op in ops for g in op.grad_bytes]
     fwd, bwd = compute_s(ops, s, loop, loss_s)
     strategy = s.strategy_class
-    opt = optimizer_s(len(grads), sum(grads) // 4) + loop.optimizer_s if strategy.local_update else 0.0
+    beyond_law, other = loop.overheads(fwd + bwd)
+    opt = optimizer_s(len(grads), sum(grads) // 4) + beyond_law if strategy.local_update else 0.0
     stretch = compute_stretch(s)
     opt = opt * stretch
-    compute = {"h2d": loop.h2d_s, "forward": fwd, "backward": bwd, "optimizer": opt, "other": loop.other_s}
+    compute = {"h2d": loop.h2d_s, "forward": fwd, "backward": bwd, "optimizer": opt, "other": other}
     pricing = Pricing(s, ops, loop, network, optimizer_s, dict(compute), stretch, busy=cores_busy(s), **context)
     cost = strategy.cost(pricing) if s.trainers >= 1 else None
     phases = {"data_wait": 0.0, **compute, "comm_exposed": cost.comm_exposed_s if cost else 0.0}

@@ -85,7 +85,8 @@ class Pipeline(Strategy):
         comm = {"bytes_per_step": 0, "buckets": 0, "comm_total_s": transfers + exposed, "comm_hidden_s": 0.0,
                 "overlap_ratio": None}
         phases = {"forward": pp["forward"], "backward": pp["backward"], "bubble": pp["bubble"], "p2p": pp["p2p"],
-                  "optimizer": pricing.optimizer_s(tensors, int(mean_params // 4)) + pricing.loop.optimizer_s}
+                  "optimizer": pricing.optimizer_s(tensors, int(mean_params // 4))
+                  + pricing.loop.overheads(pp["forward"] + pp["backward"])[0]}
         return Cost(exposed, comm, phases=phases, extra={"pipeline": pp}, flops_share=1 / k)
 
     @classmethod
