@@ -318,7 +318,8 @@ def test_a_constant_that_comes_out_negative_is_noise_and_the_ratio_stands():
 
 
 def _waits(cal, line: dict[int, tuple[float, float]]):
-    """`cal` with each refnet run's `data_wait` at factor x the synthetic law for its batch + constant ({nproc: line})."""
+    """`cal` with each refnet run's `data_wait` at factor x the synthetic law for its batch + constant
+    ({nproc: line})."""
     p = Predictor(cal, NETWORK)
     for r in cal["loop"]["runs"]:
         b, (factor, constant) = r["batch_size"], line[r["nproc"]]
