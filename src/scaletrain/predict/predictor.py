@@ -329,8 +329,8 @@ class Predictor:
         """(factor, seconds per step) of the rank's own loading inside a step against the loader's law for its batch:
         a line through refnet's runs at this many ranks (no workers) at two or more batches, as their `data_wait`
         measured it. The loop fetches each batch through the data loader's iterator and loads it with caches the
-        step left cold: 0.14 ms a step and 1.11x the law on one rank, 0.16 ms and 1.15x on two (2026-11-29), where
-        the law alone put the held-out models' wait 13-40% low at batch 32 and 64. None with one batch (older
+        step left cold: 1.14x the law + 0.14 ms a step on one rank, 1.16x + 0.15 ms on two (2026-11-29), where the
+        law alone put the held-out models' wait 13-31% low at batch 32 and 64. None with one batch (older
         calibrations: the law alone), or where the line is not one (a negative constant, a factor under 0.5)."""
         points = {}
         for r in runs:
