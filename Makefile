@@ -66,6 +66,7 @@ test-slurm: $(COMPILED)
 bench: $(COMPILED)
 	$(PY) benchmarks/overhead.py
 	$(PY) benchmarks/allocator.py
+	$(PY) benchmarks/tensorboard_cost.py
 	$(PY) benchmarks/pipeline_split.py
 
 # The planner's choice against its candidates all measured, interleaved (docs/plan.md; ~75 min at 3 rounds;

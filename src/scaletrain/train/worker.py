@@ -87,5 +87,5 @@ def sinks(cfg: TrainConfig, rank: RankInfo, replicas: int) -> list:
     if rank.is_main and restart_count():
         out.append(restarts.ResumedSink(RunDir(Path(cfg.launch.out)), restart_count()))
     if tensorboard.wanted(cfg.profile.tensorboard):
-        out.append(tensorboard.ScalarSink(Path(cfg.launch.out), rank.rank))
+        out.append(tensorboard.ScalarSink(Path(cfg.launch.out), rank.rank, cfg.profile.tensorboard_every))
     return out
