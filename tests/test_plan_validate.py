@@ -13,7 +13,7 @@ import pytest
 from scaletrain.cli import main
 from scaletrain.plan.agreement import compare
 from scaletrain.plan.chosen import chosen_rank, planned_settings
-from scaletrain.plan.measure import brief_flags
+from scaletrain.plan.measure import brief_flags, steps_for, steps_said
 from scaletrain.plan.space import Request, grids
 from scaletrain.validate.match import MeasuredRun
 
@@ -91,6 +91,15 @@ def test_brief_runs_cut_the_epoch_or_repeat_the_real_data():
     assert brief_flags(c, 30) == ["--epochs", "1", "--synthetic-samples", str(128 * 30)]
     c["config"]["dataset"] = "digits"
     assert brief_flags(c, 30) == ["--epochs", "3", "--eval-every", "3"]  # 11 steps an epoch: 3 epochs
+
+
+def test_a_short_step_is_measured_over_more_steps():
+    # unfixed, a brief run takes TIMED_S (2 s) of its predicted steps, at least STEPS (30)
+    assert steps_for(cand(1, 0.010), None) == 200  # a 10-ms step: 200 steps
+    assert steps_for(cand(1, 0.250), None) == 30  # a 250-ms one: the floor
+    assert steps_for(cand(1, 0.010), 12) == 12  # --validate-steps fixes it
+    assert brief_flags(cand(1, 0.010, batch=128), None) == ["--epochs", "1", "--synthetic-samples", str(128 * 200)]
+    assert steps_said(None) == "about 2 s of steps (at least 30)" and steps_said(12) == "12 steps"
 
 
 def test_axes_narrowed_to_the_values_asked():

@@ -56,8 +56,8 @@ def add_plan_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--repeats", type=int, default=None, help="with --validate: rounds, each running every candidate "
                                                              "once (default 3)")
     p.add_argument("--validate-steps", type=int, default=None,
-                   help="with --validate: training steps of each brief run (default 30; the first, while the heap "
-                        "settles, are not timed)")
+                   help="with --validate: training steps of each brief run (default: about 2 s of its predicted "
+                        "steps, at least 30; the first, while the heap settles, are not timed)")
     p.add_argument("--out", required=True, help="directory for plan.json and plan.png")
 
 
@@ -158,13 +158,13 @@ def run_validation(plan: dict, out: Path, k: int, args: argparse.Namespace, cons
     from scaletrain.console.phase import phase
     from scaletrain.grid import rich_table
     from scaletrain.plan.agreement import agreement_line, compare
-    from scaletrain.plan.measure import REPEATS, STEPS, measure
+    from scaletrain.plan.measure import REPEATS, measure, steps_said
     from scaletrain.plan.present import describe, validation_grid, write_report
     from scaletrain.rundir import PLAN, write_json_atomic
 
     top = plan["ranked"][:k or len(plan["ranked"])]
-    repeats, steps = args.repeats or REPEATS, args.validate_steps or STEPS
-    console.print(f"validating the top {len(top)}: {len(top) * repeats} brief runs of {steps} steps "
+    repeats, steps = args.repeats or REPEATS, args.validate_steps
+    console.print(f"validating the top {len(top)}: {len(top) * repeats} brief runs of {steps_said(steps)} "
                   f"({repeats} rounds) in {out / 'validation'}")
     with phase("plan --validate: running the candidates", eta=True) as update:
         runs, failed = measure(out, plan, len(top), repeats, steps, progress=update)

@@ -13,8 +13,26 @@ from typing import Any, Callable
 
 from scaletrain.errors import UserError
 
-STEPS = 30  # training steps a brief run takes (its first ones, while the heap settles, are not timed)
+STEPS = 30  # the fewest training steps a brief run takes (its first ones, while the heap settles, are not timed)
+TIMED_S = 2.0
+"""Seconds of steps a brief run takes at its predicted step time, when --validate-steps does not fix the count: a
+step's own noise (a rank's hiccup, the other's wait in the collective) is a fixed few milliseconds, so a 12-ms step
+needs more of them than a 250-ms one. Measured (the MLP's top 7 of 2 CPU ranks, 3 rounds, docs/plan.md): the
+repeats' spread a median 15.3% at 30 steps, 7.0% at 150."""
 REPEATS = 3
+
+
+def steps_for(c: dict[str, Any], steps: int | None) -> int:
+    """The steps of candidate `c`'s brief run: `steps` where given, else TIMED_S of its predicted steps, at least
+    STEPS."""
+    if steps is not None:
+        return steps
+    return max(STEPS, math.ceil(TIMED_S / c["step_time_s"])) if c.get("step_time_s") else STEPS
+
+
+def steps_said(steps: int | None) -> str:
+    """`30 steps`, or what the default does."""
+    return f"{steps} steps" if steps is not None else f"about {TIMED_S:g} s of steps (at least {STEPS})"
 
 
 def check(plan: dict[str, Any]) -> None:
@@ -37,9 +55,10 @@ def check(plan: dict[str, Any]) -> None:
                             f"`scaletrain testbed up --hosts {req['nodes']}` as it was planned")
 
 
-def brief_flags(c: dict[str, Any], steps: int) -> list[str]:
-    """A candidate's run cut to about `steps` steps: an epoch of that many batches of synthetic data, or enough
-    epochs of the real data set; evaluated once, at the end."""
+def brief_flags(c: dict[str, Any], steps: int | None) -> list[str]:
+    """A candidate's run cut to about `steps` steps (None: steps_for's): an epoch of that many batches of synthetic
+    data, or enough epochs of the real data set; evaluated once, at the end."""
+    steps = steps_for(c, steps)
     per_epoch = max(1, round(c["epoch_time_s"] / c["step_time_s"]))
     if c["config"].get("dataset") == "synthetic":
         return ["--epochs", "1", "--synthetic-samples", str(c["global_batch"] * steps)]
@@ -60,7 +79,7 @@ def run_dir(root: Path, rank: int, k: int) -> Path:
     return root / "validation" / f"c{rank}" / f"r{k}"
 
 
-def measure(root: Path, plan: dict[str, Any], k: int, repeats: int = REPEATS, steps: int = STEPS,
+def measure(root: Path, plan: dict[str, Any], k: int, repeats: int = REPEATS, steps: int | None = None,
             progress: Callable[[str, int, int], None] = lambda *a: None) -> tuple[dict[str, list], list[str]]:
     """Each of the top `k` candidates' completed runs by id, and a line per run that did not complete."""
     from scaletrain.distributed.env import child_env

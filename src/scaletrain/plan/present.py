@@ -8,6 +8,7 @@ from typing import Any
 
 from scaletrain import fmt
 from scaletrain.grid import Grid
+from scaletrain.plan.measure import steps_said
 
 VARIED = ("strategy", "stages", "batch_size", "workers", "precision", "compress", "checkpoint_activations")
 
@@ -72,7 +73,7 @@ def validation_grid(plan: dict[str, Any]) -> Grid:
     v = plan["validation"]
     names = {c["id"]: describe(c) for c in plan["ranked"]}
     g = Grid(f"validation: the top {len(v['candidates'])} measured on this machine, {v['repeats']} round(s) of "
-             f"{v['steps']} steps", ["measured #", "predicted #", "configuration", "to train, predicted",
+             f"{steps_said(v.get('steps'))}", ["measured #", "predicted #", "configuration", "to train, predicted",
                                      "measured", "step error", "repeats' spread", "vs chosen, predicted",
                                      "measured (spread)"], text_columns=(2,))
     rows = sorted(v["candidates"], key=lambda r: (r["measured_rank"] is None, r["measured_rank"] or 0))

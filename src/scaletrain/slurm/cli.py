@@ -49,7 +49,8 @@ def add_slurm_args(p: argparse.ArgumentParser) -> None:
     plan.add_argument("--repeats", type=int, default=None, help="rounds, each running every candidate once "
                                                                 "(default 3)")
     plan.add_argument("--validate-steps", type=int, default=None, help="training steps of each brief run "
-                                                                       "(default 30)")
+                                                                       "(default: about 2 s of its predicted steps, "
+                                                                       "at least 30)")
     gather = sub.add_parser("gather", help="rewrite a SLURM study's study.json, or a plan's validation, from its run "
                                            "directories (each job does this when it ends)")
     gather.add_argument("study", help="the study directory (--out of scaletrain slurm study), or the plan's "
@@ -80,11 +81,11 @@ def run_slurm(args: argparse.Namespace) -> int:
         return 0
     opts = options_from_args(args)
     if args.slurm_command == "validate-plan":
-        from scaletrain.plan.measure import REPEATS, STEPS
+        from scaletrain.plan.measure import REPEATS
         from scaletrain.slurm.plan_jobs import submit_validation
 
         top = 0 if args.top == "all" else _count(args.top, "--top")
-        sub = submit_validation(args.plan, top, args.repeats or REPEATS, args.validate_steps or STEPS, opts,
+        sub = submit_validation(args.plan, top, args.repeats or REPEATS, args.validate_steps, opts,
                                 Path.cwd(), args.dry_run)
         view.print_plan_validation(console, sub, opts, args.dry_run)
         return 0

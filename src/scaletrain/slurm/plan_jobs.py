@@ -39,7 +39,7 @@ class PlanSubmission:
     root: Path
     top: int
     repeats: int
-    steps: int
+    steps: int | None  # None: plan/measure.steps_for's, each candidate's own
     jobs: list[RunJob]
 
 
@@ -68,7 +68,7 @@ def check_nodes(plan: dict[str, Any], opts: SlurmOptions) -> None:
                         f"GPU: give --gpus-per-node {req['nproc']}")
 
 
-def submit_validation(root: str | Path, top: int, repeats: int, steps: int, opts: SlurmOptions, workdir: Path,
+def submit_validation(root: str | Path, top: int, repeats: int, steps: int | None, opts: SlurmOptions, workdir: Path,
                       dry_run: bool) -> PlanSubmission:
     """Check everything, then (unless a dry run) write a script per run and submit them round by round."""
     from scaletrain.plan.measure import run_dir
@@ -80,7 +80,7 @@ def submit_validation(root: str | Path, top: int, repeats: int, steps: int, opts
     check_nodes(plan, opts)
     if not plan.get("chosen"):
         raise UserError(f"{root / PLAN} chose no candidate (none fits or none was priced): nothing to validate")
-    if repeats < 1 or steps < 1:
+    if repeats < 1 or (steps is not None and steps < 1):
         raise UserError(f"--repeats {repeats} / --validate-steps {steps}: give at least 1 of each")
     ranked = plan["ranked"][:top or len(plan["ranked"])]
     planned = []
@@ -112,7 +112,7 @@ def submit_validation(root: str | Path, top: int, repeats: int, steps: int, opts
     return PlanSubmission(root, len(ranked), repeats, steps, submitted)
 
 
-def _batch_job(root: Path, c: dict[str, Any], k: int, steps: int, opts: SlurmOptions, workdir: Path) -> BatchJob:
+def _batch_job(root: Path, c: dict[str, Any], k: int, steps: int | None, opts: SlurmOptions, workdir: Path) -> BatchJob:
     """`scaletrain train --plan DIR --plan-rank R` cut to a brief run (plan/measure.brief_flags), as `plan
     --validate` runs it here; the gatherer after it."""
     from scaletrain.plan.measure import brief_flags, run_dir

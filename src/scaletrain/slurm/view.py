@@ -8,6 +8,7 @@ from pathlib import Path
 from rich.console import Console
 
 from scaletrain.grid import Grid, rich_table
+from scaletrain.plan.measure import steps_said
 from scaletrain.slurm.options import SlurmOptions
 from scaletrain.slurm.plan_jobs import PlanSubmission
 from scaletrain.slurm.study_jobs import StudySubmission
@@ -90,8 +91,8 @@ def print_plan_validation(console: Console, sub: PlanSubmission, opts: SlurmOpti
         grid.rows.append([f"#{rj.rank}", str(rj.round + 1), rj.job.job_id if rj.job else _path(rj.run),
                           _path(rj.run.with_suffix(".log"))])
     console.print(rich_table(grid))
-    console.print(f"the top {sub.top} candidates, {sub.repeats} round(s) of {sub.steps} steps each, submitted round "
-                  "by round in the predicted order")
+    console.print(f"the top {sub.top} candidates, {sub.repeats} round(s) of {steps_said(sub.steps)} each, "
+                  "submitted round by round in the predicted order")
     if dry_run:
         if sub.jobs:
             console.print(f"the script of #{sub.jobs[0].rank} round 1 (the others differ in the candidate, run "
