@@ -50,8 +50,9 @@ def add_plan_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-prune", dest="prune", action="store_false",
                    help="price every candidate: by default one whose forward and backward alone are slower than the "
                         "top's slowest (and, with --validate K, the top K's) is pruned, not priced")
-    p.add_argument("--validate", default=None, metavar="K|all",
-                   help="then run the top K candidates (all: every one ranked) briefly on this machine, interleaved "
+    p.add_argument("--validate", default=None, metavar="K|auto|all",
+                   help="then run the top K candidates (auto: those priced within the model's own error of the chosen "
+                        "one, docs/plan.md \"How sure\"; all: every one ranked) briefly on this machine, interleaved "
                         "and repeated, re-rank them by measurement and compare with the prediction")
     p.add_argument("--repeats", type=int, default=None, help="with --validate: rounds, each running every candidate "
                                                              "once (default 3)")
@@ -126,8 +127,9 @@ def on_testbed(args: argparse.Namespace, req):
                                shared_cores=args.shared_cores)
 
 
-def validate_request(args: argparse.Namespace, req) -> int | None:
-    """--validate's K (0: all), checked before the search: None without --validate."""
+def validate_request(args: argparse.Namespace, req) -> int | str | None:
+    """--validate's K (0: all; "auto": the plan's uncertain count, known after the search), checked before the
+    search: None without --validate."""
     from scaletrain.plan.measure import check
 
     if args.validate is None:
@@ -135,14 +137,14 @@ def validate_request(args: argparse.Namespace, req) -> int | None:
             if value is not None:
                 raise UserError(f"{flag} {value} says how --validate measures: add --validate K")
         return None
-    if args.validate == "all":
-        k = 0
+    if args.validate in ("all", "auto"):
+        k = 0 if args.validate == "all" else "auto"
     else:
         try:
             k = int(args.validate)
         except ValueError:
             raise UserError(f"--validate {args.validate!r}: give how many of the top candidates to run, e.g. 3, "
-                            "or all") from None
+                            "or auto, or all") from None
         if k < 1:
             raise UserError(f"--validate {k}: give how many of the top candidates to run, at least 1 (or all)")
     for flag, value in (("--repeats", args.repeats), ("--validate-steps", args.validate_steps)):
@@ -229,7 +231,7 @@ def run_plan(args: argparse.Namespace) -> int:
     console.print(f"{plan['candidates']} candidates, {plan['priced']} priced in {plan['search_s']:.1f} s; "
                   f"chosen: {plan['chosen'] or ('none fits the memory budget' if plan['priced'] else 'none')}")
     if validate_k is not None and plan["chosen"]:
-        run_validation(plan, out, validate_k, args, console)
+        run_validation(plan, out, plan["uncertain"]["count"] if validate_k == "auto" else validate_k, args, console)
     console.print(f"{PLAN}: {out / PLAN}\nreport: {report} (plan.png beside it)")
     if not plan["chosen"]:
         why = (f"none of the {plan['priced']} priced candidates fits {args.memory_per_device or 'the device'}: give "

@@ -13,6 +13,7 @@ from typing import Any, Callable
 import scaletrain
 from scaletrain.errors import UserError
 from scaletrain.comm.memory import MARGIN, within
+from scaletrain.plan.certainty import caveat, uncertain
 from scaletrain.plan.space import Request, grid_name, grids, left_out, train_settings
 
 LINEAR_SCALING_BASE = 256  # Goyal et al. 2017: lr = 0.1 x global batch / 256, warm-up over 5 epochs
@@ -69,16 +70,19 @@ def search(req: Request, cal: dict[str, Any] | None, network: dict[str, Any], hw
     ranked = sorted((_candidate(p, req) for p in fits), key=rank_key)
     for i, c in enumerate(ranked, 1):
         c["rank"] = i
+    kind = "datasheet" if hw is not None else "calibration"
+    sure = uncertain(ranked, kind)
     return {"format": 1, "kind": "plan", "scaletrain_version": scaletrain.__version__,
-            "request": dataclasses.asdict(req), "basis": "datasheet" if hw is not None else "calibration",
+            "request": dataclasses.asdict(req), "basis": kind,
             "basis_note": basis,
             "memory_budget_bytes": budget, "memory_margin": MARGIN, "grids": space,
             "not_searched": left_out(),
             "candidates": len(priced) + skipped_count(skipped) + len(pruned), "priced": len(priced),
             "search_s": search_s, "skipped": skipped, "skipped_why": reasons(skipped), "over_budget": over,
             "pruned": [p["id"] for p in pruned], "pruned_by": bound.describe(),
-            "ranked": ranked, "chosen": ranked[0]["id"] if ranked else None,
-            "caveats": caveats(ranked[:req.top]), "notes": sorted(notes)}
+            "ranked": ranked, "chosen": ranked[0]["id"] if ranked else None, "uncertain": sure,
+            "caveats": [line for line in (caveat(sure, kind),) if line] + caveats(ranked[:req.top]),
+            "notes": sorted(notes)}
 
 
 TIE = 0.005  # predicted times this close are one time to the model: the simpler configuration ranks first
