@@ -1,10 +1,10 @@
 """TensorBoard scalars per rank (tensorboard/rank{r}/): a sink of the training loop (train/loop.py), fed its
 resolved step records and rank 0's epoch records.
 
-Writing a step's dozen scalars costs about 0.7 ms of the rank's CPU (event protos, the writer's thread): 6% of a
-12-ms step of a small model on two CPU ranks, priced by no prediction. So a point is written once per `every`
-steps (`--tensorboard-every`, 10 by default), each scalar the window's mean; the step records themselves stay, every
-one, in metrics-rank{r}.jsonl (docs/metrics.md)."""
+Writing a step's dozen scalars costs the rank 0.7-0.9 ms of CPU (event protos, the writer's thread): 9% of the
+MLP's 12-ms step on two CPU ranks (benchmarks/tensorboard_cost.py), priced by no prediction. So a point is written
+once per `every` steps (`--tensorboard-every`, 10 by default), each scalar the window's mean; the step records
+themselves stay, every one, in metrics-rank{r}.jsonl (docs/metrics.md)."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from scaletrain.errors import UserError
+
 
 def available() -> bool:
     return importlib.util.find_spec("tensorboard") is not None
