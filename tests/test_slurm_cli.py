@@ -393,3 +393,12 @@ def test_a_gpu_plan_asks_for_its_gpus(fake_slurm, tmp_path, capsys):
     assert "--gpus-per-node 2: the plan runs 4 processes" in one_line_error(capsys, [*argv, "--gpus-per-node", "2"])
     assert main([*argv, "--gpus-per-node", "4", "--top", "1", "--repeats", "1"]) == 0
     assert "#SBATCH --gpus-per-node=4" in capsys.readouterr().out
+
+
+def test_top_auto_submits_the_candidates_the_model_cannot_tell_apart(fake_slurm, cpu_plan, capsys):
+    plan = json.loads((cpu_plan / "plan.json").read_text())
+    n = plan["uncertain"]["count"]
+    assert main(["slurm", "validate-plan", str(cpu_plan), "--top", "auto", "--repeats", "1", "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert f"{n} brief runs to submit (dry run)" in out and f"the top {n} candidates" in out
+    assert "about 2 s of steps (at least 30)" in out  # no --validate-steps: each candidate's own

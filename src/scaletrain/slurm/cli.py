@@ -44,8 +44,9 @@ def add_slurm_args(p: argparse.ArgumentParser) -> None:
                                       "plan (plan.json `validation`, the report)")
     add_options(plan)
     plan.add_argument("plan", metavar="DIR", help="the plan's directory (--out of scaletrain plan)")
-    plan.add_argument("--top", default="3", metavar="K|all", help="candidates to run, from the plan's first "
-                                                                 "(default 3)")
+    plan.add_argument("--top", default="3", metavar="K|auto|all",
+                      help="candidates to run, from the plan's first (auto: those priced within the model's own error "
+                           "of the chosen one, docs/plan.md \"How sure\"; default 3)")
     plan.add_argument("--repeats", type=int, default=None, help="rounds, each running every candidate once "
                                                                 "(default 3)")
     plan.add_argument("--validate-steps", type=int, default=None, help="training steps of each brief run "
@@ -84,7 +85,7 @@ def run_slurm(args: argparse.Namespace) -> int:
         from scaletrain.plan.measure import REPEATS
         from scaletrain.slurm.plan_jobs import submit_validation
 
-        top = 0 if args.top == "all" else _count(args.top, "--top")
+        top = {"all": 0, "auto": None}[args.top] if args.top in ("all", "auto") else _count(args.top, "--top")
         sub = submit_validation(args.plan, top, args.repeats or REPEATS, args.validate_steps, opts,
                                 Path.cwd(), args.dry_run)
         view.print_plan_validation(console, sub, opts, args.dry_run)

@@ -68,9 +68,10 @@ def check_nodes(plan: dict[str, Any], opts: SlurmOptions) -> None:
                         f"GPU: give --gpus-per-node {req['nproc']}")
 
 
-def submit_validation(root: str | Path, top: int, repeats: int, steps: int | None, opts: SlurmOptions, workdir: Path,
+def submit_validation(root: str | Path, top: int | None, repeats: int, steps: int | None, opts: SlurmOptions, workdir: Path,
                       dry_run: bool) -> PlanSubmission:
-    """Check everything, then (unless a dry run) write a script per run and submit them round by round."""
+    """Check everything, then (unless a dry run) write a script per run and submit them round by round. `top`: how
+    many of the plan's first (0: all; None: those its model cannot tell from the chosen one, plan/certainty.py)."""
     from scaletrain.plan.measure import run_dir
     from scaletrain.rundir import PLAN, write_json_atomic
 
@@ -82,6 +83,10 @@ def submit_validation(root: str | Path, top: int, repeats: int, steps: int | Non
         raise UserError(f"{root / PLAN} chose no candidate (none fits or none was priced): nothing to validate")
     if repeats < 1 or (steps is not None and steps < 1):
         raise UserError(f"--repeats {repeats} / --validate-steps {steps}: give at least 1 of each")
+    if top is None:
+        from scaletrain.plan.certainty import uncertain
+
+        top = uncertain(plan["ranked"], plan["basis"])["count"]
     ranked = plan["ranked"][:top or len(plan["ranked"])]
     planned = []
     for k in range(repeats):  # round by round: the queue starts each round's candidates before the next round's
