@@ -68,8 +68,8 @@ def check_nodes(plan: dict[str, Any], opts: SlurmOptions) -> None:
                         f"GPU: give --gpus-per-node {req['nproc']}")
 
 
-def submit_validation(root: str | Path, top: int | None, repeats: int, steps: int | None, opts: SlurmOptions, workdir: Path,
-                      dry_run: bool) -> PlanSubmission:
+def submit_validation(root: str | Path, top: int | None, repeats: int, steps: int | None, opts: SlurmOptions,
+                      workdir: Path, dry_run: bool) -> PlanSubmission:
     """Check everything, then (unless a dry run) write a script per run and submit them round by round. `top`: how
     many of the plan's first (0: all; None: those its model cannot tell from the chosen one, plan/certainty.py)."""
     from scaletrain.plan.measure import run_dir
