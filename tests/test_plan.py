@@ -110,6 +110,20 @@ def test_pruning_by_the_models_bound_leaves_the_top_as_pricing_every_candidate_d
                for row in skipped_grid(plan).rows)
 
 
+def test_pruning_never_drops_a_candidate_the_model_cannot_tell_from_the_chosen_one(tmp_path, capsys):
+    # ResNet-20 on 8 A100s: 16 candidates within the data sheet's band, 12 of them among those a bound at the 5th
+    # fastest alone would keep
+    flags = ["plan", "--model", "resnet20", "--nodes", "1", "--nproc", "8", "--hardware", "dgx-a100-80gb",
+             "--dataset", "synthetic", "--batch-size", "64,128", "--workers", "4,8", "--checkpoint-activations", "none"]
+    assert main([*flags, "--out", str(tmp_path / "p")]) == 0
+    assert main([*flags, "--no-prune", "--out", str(tmp_path / "all")]) == 0
+    plan, full = (json.loads((tmp_path / d / "plan.json").read_text()) for d in ("p", "all"))
+    assert plan["pruned"] and plan["uncertain"] == full["uncertain"] and full["uncertain"]["count"] > 5
+    band = full["ranked"][0]["time_to_train_s"] * (1 + full["uncertain"]["band"])
+    times = {c["id"]: c["time_to_train_s"] for c in full["ranked"]}
+    assert all(times[i] > band for i in plan["pruned"] if i in times)
+
+
 def test_every_bound_is_under_the_epoch_it_bounds(monkeypatch, tmp_path, capsys):
     """The floor a plan prunes by (the whole model's compute; a pipeline's, or its tiles' in stages, blocks over the
     stages) is under the epoch pricing gives, candidate by candidate: pruning by it is exact only so."""

@@ -25,7 +25,7 @@ def test_the_caveat_says_how_to_settle_it_on_each_basis():
     here = caveat({"band": 0.15, "count": 3}, "calibration")
     assert "top 3" in here and "within 15%" in here and "--validate auto" in here
     there = caveat({"band": 0.25, "count": 4}, "datasheet")
-    assert "slurm validate-plan DIR --top auto" in there and "--top 4" in there
+    assert "slurm validate-plan DIR --top auto" in there and "all 4" in there
     assert "--validate" not in there.replace("validate-plan", "")
 
 

@@ -29,7 +29,7 @@ def caveat(u: dict[str, Any], basis: str) -> str | None:
         return None
     how = ("`--validate auto` (or `--validate %d`) measures them here, interleaved, and runs the fastest" % n
            if basis == "calibration" else
-           "`scaletrain slurm validate-plan DIR --top auto` (or `--top %d`) measures them on the cluster, and "
-           "`train --plan DIR` then runs the fastest" % n)
+           "`scaletrain slurm validate-plan DIR --top auto` (all %d; `--top K` the first K) measures them on the "
+           "cluster, and `train --plan DIR` then runs the fastest" % n)
     return (f"the top {n} candidates are priced within {100 * u['band']:.0f}% of the chosen one, the model's own "
             f"error on this basis (docs/plan.md, \"How sure\"): which of them is fastest is not certain; {how}")

@@ -13,7 +13,7 @@ from typing import Any, Callable
 import scaletrain
 from scaletrain.errors import UserError
 from scaletrain.comm.memory import MARGIN, within
-from scaletrain.plan.certainty import caveat, uncertain
+from scaletrain.plan.certainty import BAND, caveat, uncertain
 from scaletrain.plan.space import Request, grid_name, grids, left_out, train_settings
 
 LINEAR_SCALING_BASE = 256  # Goyal et al. 2017: lr = 0.1 x global batch / 256, warm-up over 5 epochs
@@ -36,7 +36,7 @@ def search(req: Request, cal: dict[str, Any] | None, network: dict[str, Any], hw
     t0 = time.perf_counter()
     priced, skipped, pruned, notes, done = [], [], [], set(), 0
     predictor = make_predictor(cal, network, hw, probe, shapes=shapes)  # one for every grid: its fits and costs kept
-    bound = Bound(req, predictor, budget)
+    bound = Bound(req, predictor, budget, BAND["datasheet" if hw is not None else "calibration"])
     for axes in space:
         name = grid_name(axes)
         # predict_grid counts points within its grid (and op shapes timed, with no total): counted over the plan
@@ -98,11 +98,12 @@ class Bound:
     """Pruning by the model's own bound: a candidate whose whole-model forward and backward alone
     (predict/points.epoch_floor_s: what every strategy that runs the whole model on each trainer adds to, never
     takes from; a pipeline's, its blocks' compute over its stages) would train slower than the `req.priced_top`-th
-    fastest candidate priced so far within the budget cannot be among those: it is not priced. Exact for the top
-    candidates (the same ids and times as without); the plot and `ranked` hold the priced ones."""
+    fastest candidate priced so far within the budget, nor within `band` of the fastest (certainty.BAND: those
+    How sure counts), cannot be among those: it is not priced. Exact for the top candidates (the same ids and times
+    as without); the plot and `ranked` hold the priced ones."""
 
-    def __init__(self, req: Request, predictor, budget: int | None) -> None:
-        self.req, self.predictor, self.budget = req, predictor, budget
+    def __init__(self, req: Request, predictor, budget: int | None, band: float = 0.0) -> None:
+        self.req, self.predictor, self.budget, self.band = req, predictor, budget, band
         self.times: list[float] = []  # times to train of the priced candidates within the budget, fastest first
         self.count = 0
 
@@ -118,19 +119,19 @@ class Bound:
         if not k or len(self.times) < k:
             return None
         floor = epoch_floor_s(self.predictor, cfg, shared_cores=self.req.shared_cores, cores=self.req.cores_per_host)
-        kth = self.times[k - 1]
+        kth = max(self.times[k - 1], self.times[0] * (1 + self.band))
         if floor is None or floor * self.req.epochs <= kth * (1 + 2 * TIE):  # (a tie may outrank by its levers)
             return None
         self.count += 1
         return (f"its forward and backward alone train in {floor * self.req.epochs:.4g} s, slower than the "
-                f"{k} fastest priced ({kth:.4g} s)")  # (a pipeline's: its blocks' over its stages)
+                f"{k} fastest priced and than the band of the fastest ({kth:.4g} s)")  # (a pipeline's: its blocks')
 
     def describe(self) -> str | None:
         if not self.req.priced_top:
             return None
         return (f"a candidate whose forward and backward alone (the whole model's; a pipeline's blocks' over its "
-                f"stages) train slower than the {self.req.priced_top} fastest priced within the budget is not priced "
-                "(--no-prune prices every one)")
+                f"stages) train slower than the {self.req.priced_top} fastest priced within the budget, and than "
+                f"{100 * self.band:.0f}% over the fastest, is not priced (--no-prune prices every one)")
 
 
 def rank_key(c: dict[str, Any]) -> tuple:
