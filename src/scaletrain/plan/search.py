@@ -36,7 +36,8 @@ def search(req: Request, cal: dict[str, Any] | None, network: dict[str, Any], hw
     t0 = time.perf_counter()
     priced, skipped, pruned, notes, done = [], [], [], set(), 0
     predictor = make_predictor(cal, network, hw, probe, shapes=shapes)  # one for every grid: its fits and costs kept
-    bound = Bound(req, predictor, budget, BAND["datasheet" if hw is not None else "calibration"])
+    kind = "datasheet" if hw is not None else "calibration"
+    bound = Bound(req, predictor, budget, BAND[kind])
     for axes in space:
         name = grid_name(axes)
         # predict_grid counts points within its grid (and op shapes timed, with no total): counted over the plan
@@ -70,7 +71,6 @@ def search(req: Request, cal: dict[str, Any] | None, network: dict[str, Any], hw
     ranked = sorted((_candidate(p, req) for p in fits), key=rank_key)
     for i, c in enumerate(ranked, 1):
         c["rank"] = i
-    kind = "datasheet" if hw is not None else "calibration"
     sure = uncertain(ranked, kind)
     return {"format": 1, "kind": "plan", "scaletrain_version": scaletrain.__version__,
             "request": dataclasses.asdict(req), "basis": kind,
