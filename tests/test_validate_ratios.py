@@ -104,3 +104,56 @@ def test_recorded_held_out_runs_give_their_ratio_and_spread_figures():
     assert (r["over"], r["under"]) == (10, 2) and r["by_axis"]["nproc"]["over"] == 4  # every speedup too optimistic
     assert r["beyond_spread"] == 3 and r["with_spread"] == 12
     assert all(x["pairs"] == 3 for x in result["ratios"])
+
+
+def _paired(pid, nproc, rates, model="lenet5"):
+    cfg = {"model": model, "dataset": "digits", "nproc": nproc, "batch_size": 32, "strategy": "allreduce"}
+    return [MeasuredRun(f"study/points/{pid}/r{k}", cfg, 32 * nproc / r, samples_per_s=r, point=pid)
+            for k, r in enumerate(rates)]
+
+
+def test_a_ratio_s_rounds_give_its_standard_error_and_an_error_beyond_it_is_counted():
+    """The rounds' ratios 1.5, 1.5, 1.8: the standard error of their (log) mean is stdev / sqrt(3); a prediction
+    of 1.6 errs within twice that, one of 2.0 beyond it."""
+    import math
+    import statistics
+
+    runs = _paired("a", 1, [1000.0, 800.0, 1000.0]) + _paired("b", 2, [1500.0, 1200.0, 1800.0])
+    logs = [math.log(1.5), math.log(1.5), math.log(1.8)]
+    want = statistics.stdev(logs) / math.sqrt(3)
+    for predicted, beyond in ((1600.0, 0), (2000.0, 1)):
+        result = validate({"points": [_point("a", 1, 32, 1000.0), _point("b", 2, 32, predicted)]}, runs)
+        (r,) = result["ratios"]
+        assert r["standard_error"] == pytest.approx(want)
+        s = result["ratio_summary"]
+        assert (s["beyond_noise"], s["with_noise"]) == (beyond, 1)
+    # runs that are no study's rounds have no standard error, and count for neither
+    (r,) = validate({"points": [_point("a", 1, 32, 1000.0), _point("b", 2, 32, 1500.0)]},
+                    _runs("a", 1, 32, [1000.0, 800.0]) + _runs("b", 2, 32, [1500.0, 1200.0]))["ratios"]
+    assert r["standard_error"] is None
+
+
+def test_the_noise_floor_is_what_an_exact_model_would_err_by_from_the_rounds_noise():
+    """Over many ratios of standard error s, an exact model's |errors| are |N(0, s)| (log-normal): their median
+    0.674 s and their p90 1.645 s, nearly; over one, its |error|'s mean, 0.798 s; none without rounds; half the
+    noise, half the floor."""
+    from scaletrain.validate.ratios import noise_floor
+
+    f = noise_floor([0.02] * 200)
+    assert f["noise_median_abs_error"] == pytest.approx(0.6745 * 0.02, rel=0.03)
+    assert f["noise_p90_abs_error"] == pytest.approx(1.645 * 0.02, rel=0.03)
+    assert noise_floor([0.02])["noise_median_abs_error"] == pytest.approx(0.798 * 0.02, rel=0.03)
+    assert noise_floor([]) == {"noise_median_abs_error": None, "noise_p90_abs_error": None}
+    twelve = noise_floor([0.03] * 12)["noise_median_abs_error"]
+    assert noise_floor([0.03 / 2] * 12)["noise_median_abs_error"] == pytest.approx(twelve / 2, rel=0.05)
+    assert noise_floor([0.02]) == noise_floor([0.02])  # seeded: the same figures every time
+
+
+def test_the_ratio_line_says_how_many_err_beyond_the_noise_and_what_the_noise_alone_would_show():
+    from scaletrain.validate.output import ratio_line, ratio_table
+
+    runs = _paired("a", 1, [1000.0, 800.0, 1000.0]) + _paired("b", 2, [1500.0, 1200.0, 1800.0])
+    result = validate({"points": [_point("a", 1, 32, 1000.0), _point("b", 2, 32, 2000.0)]}, runs)
+    line = ratio_line(result)
+    assert "1 of 1 beyond the rounds' noise, which alone would show median " in line and "p90 " in line
+    assert ratio_table(result).rows[0][-1].endswith("%")

@@ -49,13 +49,16 @@ def ratio_table(result: dict[str, Any]) -> Grid | None:
     if not rows:
         return None
     g = Grid("ratios measured side by side: throughput of one point over another that differs in one setting",
-             ["varies", "from", "to", "measured", "predicted", "error", "spread"], text_columns=(0, 1, 2))
+             ["varies", "from", "to", "measured", "predicted", "error", "spread", "noise"], text_columns=(0, 1, 2))
     for r in rows:
+        se = r.get("standard_error")
         g.rows.append([r["axis"], f"{r['from_value']} ({r['from']})", f"{r['to_value']} ({r['to']})",
                        f"{r['measured']:.3f}x", f"{r['predicted']:.3f}x", fmt.change(r["error"]),
-                       fmt.share(r["spread"], 1) if r["spread"] is not None else fmt.DASH])
+                       fmt.share(r["spread"], 1) if r["spread"] is not None else fmt.DASH,
+                       fmt.share(se, 1) if se is not None else fmt.DASH])
     g.note = ("a ratio cancels the machine's drift between runs made minutes apart; error = predicted / measured - 1; "
-              "spread = the two points' repeat spreads combined")
+              "spread = (max - min) / mean of the rounds' ratios (without rounds: the two points' repeat spreads "
+              "combined); noise = the standard error of the rounds' mean ratio")
     return g
 
 
@@ -66,8 +69,12 @@ def ratio_line(result: dict[str, Any]) -> str | None:
     s = result.get("ratio_summary") or {}
     if not s.get("count"):
         return None
-    return (f"ratios: median |error| {100 * s['median_abs_error']:.1f}%, p90 {100 * s['p90_abs_error']:.1f}% over "
+    line = (f"ratios: median |error| {100 * s['median_abs_error']:.1f}%, p90 {100 * s['p90_abs_error']:.1f}% over "
             f"{s['count']} ratio{'s' if s['count'] != 1 else ''}" + sign_words(s))
+    if s.get("noise_median_abs_error") is not None:
+        line += (f"; {s['beyond_noise']} of {s['with_noise']} beyond the rounds' noise, which alone would show "
+                 f"median {100 * s['noise_median_abs_error']:.1f}%, p90 {100 * s['noise_p90_abs_error']:.1f}%")
+    return line
 
 
 def prepare(out: Path) -> Path:

@@ -7,7 +7,9 @@ from 1 to 2 ranks, from batch 32 to 64, fp32 to bf16, 0 to 2 loader workers, one
 strategy or bucket size to another. Each pair of validated points that differ in exactly one setting of
 RATIO_AXES gives a ratio of throughputs (samples/s of the second over the first), measured and predicted,
 and its error predicted / measured - 1; where the two points' repeats pair up by round (a study's r0 with r0),
-the geometric mean of the rounds' ratios, with their spread as the ratio's own noise. Pure: dicts in, dicts out."""
+the geometric mean of the rounds' ratios, with their spread as the ratio's own noise and the standard error of that
+mean; over the ratios, the errors an exact model would show from that noise alone (`noise_floor`). Pure: dicts in,
+dicts out."""
 
 from __future__ import annotations
 
@@ -70,12 +72,14 @@ def _ratio(axis: str, a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any] | 
     spreads = [x for x in (a["measured"].get("spread"), b["measured"].get("spread")) if x is not None]
     noise = math.sqrt(sum(x * x for x in spreads)) if len(spreads) == 2 else None
     paired = paired_ratios(a["measured"], b["measured"])
+    standard_error = None
     if len(paired) >= 2:  # repeats of the same round side by side: the ratio's own noise, drift cancelled
         m = statistics.geometric_mean(paired)
         noise = (max(paired) - min(paired)) / m
+        standard_error = statistics.stdev(math.log(x) for x in paired) / math.sqrt(len(paired))
     return {"axis": axis, "from": a["id"], "to": b["id"], "from_value": a["config"].get(axis),
             "to_value": b["config"].get(axis), "measured": m, "predicted": p, "error": p / m - 1,
-            "spread": noise, "pairs": len(paired)}
+            "spread": noise, "pairs": len(paired), "standard_error": standard_error}
 
 
 def paired_ratios(a: dict[str, Any], b: dict[str, Any]) -> list[float]:
@@ -83,6 +87,26 @@ def paired_ratios(a: dict[str, Any], b: dict[str, Any]) -> list[float]:
     minutes apart at most, interleaved), in the rounds' order; [] when the repeats cannot be paired."""
     ra, rb = a.get("samples_per_s_by_repeat") or {}, b.get("samples_per_s_by_repeat") or {}
     return [rb[k] / ra[k] for k in sorted(ra) if k in rb and ra[k] and rb[k]]
+
+
+NOISE_Z = 2.0
+"""A ratio errs beyond the rounds' noise when its log error exceeds this many of its standard errors (about 95%
+of an exact model's would not)."""
+NOISE_DRAWS = 4000  # simulated validations of an exact model (noise_floor)
+
+
+def noise_floor(standard_errors: list[float]) -> dict[str, float | None]:
+    """The median and p90 |error| that a model without error would show on these ratios, from their rounds' noise
+    alone: each measured ratio off the truth by its standard error (log-normal), NOISE_DRAWS simulated validations,
+    the mean of their median and p90 |error|. A target below it cannot be told met or missed with these rounds."""
+    import numpy as np
+
+    if not standard_errors:
+        return {"noise_median_abs_error": None, "noise_p90_abs_error": None}
+    draws = np.random.default_rng(0).normal(size=(NOISE_DRAWS, len(standard_errors))) * np.asarray(standard_errors)
+    errors = np.abs(np.expm1(-draws))  # predicted (the truth) / measured - 1
+    return {"noise_median_abs_error": float(np.quantile(errors, 0.5, axis=1).mean()),
+            "noise_p90_abs_error": float(np.quantile(errors, 0.9, axis=1).mean())}
 
 
 def summary(ratio_rows: list[dict[str, Any]]) -> dict[str, Any]:
@@ -94,10 +118,14 @@ def summary(ratio_rows: list[dict[str, Any]]) -> dict[str, Any]:
             return {"count": 0}
         absolute = [abs(e) for e in errors]
         noisy = [r for r in rows if r["spread"] is not None]
+        known = [r for r in rows if r.get("standard_error") is not None]
         return {"count": len(errors), "median_abs_error": quantile(absolute, 0.5),
                 "p90_abs_error": quantile(absolute, 0.9), **signs(errors),
                 "beyond_spread": sum(1 for r in noisy if abs(r["error"]) > r["spread"]),
-                "with_spread": len(noisy)}
+                "with_spread": len(noisy), **noise_floor([r["standard_error"] for r in known]),
+                "beyond_noise": sum(1 for r in known
+                                    if abs(math.log1p(r["error"])) > NOISE_Z * r["standard_error"]),
+                "with_noise": len(known)}
 
     axes = sorted({r["axis"] for r in ratio_rows}, key=RATIO_AXES.index)
     return {**over(ratio_rows), "by_axis": {a: over([r for r in ratio_rows if r["axis"] == a]) for a in axes}}
