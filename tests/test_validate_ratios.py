@@ -157,3 +157,24 @@ def test_the_ratio_line_says_how_many_err_beyond_the_noise_and_what_the_noise_al
     line = ratio_line(result)
     assert "1 of 1 beyond the rounds' noise, which alone would show median " in line and "p90 " in line
     assert ratio_table(result).rows[0][-1].endswith("%")
+
+
+def test_reproducibility_sets_the_machine_s_own_repeatability_beside_the_model():
+    """Three studies measured one speedup 1.2, 1.5 and 1.35 (the model predicted 1.35 each time): between two
+    studies it differs 20%, 11.1% and 11.1% (one over the other, minus 1); each study's oracle is the other two's
+    geometric mean."""
+    from scaletrain.validate.ratios import reproducibility
+
+    def rows(measured):
+        return [{"axis": "nproc", "from": "a", "to": "b", "measured": measured, "error": 1.35 / measured - 1}]
+
+    r = reproducibility({"s1": rows(1.2), "s2": rows(1.5), "s3": rows(1.35)})
+    assert r["between"]["count"] == 3
+    assert r["between"]["median"] == pytest.approx(1 - 1.2 / 1.35) and r["between"]["p90"] > 0.18
+    oracle = r["studies"]["s1"]["oracle"]
+    assert oracle["count"] == 1 and oracle["median"] == pytest.approx((1.5 * 1.35) ** 0.5 / 1.2 - 1)
+    assert r["studies"]["s3"]["model"]["median"] == pytest.approx(0.0)
+    assert r["studies"]["s3"]["oracle"]["median"] == pytest.approx(abs((1.2 * 1.5) ** 0.5 / 1.35 - 1))
+    # a ratio only one study measured has no oracle
+    lone = reproducibility({"s1": rows(1.2), "s2": [{**rows(1.5)[0], "to": "c"}]})
+    assert lone["between"]["count"] == 0 and lone["studies"]["s1"]["oracle"]["count"] == 0

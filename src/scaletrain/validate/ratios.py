@@ -129,3 +129,32 @@ def summary(ratio_rows: list[dict[str, Any]]) -> dict[str, Any]:
 
     axes = sorted({r["axis"] for r in ratio_rows}, key=RATIO_AXES.index)
     return {**over(ratio_rows), "by_axis": {a: over([r for r in ratio_rows if r["axis"] == a]) for a in axes}}
+
+
+def reproducibility(validations: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+    """How well the machine reproduces its own ratios: `validations` maps a study's name to its validated `ratios`
+    (the same grid measured in several studies, hours apart). Between every two studies, each ratio both measured:
+    |one / the other - 1| (`between`: median, p90, count). Per study, the errors of a leave-one-out oracle, each ratio
+    foretold by the geometric mean of the other studies' measurements (`oracle`), beside the model's own (`model`):
+    where the model errs as little as the machine's other studies would, no model could do better from them."""
+    def key(r: dict[str, Any]) -> tuple:
+        return r["axis"], r["from"], r["to"]
+
+    measured = {name: {key(r): r["measured"] for r in rows} for name, rows in validations.items()}
+    names = list(measured)
+    between = [abs(measured[a][k] / measured[b][k] - 1)
+               for i, a in enumerate(names) for b in names[i + 1:] for k in measured[a] if k in measured[b]]
+
+    def figures(errors: list[float]) -> dict[str, Any]:
+        return ({"median": quantile(errors, 0.5), "p90": quantile(errors, 0.9), "count": len(errors)} if errors
+                else {"median": None, "p90": None, "count": 0})
+
+    studies = {}
+    for name, rows in validations.items():
+        oracle = []
+        for k, m in measured[name].items():
+            others = [measured[o][k] for o in names if o != name and k in measured[o]]
+            if others:
+                oracle.append(abs(statistics.geometric_mean(others) / m - 1))
+        studies[name] = {"oracle": figures(oracle), "model": figures([abs(r["error"]) for r in rows])}
+    return {"between": figures(between), "studies": studies}
