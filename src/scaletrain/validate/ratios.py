@@ -110,8 +110,8 @@ def noise_floor(standard_errors: list[float]) -> dict[str, float | None]:
 
 
 def summary(ratio_rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """Over the ratios: count, median and p90 of |error|, signs, and how many err by more than their spread;
-    and the same per axis."""
+    """Over the ratios: count, median and p90 of |error|, signs, how many err by more than their spread and by
+    more than twice their standard error, the noise floor (`noise_floor`); and the same per axis."""
     def over(rows: list[dict[str, Any]]) -> dict[str, Any]:
         errors = [r["error"] for r in rows]
         if not errors:
