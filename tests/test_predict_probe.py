@@ -53,6 +53,7 @@ def test_a_calibration_made_while_the_machine_sped_up_and_slowed_down_is_flagged
     assert unsteady(cal) is None
     cal["probe"] = {"spread": {"1": 0.05, "2": 0.43}}
     assert "moved 43%" in unsteady(cal)
+    assert unsteady(cal, threads=1) is None and "moved 43%" in unsteady(cal, threads=2)
     spec = StudySpec(axes={"nproc": [1]}, train={"model": "lenet5", "dataset": "synthetic"}, repeats=1)
     notes = predict_grid(spec, cal, NETWORK, None, "test")["notes"]
     assert any("calibrate again when the machine is quieter" in n for n in notes)

@@ -69,9 +69,13 @@ def quick_notice(path: Path) -> str:
 UNSTEADY = 0.15  # a calibration whose probes moved more than this is flagged (docs/predict.md, Speed probe)
 
 
-def unsteady(calibration: dict[str, Any]) -> str | None:
-    """One line when the machine's speed moved more than UNSTEADY while it was calibrated, else None."""
+def unsteady(calibration: dict[str, Any], threads: int | None = None) -> str | None:
+    """One line when the machine's speed moved more than UNSTEADY while it was calibrated, else None; with `threads`,
+    at the calibrated thread count nearest it only (the probes at two threads can move 16% while one thread's move
+    4%: the second core shared, the first not)."""
     spread = (calibration.get("probe") or {}).get("spread") or {}
+    if threads is not None and spread:
+        spread = {t: s for t, s in spread.items() if t == str(nearest_threads(calibration, threads))}
     worst = max(spread.values(), default=0.0)
     if worst <= UNSTEADY:
         return None
