@@ -84,7 +84,7 @@ def test_a_correction_the_runs_do_not_exercise_changes_nothing(rows):
 def test_an_unknown_correction_is_one_line_naming_them_all():
     with pytest.raises(UserError, match="no correction named loop_factor: the corrections are loop_factors"):
         Predictor({"device": {"cores": 2}}, {}, without=frozenset({"loop_factor"}))
-    assert len(CORRECTIONS) == 20
+    assert len(CORRECTIONS) == 21
 
 
 def test_oversubscribed_thread_teams_are_flagged_not_priced():
@@ -448,18 +448,34 @@ FRESH = Path(__file__).parent / "data" / "heldout-2026-11-29"
 
 
 def test_a_held_out_grid_measured_hours_after_its_calibration_meets_the_step_time_targets_as_recorded():
-    """The absolute target (median <= max(7%, the repeats' spread), p90 <= 15%) on the held-out models: 2.6% / 9.3%,
-    5 over and 3 under. The ratios are 6.3% / 11.0% (6 over, 6 under), short of theirs (5% / 10%): LeNet-5's speedup
-    at batch 64 +11% (its two-rank point's repeats spread 29%) and its batch ratio on two ranks +11%, the model ratios
-    at batch 64 -9 and -13% (ResNet-20's batch-64 shapes timed 2.1x its batch-32 ones where its steps ran
-    1.93-2.0x). With refnet's constant overheads (no overhead_slope) the ratios were 7.3% / 12.7%: LeNet-5's 4-ms
-    one-rank steps took 0.3 ms of optimizer phase too much, refnet's at 90 ms of compute."""
+    """The absolute target (median <= max(7%, the repeats' spread), p90 <= 15%) on the held-out models: 4.2% / 10.5%,
+    1 over and 7 under (2.6% / 9.3% before each op's own terms, op_overhead, which cost this grid: ResNet-20's one-rank
+    steps now 5-8% under). The ratios are 6.1% / 11.6% (10 over, 2 under), short of theirs (5% / 10%): LeNet-5's
+    speedups at both batches +8..+11% (its two-rank points' repeats spread up to 29%). With refnet's constant overheads
+    (no overhead_slope) the ratios' p90 is 14.8%: LeNet-5's 4-ms one-rank steps took 0.3 ms of optimizer phase too
+    much, refnet's at 90 ms of compute."""
     v = _validated(FRESH, ("ho-s26",), shapes=True)
     step, ratios = v["summary"], v["ratio_summary"]
-    assert step["count"] == 8 and step["median_abs_error"] <= 0.03 and step["p90_abs_error"] <= 0.10
+    assert step["count"] == 8 and step["median_abs_error"] <= 0.045 and step["p90_abs_error"] <= 0.11
     assert step["over"] and step["under"] and not step["biased"]
-    assert ratios["count"] == 12 and ratios["median_abs_error"] <= 0.065 and ratios["p90_abs_error"] <= 0.115
-    assert ratios["over"] == ratios["under"] == 6
+    assert ratios["count"] == 12 and ratios["median_abs_error"] <= 0.065 and ratios["p90_abs_error"] <= 0.12
+    assert ratios["over"] and ratios["under"]
     constant = _validated(FRESH, ("ho-s26",), ("overhead_slope",), shapes=True)["ratio_summary"]
-    assert constant["median_abs_error"] > ratios["median_abs_error"] + 0.005
-    assert constant["p90_abs_error"] > ratios["p90_abs_error"] + 0.01
+    assert constant["p90_abs_error"] > ratios["p90_abs_error"] + 0.02
+
+
+def test_six_interleaved_rounds_of_the_held_out_grid_meet_both_targets_with_each_ops_own_terms():
+    """The same calibration on the grid measured in six interleaved rounds a day later (ho-s28, 2026-11-29; the rounds'
+    noise alone would show 2.5% / 7.4%): ratios 2.2% / 4.5% (5 over, 7 under), step time 3.0% / 5.2%. Without each op's
+    constant and cold fetch (op_overhead) the ratios were 3.9% / 12.1% (2 over, 10 under), the miss the model ratio
+    ResNet-20 over LeNet-5 (-8..-14%): LeNet-5's ops of 0.1-0.3 ms each priced by the factors that fit refnet's
+    ops of 1-2 ms, its steps 15-21% under."""
+    v = _validated(FRESH, ("ho-s28",), shapes=True)
+    step, ratios = v["summary"], v["ratio_summary"]
+    assert ratios["count"] == 12 and ratios["median_abs_error"] <= 0.03 and ratios["p90_abs_error"] <= 0.05
+    assert ratios["over"] >= 4 and ratios["under"] >= 4
+    assert step["count"] == 8 and step["median_abs_error"] <= 0.035 and step["p90_abs_error"] <= 0.06
+    off = _validated(FRESH, ("ho-s28",), ("op_overhead",), shapes=True)
+    assert off["ratio_summary"]["p90_abs_error"] > 0.10 and off["ratio_summary"]["under"] >= 9
+    models = [r["error"] for r in off["ratios"] if r["axis"] == "model"]
+    assert len(models) == 4 and max(models) < -0.05

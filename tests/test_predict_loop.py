@@ -290,7 +290,8 @@ def test_two_ranks_pay_a_constant_per_step_beside_the_slowdown_factor():
     assert one.forward_s == 0.0  # one rank alone: no constant
     ops = [M.OpCost(0.002, 0.002, [], "measured", "compute")]
     fwd, _ = M.compute_s(ops, M.Setting(batch_size=32, nproc=2, cores=2), two)
-    assert fwd == pytest.approx(0.002 * two.forward + 0.0005)
+    assert fwd == pytest.approx(two.op_s(ops[0], "forward") + 0.0005)
+    assert two.per_op[0] == pytest.approx(one.per_op[0] * 1.07)  # each op's own terms slowed with the factors
     ratio = Predictor(cal, NETWORK, without=NO_BROADCAST | {"rank_constant"}).loop(2)
     assert ratio.forward_s == 0.0 and ratio.forward == pytest.approx(one.forward * (1.07 + 0.0005 / 0.040))
     # DDP's broadcast of refnet's buffers, priced apart, is taken out of its forwards: out of the constant here
@@ -473,3 +474,66 @@ def test_every_point_of_a_grid_is_priced_at_the_threads_study_runs_it_at():
     run = {**points[0]["config"], "threads": 2}
     assert differences(run, points[0]["config"]) == [("threads", 2, 1)]
     assert differences({**run, "threads": None}, points[0]["config"]) == []  # a run that recorded none
+
+
+def _with_op_terms(want: dict[str, tuple[float, float, float, float]]):
+    """A calibration whose one-rank runs (the three networks at two threads and batch 32, refnet alone at one thread
+    and batches 32 and 2) measured exactly compute x a + memory x b + ops x seconds per op + cold bytes x seconds per
+    byte, per direction; an L2 of 1 MiB per core."""
+    cal = fake_calibration()
+    cal["device"]["l2_bytes"] = 2 ** 20
+    base = cal["loop"]["runs"][0]
+    cal["loop"]["runs"] = [{**base, "model": m, "threads": 2, "batch_size": 32,
+                            "phases_mean_s": dict(base["phases_mean_s"])} for m in ("refnet", "plain", "memory")] + \
+        [{**base, "model": "refnet", "threads": 1, "batch_size": b, "phases_mean_s": dict(base["phases_mean_s"])}
+         for b in (32, 2)]
+    p = Predictor(cal, NETWORK)
+    for r in cal["loop"]["runs"]:
+        ref = p._reference(r)
+        for d, (a, b, per_op, per_byte) in want.items():
+            sums = ref[d]
+            r["phases_mean_s"][d] = (a * sums["compute"] + b * sums["memory"] + per_op * sums["ops"]
+                                     + per_byte * sums["cold_bytes"])
+    return cal
+
+
+def test_each_op_pays_a_constant_and_its_cold_bytes_fitted_beside_the_factors_over_refnets_two_batches():
+    """refnet alone at batch 2 and 32 tells what a step adds to each op (a constant, and its inputs, weights and output
+    fetched again up to its cores' L2) from what it adds in proportion (the factors): a network of tiny ops pays the
+    constant in full, one of large ops hardly notices it (2026-11-30: LeNet-5's ops of 0.1-0.3 ms ran 13-17% over
+    the factors that fit refnet's)."""
+    want = {"forward": (1.05, 1.2, 30e-6, 0.05e-9), "backward": (1.02, 1.4, 10e-6, 0.04e-9)}
+    cal = _with_op_terms(want)
+    p = Predictor(cal, NETWORK)
+    assert p.op_terms
+    loop = p.loop(1)
+    assert (loop.forward, loop.forward_memory, loop.per_op[0], loop.per_cold_byte[0]) == \
+        pytest.approx(want["forward"], rel=1e-3)
+    assert (loop.backward, loop.backward_memory, loop.per_op[1], loop.per_cold_byte[1]) == \
+        pytest.approx(want["backward"], rel=1e-3)
+    lenet = trace_ops(build_model("lenet5", num_classes=10, in_channels=3, image_size=32), (3, 32, 32), 32)
+    ops = p.op_costs(lenet, "fp32", 1)
+    timed = [o for o in ops if o.forward_s > 0]
+    assert all(0 < o.cold_bytes[0] <= 2 ** 20 for o in timed)  # one thread: at most one core's L2
+    fwd, _ = M.compute_s(ops, M.Setting(batch_size=32, threads=1), loop)
+    bare = sum(o.forward_s * loop.factor(o.group, "forward") for o in ops)
+    assert fwd == pytest.approx(bare + len(timed) * 30e-6 + 0.05e-9 * sum(o.cold_bytes[0] for o in timed), rel=1e-6)
+    off = Predictor(cal, NETWORK, without=frozenset({"op_overhead"}))
+    assert not off.op_terms and off.loop(1).per_op == (0.0, 0.0) and off.loop(1).per_cold_byte == (0.0, 0.0)
+    assert M.compute_s(off.op_costs(lenet, "fp32", 1), M.Setting(batch_size=32, threads=1), off.loop(1))[0] < fwd
+
+
+def test_an_op_without_time_adds_nothing_and_an_accelerator_fetches_nothing_cold():
+    loop = M.Loop(per_op=(1e-3, 2e-3), per_cold_byte=(1e-9, 1e-9))
+    assert loop.op_s(M.OpCost(0.0, 0.0, [], cold_bytes=(1e6, 1e6)), "forward") == 0.0
+    assert loop.op_s(M.OpCost(0.0, 0.01, [], cold_bytes=(0.0, 1e6)), "backward") == pytest.approx(0.01 + 2e-3 + 1e-3)
+    cal = fake_calibration()
+    cal["device"]["type"] = "cuda"
+    w = trace_ops(build_model("lenet5", num_classes=10, in_channels=3, image_size=32), (3, 32, 32), 8)
+    assert all(o.cold_bytes == (0.0, 0.0) for o in Predictor(cal, NETWORK).op_costs(w, "fp32", 1))
+
+
+def test_an_older_calibration_with_refnet_alone_at_one_batch_keeps_its_factors_alone():
+    cal = fake_calibration()  # one run: no second batch alone
+    p = Predictor(cal, NETWORK)
+    assert not p.op_terms and p.loop(1).per_op == (0.0, 0.0)

@@ -14,7 +14,7 @@ from typing import Any
 COMPUTE = ("forward", "backward")
 PHASES = {"loop_factors": COMPUTE, "group_factors": COMPUTE, "group_bound": COMPUTE, "rank_slowdown": COMPUTE,
           "rank_constant": COMPUTE, "buffer_broadcast": ("forward",),
-          "probe_drift": COMPUTE, "core_stretch": COMPUTE, "harness_excess": COMPUTE,
+          "probe_drift": COMPUTE, "core_stretch": COMPUTE, "harness_excess": COMPUTE, "op_overhead": COMPUTE,
           "optimizer_residual": ("optimizer",), "loop_overheads": ("h2d", "other", "data_wait"),
           "overhead_slope": ("optimizer", "other"),
           "comm_residual": ("comm_exposed",), "comm_slope": ("comm_exposed",),

@@ -196,8 +196,11 @@ def _fresh_pages() -> dict[str, Any]:
 
 
 def _device_info(device: torch.device, cores: int) -> dict[str, Any]:
+    from scaletrain.predict.l2 import l2_bytes
+
     memory = torch.cuda.get_device_properties(device).total_memory if device.type == "cuda" else None
     return {"type": device.type, "name": probe.device_name(device), "cores": cores, "memory_bytes": memory,
+            "l2_bytes": l2_bytes() if device.type == "cpu" else None,  # what a step fetches cold per op (l2.py)
             "host": platform.node(), **settle()}  # the allocator the op times were measured under
 
 

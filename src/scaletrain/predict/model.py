@@ -96,6 +96,7 @@ class OpCost:
     source: str = "regression"  # measured | regression | none
     group: str = "compute"  # kinds.GROUP: which of the loop's factors applies
     name: str = ""  # the workload op's (its fx node's) name: where a strategy's share of the model ends
+    cold_bytes: tuple[float, float] = (0.0, 0.0)  # (forward, backward) bytes a step brings it cold (predict/l2.py)
 
 
 @dataclass
@@ -119,6 +120,8 @@ class Loop:
     optimizer_per_compute: float = 0.0  # optimizer_s and other_s grow by these x the step's forward + backward (the
     other_per_compute: float = 0.0  # longer the step, the colder its caches when the update and the loop run) ...
     overheads_upto_s: float | None = None  # ... up to the most forward + backward they were fitted over
+    per_op: tuple[float, float] = (0.0, 0.0)  # (forward, backward) seconds each op with a time adds in a step ...
+    per_cold_byte: tuple[float, float] = (0.0, 0.0)  # ... and per byte a step brings it cold (OpCost.cold_bytes)
 
     def overheads(self, compute_s: float) -> tuple[float, float]:
         """(the optimizer phase beyond its law, `other`) of a step whose forward + backward take `compute_s`."""
@@ -130,6 +133,15 @@ class Loop:
         compute = self.forward if direction == "forward" else self.backward
         memory = self.forward_memory if direction == "forward" else self.backward_memory
         return memory if group == "memory" and memory is not None else compute
+
+    def op_s(self, op: OpCost, direction: str) -> float:
+        """An op's seconds in `direction` inside a step: its isolated time x its group's factor, + what the step adds
+        to each op (a constant, and its bytes fetched cold: correction op_overhead)."""
+        i = 0 if direction == "forward" else 1
+        seconds = op.forward_s if i == 0 else op.backward_s
+        if seconds <= 0:
+            return 0.0
+        return seconds * self.factor(op.group, direction) + self.per_op[i] + self.per_cold_byte[i] * op.cold_bytes[i]
 
 
 def computing_ranks(s: Setting) -> tuple[float, int]:
@@ -170,10 +182,8 @@ def compute_s(ops: list[OpCost], s: Setting, loop: Loop, loss_s: tuple[float, fl
     """(forward, backward) of one rank's whole model at the point's batch: the ops' times with the loop's factors
     and the loss, stretched where ranks share cores; what a strategy's cost starts from (and a plan's bound on a
     step where the strategy runs the whole model on every trainer: Strategy.computes_whole_model)."""
-    fwd = sum(o.forward_s * loop.factor(o.group, "forward") for o in ops) + \
-        loss_s[0] * loop.factor("memory", "forward") + loop.forward_s
-    bwd = sum(o.backward_s * loop.factor(o.group, "backward") for o in ops) + \
-        loss_s[1] * loop.factor("memory", "backward") + loop.backward_s
+    fwd = sum(loop.op_s(o, "forward") for o in ops) + loss_s[0] * loop.factor("memory", "forward") + loop.forward_s
+    bwd = sum(loop.op_s(o, "backward") for o in ops) + loss_s[1] * loop.factor("memory", "backward") + loop.backward_s
     stretch = compute_stretch(s)
     return fwd * stretch, bwd * stretch
 

@@ -63,8 +63,7 @@ def _node_times(model: nn.Module, input_shape: tuple[int, ...], batch: int, sour
     out: dict[str, Times] = {}
     for op, cost in zip(workload.ops, costs):
         f, b = out.get(op.name, (0.0, 0.0))
-        out[op.name] = (f + cost.forward_s * loop.factor(cost.group, "forward"),
-                        b + cost.backward_s * loop.factor(cost.group, "backward"))
+        out[op.name] = (f + loop.op_s(cost, "forward"), b + loop.op_s(cost, "backward"))
     return out
 
 

@@ -29,6 +29,9 @@ CORRECTIONS = {
                     "runs (off: the ops' sums)",
     "group_factors": "one loop factor for compute-bound ops and one for memory-bound ops (off: one pooled factor)",
     "group_bound": f"each group's factor held within {GROUP_BOUND:g}x of the pooled one (off: as fitted)",
+    "op_overhead": "each op in a step: + a constant and + its bytes fetched cold (up to its cores' L2) at a rate, "
+                   "fitted with the factors over the one-rank reference runs at every batch and thread count (off: "
+                   "the factors alone, over the runs at the most threads)",
     "rank_slowdown": "more ranks per node: the factors x how much slower the same network ran there than alone "
                      "(off: x 1)",
     "buffer_broadcast": "DDP's broadcast of the model's buffers at each forward, one collective at the halo fit "
@@ -248,9 +251,11 @@ class Predictor:
         nproc = min(runs, key=lambda n: (abs(math.log(n / max(1, local_ranks))), -n))
         if nproc not in self._loops:
             # the networks' factors at the thread count they all ran at (the one-thread refnet run is there
-            # for the slowdown ratio below, not to weigh refnet twice at another thread count)
+            # for the slowdown ratio below, not to weigh refnet twice at another thread count); with the terms each
+            # op adds (op_overhead), over every one-rank run: refnet alone at two batches is what separates them
             top = max((r.get("threads") or 1) for r in runs[min(runs)])
-            base = self._group_factors([r for r in runs[min(runs)] if (r.get("threads") or 1) == top])
+            base = self._group_factors([r for r in runs[min(runs)]
+                                        if self.op_terms or (r.get("threads") or 1) == top])
             main = min((r for r in runs[nproc] if r.get("model", "refnet") == "refnet"),
                        key=lambda r: abs(r.get("batch_size", batch) - batch), default=runs[nproc][0])
             mine = self._reference(main)
@@ -274,15 +279,18 @@ class Predictor:
             elif nproc != min(runs):  # an older calibration: against what the one-rank factors predict
                 measured = _less_forward(main, bcast)["phases_mean_s"]
                 for d in scale:
-                    predicted = base[d][0] * mine[d]["compute"] + base[d][1] * mine[d]["memory"]
+                    predicted = _factored(base[d], mine[d])
                     scale[d] = measured[d] * mine["drift"] / predicted if predicted else 1.0
             if "loop_factors" in self.without:
-                base = {d: (1.0, 1.0) for d in ("forward", "backward")}
+                base = {d: (1.0, 1.0, 0.0, 0.0) for d in ("forward", "backward")}
             off = self.without
             loop = M.Loop(forward=base["forward"][0] * scale["forward"],
                           backward=base["backward"][0] * scale["backward"],
                           forward_memory=base["forward"][1] * scale["forward"],
                           backward_memory=base["backward"][1] * scale["backward"],
+                          per_op=(base["forward"][2] * scale["forward"], base["backward"][2] * scale["backward"]),
+                          per_cold_byte=(base["forward"][3] * scale["forward"],
+                                         base["backward"][3] * scale["backward"]),
                           optimizer_s=0.0 if "optimizer_residual" in off else
                           max(0.0, ph["optimizer"] - mine["optimizer_law_s"]),
                           h2d_s=0.0 if "loop_overheads" in off else ph["h2d"],
@@ -389,24 +397,47 @@ class Predictor:
                      and r.get("batch_size") == main.get("batch_size") and r.get("threads") == main.get("threads")),
                     None)
 
-    def _group_factors(self, runs: list[dict[str, Any]]) -> dict[str, tuple[float, float]]:
-        """{direction: (compute factor, memory factor)} from the one-rank runs of the reference networks."""
+    @functools.cached_property
+    def op_terms(self) -> bool:
+        """Whether the loop adds a constant and a cold fetch to each op (op_overhead): where the calibration ran refnet
+        alone at two batches (lines_apart), whose tiny ops and large ones tell the terms from the factors."""
+        return self.lines_apart and not {"op_overhead", "loop_factors"} & self.without
+
+    def _group_factors(self, runs: list[dict[str, Any]]) -> dict[str, tuple[float, float, float, float]]:
+        """{direction: (compute factor, memory factor, seconds per op, seconds per cold byte)} from the one-rank runs
+        of the reference networks: non-negative least squares of each run's phase over its ops' sums per group, and
+        with op_terms over its count of ops and their cold bytes. refnet alone at one thread, 2026-11-29: the
+        factors alone left its batch-2 forward 16-21% above them and the held-out LeNet-5 (ops of 0.1-0.3 ms)
+        13-17% under where ResNet-20's convolutions came within 4-10%; each op a step fetches cold up to its
+        cores' L2 (1 MiB here) and a constant per op brought the four calibrations' ResNet-20-over-LeNet-5 ratios of
+        forward + backward from 5-11% over to -0.3..+8%."""
         from scipy.optimize import nnls
 
         refs = [(self._reference(r), r["phases_mean_s"]) for r in runs]
+        terms = self.op_terms
         out = {}
         for d in ("forward", "backward"):
-            a = np.array([[ref[d]["compute"], ref[d]["memory"]] for ref, _ in refs])
             y = np.array([ph[d] * ref["drift"] for ref, ph in refs])
-            single = float(y.sum() / a.sum()) if a.sum() > 0 else 1.0
-            if len({r.get("model", "refnet") for r in runs}) < 2 or "group_factors" in self.without:
-                out[d] = (single, single)
+            sums = np.array([ref[d]["compute"] + ref[d]["memory"] for ref, _ in refs])
+            single = float(y.sum() / sums.sum()) if sums.sum() > 0 else 1.0
+            grouped = len({r.get("model", "refnet") for r in runs}) >= 2 and "group_factors" not in self.without
+            cols = [[ref[d]["compute"], ref[d]["memory"]] if grouped else [ref[d]["compute"] + ref[d]["memory"]]
+                    for ref, _ in refs]
+            if terms:  # per op in ms, per cold byte in s/GB: columns of one scale for the solver
+                cols = [c + [ref[d]["ops"] * 1e-3, ref[d]["cold_bytes"] * 1e-9] for c, (ref, _) in zip(cols, refs)]
+            if not grouped and not terms:
+                out[d] = (single, single, 0.0, 0.0)
                 continue
-            coef, _ = nnls(a, y)
+            coef, _ = nnls(np.array(cols), y)
+            factors, added = list(coef[:2 if grouped else 1]), list(coef[len(coef) - 2:] if terms else (0.0, 0.0))
+            if min(factors) <= 0:
+                out[d] = (single, single, 0.0, 0.0)
+                continue
             # three noisy runs can pull the fit far (a memory factor of 6 when one run ran slow): each
             # group's factor is held within GROUP_BOUND of the pooled one
             lo, hi = (single / GROUP_BOUND, single * GROUP_BOUND) if "group_bound" not in self.without else (0, math.inf)
-            out[d] = tuple(float(min(hi, max(lo, c))) for c in coef) if min(coef) > 0 else (single, single)
+            fc, fm = (float(min(hi, max(lo, c))) for c in (factors * 2)[:2])
+            out[d] = (fc, fm, float(added[0]) * 1e-3, float(added[1]) * 1e-9)
         return out
 
     def _loop_drift(self, threads: int) -> float:
@@ -452,7 +483,9 @@ class Predictor:
         sums = {}
         for i, d in enumerate(("forward", "backward")):
             compute = sum(getattr(o, f"{d}_s") for o in ops if o.group == "compute")
-            sums[d] = {"compute": compute, "memory": sum(getattr(o, f"{d}_s") for o in ops) - compute + loss[i]}
+            timed = [o for o in ops if getattr(o, f"{d}_s") > 0]
+            sums[d] = {"compute": compute, "memory": sum(getattr(o, f"{d}_s") for o in ops) - compute + loss[i],
+                       "ops": len(timed), "cold_bytes": sum(o.cold_bytes[i] for o in timed)}
         grads = [g for o in ops for g in o.grad_bytes]
         return {**sums, "ops": ops, "threads": threads, "drift": self._loop_drift(threads),
                 "optimizer_law_s": self.optimizer_law("sgd", threads, now=False)(len(grads), sum(grads) // 4)}
@@ -485,6 +518,7 @@ class Predictor:
             self.shapes.time_missing(lt, workload.ops, precision, nearest_threads(self.cal, threads))
         k = self.speed(threads) if now else 1.0
         costs = []
+        cold = self._cold_bytes(precision, threads)
         for op in workload.ops:
             grads = [4 * n for n in op.param_numels]
             if op.kind == "view":
@@ -494,11 +528,23 @@ class Predictor:
             kind = "pool" if op.kind == "avgpool" and not lt.has("avgpool") else op.kind
             fwd, bwd, source = lt.times(kind, op.features)
             fwd, bwd = self.in_chain(fwd, bwd, threads)
+            fetched = cold(op)
             if op.backward_only:  # a sum of gradients: one element-wise add each, in backward
-                costs.append(M.OpCost(0.0, k * fwd, grads, source, GROUP[op.kind]))
+                costs.append(M.OpCost(0.0, k * fwd, grads, source, GROUP[op.kind], cold_bytes=(0.0, fetched[0])))
                 continue
-            costs.append(M.OpCost(k * fwd, k * bwd, grads, source, GROUP[op.kind]))
+            costs.append(M.OpCost(k * fwd, k * bwd, grads, source, GROUP[op.kind], cold_bytes=fetched))
         return costs
+
+    def _cold_bytes(self, precision: str, threads: int):
+        """op -> (forward, backward) bytes a step brings it cold that its isolated timing found in its cores' L2
+        (predict/l2.py); none on an accelerator, whose loop is fitted with its constant per op alone."""
+        from scaletrain.predict import l2
+        from scaletrain.predict.datasheet import op_bytes
+
+        if self.memory_kind() == "cuda":
+            return lambda op: (0.0, 0.0)
+        size = self.cal["device"].get("l2_bytes") or l2.l2_bytes()
+        return lambda op: tuple(l2.cold_bytes(b, threads, size) for b in op_bytes(op, precision))
 
     def in_chain(self, forward_s: float, backward_s: float, threads: int) -> tuple[float, float]:
         """An op's seconds timed alone, as it costs among a step's ops: less what timing it alone adds
@@ -555,6 +601,12 @@ def cal_workload(module, input_shape, batch: int) -> Workload:
     from scaletrain.predict.ops import trace_ops
 
     return trace_ops(module, tuple(input_shape), batch)
+
+
+def _factored(base: tuple[float, float, float, float], sums: dict[str, float]) -> float:
+    """A reference run's phase as its loop's factors and terms price it (Predictor._group_factors, _reference)."""
+    return (base[0] * sums["compute"] + base[1] * sums["memory"] + base[2] * sums["ops"]
+            + base[3] * sums["cold_bytes"])
 
 
 def _refnet(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:

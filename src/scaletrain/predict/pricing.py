@@ -135,7 +135,7 @@ def ddp_buckets(pr: Pricing, fit: str) -> Cost:
     # gradients in the order backward produces them: ops in reverse, each op's parameters in reverse
     ready, sizes, elapsed = [], [], 0.0
     for op in reversed(pr.ops):
-        elapsed += op.backward_s * pr.loop.factor(op.group, "backward") * pr.stretch
+        elapsed += pr.loop.op_s(op, "backward") * pr.stretch
         for g in reversed(op.grad_bytes):
             ready.append(elapsed)
             sizes.append(g)
