@@ -500,7 +500,7 @@ def _with_op_terms(want: dict[str, tuple[float, float, float, float]]):
 def test_each_op_pays_a_constant_and_its_cold_bytes_fitted_beside_the_factors_over_refnets_two_batches():
     """refnet alone at batch 2 and 32 tells what a step adds to each op (a constant, and its inputs, weights and output
     fetched again up to its cores' L2) from what it adds in proportion (the factors): a network of tiny ops pays the
-    constant in full, one of large ops hardly notices it (2026-11-30: LeNet-5's ops of 0.1-0.3 ms ran 13-17% over
+    constant in full, one of large ops hardly notices it (2026-11-29: LeNet-5's ops of 0.1-0.3 ms ran 13-17% over
     the factors that fit refnet's)."""
     want = {"forward": (1.05, 1.2, 30e-6, 0.05e-9), "backward": (1.02, 1.4, 10e-6, 0.04e-9)}
     cal = _with_op_terms(want)

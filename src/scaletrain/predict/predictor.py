@@ -436,7 +436,7 @@ class Predictor:
             # three noisy runs can pull the fit far (a memory factor of 6 when one run ran slow): each
             # group's factor is held within GROUP_BOUND of the pooled one
             lo, hi = (single / GROUP_BOUND, single * GROUP_BOUND) if "group_bound" not in self.without else (0, math.inf)
-            fc, fm = (float(min(hi, max(lo, c))) for c in (factors * 2)[:2])
+            fc, fm = (float(min(hi, max(lo, c))) for c in (factors if grouped else factors * 2))
             out[d] = (fc, fm, float(added[0]) * 1e-3, float(added[1]) * 1e-9)
         return out
 

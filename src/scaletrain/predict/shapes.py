@@ -148,7 +148,7 @@ def for_calibration(cal: dict[str, Any] | None, mode: str | float) -> OpShapes |
     The shapes of a thread count whose probes moved while it was calibrated (calibration.unsteady) are left to the
     laws (OpShapes.time_missing): the probe's mean cannot turn a shape timed now into the speed each of that thread
     count's grid rows had (on two such calibrations it put the held-out steps 18-33% low). Judged per thread count
-    since 2026-11-30: a calibration whose two-thread probes moved 16% and one thread's 4% had the one-thread
+    since 2026-11-29: a calibration whose two-thread probes moved 16% and one thread's 4% had the one-thread
     held-out shapes left to their laws, LeNet-5's convolutions 23% under their timings elsewhere."""
     from scaletrain.distributed.env import cache_dir
     from scaletrain.predict.probe import this_host
