@@ -21,9 +21,11 @@ def test_every_link_is_shaped_both_ways():
     assert cmds[0] == ["ip", "netns", "add", SWITCH]  # everything else lives inside the namespaces
 
 
-def test_without_delay_links_use_a_token_bucket_of_4_ms():
+def test_without_delay_links_use_a_token_bucket_of_a_quarter_millisecond():
     shaped = [c for c in up_commands(make_testbed(2, "1gbit", "0ms")) if c[0] == "tc"]
-    assert shaped[0][-7:] == ["tbf", "rate", "1gbit", "burst", "500000", "latency", "50ms"]
+    assert shaped[0][-7:] == ["tbf", "rate", "1gbit", "burst", "31250", "latency", "50ms"]
+    slow = [c for c in up_commands(make_testbed(2, "20mbit", "0ms")) if c[0] == "tc"]
+    assert slow[0][-7:] == ["tbf", "rate", "20mbit", "burst", "4096", "latency", "50ms"]  # at least 4 KB
     assert rate_bytes("100mbit") == 12.5e6 and rate_bytes("80mbit") == 10e6
 
 
