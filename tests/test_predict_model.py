@@ -178,13 +178,37 @@ def test_workers_hide_the_loader_behind_the_step():
 def test_ranks_sharing_cores_stretch_compute():
     s = M.Setting(batch_size=8, nproc=4, cores=2, threads=1)
     assert M.compute_stretch(s) == pytest.approx(2.0)
+    assert M.slowest_stretch(s) == pytest.approx(2.0) and M.rank_stretches(s) is None  # 4 on 2 cores: evenly
     testbed = M.Setting(batch_size=8, nproc=1, nnodes=3, cores=1, shared_cores=2)
-    assert M.compute_stretch(testbed) == pytest.approx(1.5)
+    # 3 hosts of one thread on 2 cores: two share a core, the third has one alone (not 1.5x each)
+    assert M.rank_stretches(testbed) == [2, 2, 1]
+    assert M.compute_stretch(testbed) == pytest.approx(5 / 3) and M.slowest_stretch(testbed) == 2
     assert M.cores_per_rank(testbed) == pytest.approx(2 / 3) and M.cores_per_rank(s) == pytest.approx(0.5)
+    two_threads = M.Setting(batch_size=8, nproc=3, cores=2, threads=2)  # thread teams: the threads over the cores
+    assert M.rank_stretches(two_threads) is None and M.compute_stretch(two_threads) == pytest.approx(3.0)
     # a parameter server waits while its workers compute: 2 workers on the 2 cores, no stretch (measured on the
     # testbed's 3 hosts at 200 Mbit, 2026-11-27: LeNet-5's forward 4.3-4.6 ms under ps-sync, 4.4-8.9 under allreduce)
     ps = M.Setting(batch_size=8, nproc=1, nnodes=3, cores=1, shared_cores=2, servers=1, strategy="ps-sync")
     assert M.compute_stretch(ps) == 1.0 and M.cores_per_rank(ps) == pytest.approx(1.0)
+
+
+def test_a_step_whose_ranks_meet_at_its_end_waits_for_the_one_that_shares_its_core():
+    """Measured (2026-11-29, LeNet-5 on three testbed hosts sharing 2 cores, all-reduce): each step's exposed
+    all-reduce 5.5 ms above the last rank's own, forward + backward 1.70x alone on average: the slowest rank's compute
+    beyond the mean is waited for. A parameter server's two workers have the two cores to themselves: no stretch."""
+    ops = _costs([0.01], [4096])
+    net = {"intra": {k: {"alpha_s": 1e-4, "beta_s_per_byte": 1e-9} for k in ("allreduce", "ps")}, "inter": None}
+    hosts = dict(batch_size=8, nproc=1, nnodes=3, cores=1, shared_cores=2, threads=1)
+    steps = {name: M.predict_step(ops, M.Setting(**hosts, strategy=name, servers=int(name.startswith("ps"))),
+                                  M.Loop(), net, lambda t, n: 0.002)
+             for name in ("allreduce", "ps-async")}
+    even = M.predict_step(ops, M.Setting(**hosts, strategy="allreduce", stretch=False), M.Loop(), net,
+                          lambda t, n: 0.002)
+    ph = steps["allreduce"]["phases_s"]
+    assert ph["forward"] == pytest.approx(0.001 * 5 / 3) and ph["backward"] == pytest.approx(0.01 * 5 / 3)
+    compute = ph["forward"] + ph["backward"] + ph["optimizer"]
+    assert ph["comm_exposed"] - even["phases_s"]["comm_exposed"] == pytest.approx(compute * (2 / (5 / 3) - 1))
+    assert steps["ps-async"]["phases_s"]["forward"] == pytest.approx(0.001)  # 2 workers on the 2 cores: even
 
 
 @pytest.mark.parametrize("phases, eff, want", [

@@ -16,7 +16,8 @@ prediction and a measurement compare phase by phase:
                   parameter server's push, apply and pull after backward; a pipeline's replicas' all-reduce
     optimizer     a law in tensors and elements per optimizer, + the loop's own overhead (a strategy whose
                   rank applies no update, a parameter server's worker: none)
-Ranks' threads beyond the node's cores stretch the compute phases by the threads over the cores; loader
+Ranks' threads beyond the node's cores stretch the compute phases by the threads over the cores (ranks of one thread
+that do not divide among the cores evenly: by their mean stretch, and the step waits for the slowest); loader
 workers on the cores a rank's threads fill take their time from its compute (predict/workers.py).
 """
 
@@ -153,12 +154,38 @@ def computing_ranks(s: Setting) -> tuple[float, int]:
 
 
 def compute_stretch(s: Setting) -> float:
-    """How much slower compute runs because ranks' threads share cores: the computing ranks' threads over the
-    cores there are (1 = not at all; on an accelerator, compute shares no cores: 1)."""
+    """How much slower compute runs because ranks' threads share cores, on average over the computing ranks (1 = not
+    at all; on an accelerator, compute shares no cores: 1): the threads over the cores, or for ranks of one thread
+    each that do not divide among the cores evenly, the mean of `rank_stretches` (3 ranks on 2 cores: 5/3, not 1.5)."""
     if not s.cpu_compute or not s.stretch:
         return 1.0
     ranks, cores = computing_ranks(s)
+    uneven = rank_stretches(s)
+    if uneven is not None:
+        return sum(uneven) / len(uneven)
     return max(1.0, ranks * s.rank_threads / max(1, cores))
+
+
+def slowest_stretch(s: Setting) -> float:
+    """The stretch of the slowest computing rank: a step whose ranks meet at its end (Strategy.lockstep) waits for it.
+    The mean stretch unless ranks of one thread do not divide among the cores evenly (`rank_stretches`)."""
+    uneven = rank_stretches(s) if s.cpu_compute and s.stretch else None
+    return max(uneven) if uneven else compute_stretch(s)
+
+
+def rank_stretches(s: Setting) -> list[int] | None:
+    """Each computing rank's stretch where ranks of one thread each outnumber the cores and do not divide among them
+    evenly; None otherwise. The scheduler keeps a process on its core's queue for longer than a step: with 3 on 2
+    cores, two share one core and the third has one alone (their step's forward + backward: 2x, 2x and 1x, not 1.5x
+    each), and the collective that ends the step waits for the pair. Measured (2026-11-29, LeNet-5 on three testbed
+    hosts sharing 2 cores): forward + backward 1.70x their time alone on average, and each step's exposed
+    all-reduce 5.5 ms above the last rank's own (15.3-17.1 ms, what commbench measures it alone)."""
+    ranks, cores = computing_ranks(s)
+    if s.rank_threads != 1 or cores < 1 or ranks <= cores or float(ranks) != int(ranks) or int(ranks) % cores == 0:
+        return None
+    ranks = int(ranks)
+    crowded, q = ranks % cores, ranks // cores  # `crowded` cores hold q + 1 ranks, the others q
+    return [q + 1] * (crowded * (q + 1)) + [q] * ((cores - crowded) * q)
 
 
 def cores_busy(s: Setting) -> float:
@@ -221,6 +248,9 @@ def strategy_step(ops: list[OpCost], s: Setting, loop: Loop, network: dict[str, 
     phases = {"data_wait": 0.0, **compute, "comm_exposed": cost.comm_exposed_s if cost else 0.0}
     if cost is not None:
         phases.update(cost.phases)
+    slowest = slowest_stretch(s)
+    if cost is not None and strategy.lockstep and slowest > stretch:  # the ranks meet the slowest at the step's end
+        phases["comm_exposed"] += (slowest / stretch - 1) * (phases["forward"] + phases["backward"] + opt)
     order = ("data_wait", "h2d", "forward", "backward", "comm_exposed", "optimizer")
     phases = {**{k: phases[k] for k in order}, **{k: v for k, v in phases.items() if k not in order and k != "other"},
               "other": phases["other"]}
