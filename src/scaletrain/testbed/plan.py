@@ -77,7 +77,7 @@ def shape(rate: str, delay: str) -> list[str]:
     token bucket (tbf, in every kernel) with a 50 ms queue and a bucket as small as keeps the rate: 0.25 ms at
     the rate, at least 4 KB. A link idle between steps fills its bucket, and the next message's first bucketful
     passes at the speed of memory: a wire has no such credit (a 4 ms bucket made a parameter server's 2 x 248 KB
-    exchange over 200 Mbit/s 30% faster than the rate; a 4 KB one at 1 Gbit/s held the rate to 70%)."""
+    exchange over 200 Mbit/s 30% faster than the rate; a 4 KB one at 1 Gbit/s held it to 67% of the rate)."""
     if has_delay(delay):
         return ["netem", "delay", delay, "rate", rate, "limit", "10000"]
     burst = max(BUCKET_MIN_BYTES, int(rate_bytes(rate) * BUCKET_S))
