@@ -108,11 +108,13 @@ def test_a_parameter_server_on_its_own_host_carries_n_per_worker_per_step(clean,
     counted = [int(n.replace(",", "")) for n in re.findall(r"st-h\d (\d[\d,]*)", proc.stdout)]
     # interface counters, not our bookkeeping: each worker pushes N per step; the server (host 3) sends
     # N to each of the 2 workers per step, plus the initial parameters once, plus its state (shard and
-    # optimizer state, serialized) to worker 0 for the checkpoint at each epoch end (TCP/IP headers: a few %)
+    # optimizer state, serialized) to worker 0 for the checkpoint at each epoch end. A wire also carries each
+    # segment's headers (66 B per 1448 B of payload: 4.6%, counted since the links' token buckets are too small to
+    # pass 64 KB offloads whole, 2026-11-29) and the ACKs of what the host receives: 0-10% above the payload
     state = sum(len(torch_state_bytes(server)) for server in torch_checkpoint(out)["ps"]["servers"])
-    assert counted[0] == pytest.approx(steps * n_bytes, rel=0.05)
-    assert counted[1] == pytest.approx(steps * n_bytes, rel=0.05)
-    assert counted[2] == pytest.approx((steps + 1) * 2 * n_bytes + summary["epochs"] * state, rel=0.05)
+    payload = [steps * n_bytes, steps * n_bytes, (steps + 1) * 2 * n_bytes + summary["epochs"] * state]
+    for host, (sent, expected) in enumerate(zip(counted, payload)):
+        assert 1.0 <= sent / expected <= 1.10, f"host {host}: {sent:,} bytes sent for {expected:,} of payload"
 
 
 def torch_checkpoint(run_dir):
