@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from scaletrain.perf.buckets import (FIRST_BUCKET_BYTES, MIB, assign_buckets, backward_overlap, best_bucket_cap,
-                                     bucket_limits, overlap, reductions)
+from scaletrain.perf.buckets import (FIRST_BUCKET_BYTES, MIB, assign_buckets, backward_order, backward_overlap,
+                                     best_bucket_cap, bucket_limits, overlap, reductions)
 
 
 def test_limits_first_bucket_then_the_cap():
@@ -69,7 +69,7 @@ def test_mismatched_lists_are_refused():
         backward_overlap([1.0], [1, 2], lambda n: 0.0)
 
 
-def _ddp_rebuilt(rank, world, model_name, cap):
+def _ddp_rebuilt(rank, world, model_name, cap, precision="fp32"):
     """DDP's own buckets after it rebuilt them (in the order backward produced the gradients)."""
     import torch
     from torch.nn.parallel import DistributedDataParallel as DDP
@@ -77,21 +77,58 @@ def _ddp_rebuilt(rank, world, model_name, cap):
     from multirank import group
     from scaletrain.models import build_model
 
+    low = {"fp32": None, "bf16": torch.bfloat16}[precision]
     with group():
         torch.manual_seed(0)
         model = build_model(model_name, num_classes=10, in_channels=1, image_size=32)
         ddp = DDP(model, bucket_cap_mb=cap)
         for _ in range(3):  # buckets are rebuilt after the first step, logged a step later
-            ddp(torch.randn(4, 1, 32, 32)).sum().backward()
+            with torch.autocast("cpu", dtype=low, enabled=low is not None):
+                out = ddp(torch.randn(4, 1, 32, 32))
+            out.float().sum().backward()
         data = ddp._get_ddp_logging_data()
-    sizes = [p.numel() * p.element_size() for p in model.parameters()]
-    return [int(s) for s in data["rebuilt_bucket_sizes"].split(", ")], sizes
+    return [int(s) for s in data["rebuilt_bucket_sizes"].split(", ")]
 
 
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
 @pytest.mark.parametrize("model_name", ["resnet20", "lenet5", "mlp"])
 @pytest.mark.parametrize("cap", [None, 0.25, 0.05])
-def test_reverse_parameter_order_gives_ddps_rebuilt_buckets(ranks, model_name, cap):
-    (rebuilt, sizes), _ = ranks.run(_ddp_rebuilt, 2, model_name, cap)
-    backward_order = sizes[::-1]  # the last layer's gradients come first
-    predicted = [sum(backward_order[i] for i in b) for b in assign_buckets(backward_order, cap)]
+def test_the_models_gradient_order_gives_ddps_rebuilt_buckets(ranks, model_name, cap, precision):
+    """The ops in reverse, each op's gradients as autograd accumulates them (backward_order: a linear layer's bias
+    before its weight in fp32, after it under autocast), bucketed as the Reducer does: DDP's own buckets."""
+    from scaletrain.models import build_model
+    from scaletrain.predict.ops import trace_ops
+
+    rebuilt, _ = ranks.run(_ddp_rebuilt, 2, model_name, cap, precision)
+    ops = trace_ops(build_model(model_name, num_classes=10, in_channels=1, image_size=32), (1, 32, 32), 4).ops
+    order = [g for op in reversed(ops) for g in backward_order(op.kind, [4 * n for n in op.param_numels],
+                                                                 precision != "fp32")]
+    predicted = [sum(order[i] for i in b) for b in assign_buckets(order, cap)]
     assert predicted == rebuilt
+
+
+def test_under_autocast_the_mlps_last_bias_is_a_bucket_of_its_own():
+    """DDP's first bucket closes at 1 MiB: in fp32 the MLP's first layer hands its bias over before its 2 MiB weight
+    (one bucket of everything); under autocast after it, alone in a second bucket (measured: two gloo all-reduces a
+    step in bf16, one in fp32)."""
+    grads = {"fc3": [4 * 2560, 4 * 10], "fc2": [4 * 131072, 4 * 256], "fc1": [4 * 524288, 4 * 512]}
+    for autocast, count in ((False, 1), (True, 2)):
+        order = [g for name in ("fc3", "fc2", "fc1") for g in backward_order("linear", grads[name], autocast)]
+        assert len(assign_buckets(order)) == count
+    assert backward_order("conv", [10, 1], False) == [10, 1]  # any other op: as registered, in any precision
+    assert backward_order("norm", [3, 3], True) == [3, 3]
+
+
+def test_gloo_lanes_let_a_bucket_start_beside_the_one_before_it():
+    """Two lanes (gloo's worker threads): the second bucket's latency passes beside the first's reduction, its bytes
+    after the first's; one lane (NCCL, the ring's thread): after it, whole. The same with one bucket either way."""
+    ready, seconds = [1.0, 1.1], [2.0, 1.5]  # latency 1.0 each: bytes 1.0 and 0.5
+    assert reductions(ready, seconds) == [(1.0, 3.0), (3.0, 4.5)]
+    assert reductions(ready, seconds, lanes=2, alpha_s=1.0) == [(1.0, 3.0), (1.1, 3.5)]
+    assert reductions(ready, seconds, lanes=1, alpha_s=1.0) == reductions(ready, seconds)
+    assert reductions([1.0, 1.0, 1.0], [2.0, 2.0, 2.0], lanes=2, alpha_s=1.0)[2] == (3.0, 5.0)  # waits for a lane
+    comm = lambda n: 1.0 + n / MIB  # noqa: E731
+    one = backward_overlap([1.0, 1.0], [2 * MIB, 1], comm, None, lanes=1)
+    two = backward_overlap([1.0, 1.0], [2 * MIB, 1], comm, None, lanes=2)
+    assert len(one["buckets"]) == len(two["buckets"]) == 2
+    assert one["comm_exposed_s"] == pytest.approx(3.0 + 1.0) and two["comm_exposed_s"] == pytest.approx(3.0)

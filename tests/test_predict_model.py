@@ -135,14 +135,26 @@ def test_buckets_overlap_backward_as_computed_by_hand():
     ops = _costs([0.010, 0.010, 0.010], [1 << 20] * 3)
     beta = 0.010 / (1 << 20)
     network = {"intra": {"allreduce": {"alpha_s": 0.0025, "beta_s_per_byte": beta}}, "inter": None}
-    s = M.Setting(batch_size=8, nproc=2, cores=2, threads=1, bucket_cap_mb=1.0)
+    # on an accelerator (NCCL, one stream) one at a time: reductions [10, 25], [25, 40], [40, 55] ms; backward
+    # ends at 30: exposed 25 ms, hidden 5 + 15 + 0 = 20 of 45
+    s = M.Setting(batch_size=8, nproc=2, cores=2, threads=1, bucket_cap_mb=1.0, cpu_compute=False)
     out = M.predict_step(ops, s, M.Loop(), network, lambda t, n: 0.0)
-    # reductions: [10, 25], [25, 40], [40, 55] ms; backward ends at 30: exposed 25 ms, hidden 5 + 15 + 0 = 20 of 45
     assert out["phases_s"]["comm_exposed"] == pytest.approx(0.025)
     assert out["comm"]["comm_hidden_s"] == pytest.approx(0.020)
     assert out["comm"]["overlap_ratio"] == pytest.approx(20 / 45)
     assert out["comm"]["buckets"] == 3
     assert out["step_time_s"] == pytest.approx(sum(out["phases_s"].values()))
+    # on a CPU gloo's two threads take a bucket beside the one before it, its latency (5 ms) alongside, its bytes
+    # after: [10, 25], [20, 35], [30, 45] ms; exposed 15 ms, hidden 15 + 10 + 0 = 25 of 45
+    out = M.predict_step(ops, M.Setting(batch_size=8, nproc=2, cores=2, threads=1, bucket_cap_mb=1.0), M.Loop(),
+                         network, lambda t, n: 0.0)
+    assert out["phases_s"]["comm_exposed"] == pytest.approx(0.015)
+    assert out["comm"]["comm_hidden_s"] == pytest.approx(0.025)
+    # the ring reduces on one thread of its own: one at a time on a CPU too
+    ring = M.predict_step(ops, M.Setting(batch_size=8, nproc=2, cores=2, threads=1, bucket_cap_mb=1.0, strategy="ring"),
+                          M.Loop(), {"intra": {"ring": network["intra"]["allreduce"]}, "inter": None},
+                          lambda t, n: 0.0)
+    assert ring["phases_s"]["comm_exposed"] == pytest.approx(0.025)
 
 
 def test_one_rank_communicates_nothing_and_the_phases_tile_the_step():

@@ -21,6 +21,7 @@ class AllReduce(Strategy):
     gradient_buckets = True
     network_fit = "allreduce"  # the calibration's collective fit its buckets are priced at
     host_key = "ddp"  # the Reducer's copies into its buckets and back (the ring's hook runs in DDP too)
+    gloo_lanes = 2  # buckets in flight at once on a CPU: gloo's worker threads (ProcessGroupGloo's default, 2)
 
     @classmethod
     def host_work(cls, device, threads, quick):
@@ -34,7 +35,7 @@ class AllReduce(Strategy):
         """DDP's buckets overlapping backward (predict/pricing.ddp_buckets)."""
         from scaletrain.predict.pricing import ddp_buckets
 
-        return ddp_buckets(pricing, cls.network_fit)
+        return ddp_buckets(pricing, cls.network_fit, cls.gloo_lanes if pricing.setting.cpu_compute else 1)
 
     def __init__(self, cfg: TrainConfig, rank: RankInfo, device: torch.device, backend: str) -> None:
         super().__init__(cfg, rank, device, backend)

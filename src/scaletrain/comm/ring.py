@@ -120,6 +120,7 @@ class RingAllReduce(AllReduce):
     ring's point-to-point traffic never mixes with DDP's collectives)."""
 
     network_fit = "ring"  # its buckets are priced at the calibration's fit of this ring
+    gloo_lanes = 1  # one thread reduces them, one after the other (RingState)
 
     def hooks(self, model):
         return CommSetup(ring_hook, RingState(group=dist.new_group(), wrap_group=dist.new_group()))

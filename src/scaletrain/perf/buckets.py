@@ -55,14 +55,33 @@ def assign_buckets(sizes: Sequence[int], bucket_cap_mb: float | None = None) -> 
     return buckets
 
 
-def reductions(ready_s: Sequence[float], comm_s: Sequence[float]) -> list[tuple[float, float]]:
-    """(start, end) of each bucket's reduction: one at a time, in order, none before its bucket is ready."""
+def backward_order(kind: str, grads: Sequence[int], autocast: bool) -> list[int]:
+    """One op's parameter gradients (bytes, registration order) in the order autograd accumulates them. A linear
+    layer in fp32 is one `addmm` whose backward hands its bias's gradient over first, then its weight's; under
+    autocast (bf16, fp16) the weight and the bias are cast apart and their gradients arrive as registered, weight
+    first, as every other op's (convolutions, norms) do in any precision (torch 2.13, hooks on each parameter's
+    accumulation). A tiny bias on the wrong side of a bucket's limit makes a bucket of its own: DDP's first bucket
+    closes at 1 MiB, so the MLP's last weight (2 MiB) closes it in bf16 and its bias is reduced alone after it."""
+    return list(grads[::-1]) if kind == "linear" and not autocast else list(grads)
+
+
+def reductions(ready_s: Sequence[float], comm_s: Sequence[float], lanes: int = 1,
+               alpha_s: float = 0.0) -> list[tuple[float, float]]:
+    """(start, end) of each bucket's reduction, in order, none before its bucket is ready. One lane (NCCL's one
+    stream, the ring's one thread): one at a time. More (gloo's two worker threads, which take a group's
+    collectives as they come): a bucket starts as soon as it is ready and a lane is free, its latency (`alpha_s`,
+    at most its reduction) passing alongside the reductions before it and its bytes after theirs (they share one
+    link and one memory bus)."""
     out: list[tuple[float, float]] = []
-    free = 0.0
+    lane_free = [0.0] * max(1, lanes)
+    done = 0.0  # when the reductions so far have moved their bytes
     for ready, seconds in zip(ready_s, comm_s, strict=True):
-        start = max(ready, free)
-        free = start + seconds
-        out.append((start, free))
+        lane = min(range(len(lane_free)), key=lane_free.__getitem__)
+        start = max(ready, lane_free[lane])
+        latency = min(alpha_s, seconds)
+        end = max(start + latency, done) + seconds - latency
+        lane_free[lane] = done = end
+        out.append((start, end))
     return out
 
 
@@ -77,17 +96,19 @@ def overlap(backward_s: float, intervals: Sequence[tuple[float, float]]) -> dict
 
 
 def backward_overlap(grad_s: Sequence[float], grad_bytes: Sequence[int], comm_time: Callable[[int], float],
-                     bucket_cap_mb: float | None = None, comm_cpu: Callable[[int], float] | None = None) -> dict:
+                     bucket_cap_mb: float | None = None, comm_cpu: Callable[[int], float] | None = None,
+                     lanes: int = 1) -> dict:
     """One step's backward with DDP: `grad_s[i]` the backward seconds up to and including gradient i's
     computation (cumulative, in backward's order), `grad_bytes[i]` its bytes, `comm_time(bytes)` a bucket's
-    reduction time (e.g. the alpha-beta model), `comm_cpu(bytes)` the compute it takes from backward while it
-    overlaps it (None: none). Returns the buckets, their reductions, `overlap` and `compute_stolen_s`."""
+    reduction time (e.g. the alpha-beta model; `comm_time(0)` its latency), `comm_cpu(bytes)` the compute it
+    takes from backward while it overlaps it (None: none), `lanes` the reductions that may be in flight at once
+    (`reductions`). Returns the buckets, their reductions, `overlap` and `compute_stolen_s`."""
     if len(grad_s) != len(grad_bytes):
         raise ValueError("grad_s and grad_bytes must list the same gradients")
     buckets = assign_buckets(grad_bytes, bucket_cap_mb)
     ready = [max(grad_s[i] for i in b) for b in buckets]
     sizes = [sum(grad_bytes[i] for i in b) for b in buckets]
-    intervals = reductions(ready, [comm_time(n) for n in sizes])
+    intervals = reductions(ready, [comm_time(n) for n in sizes], lanes, comm_time(0) if lanes > 1 else 0.0)
     backward_s = max(grad_s, default=0.0)
     stolen = 0.0
     if comm_cpu is not None:
@@ -98,11 +119,11 @@ def backward_overlap(grad_s: Sequence[float], grad_bytes: Sequence[int], comm_ti
 
 
 def best_bucket_cap(grad_s: Sequence[float], grad_bytes: Sequence[int], comm_time: Callable[[int], float],
-                    caps_mb: Sequence[float | None], comm_cpu: Callable[[int], float] | None = None
-                    ) -> tuple[float | None, dict]:
+                    caps_mb: Sequence[float | None], comm_cpu: Callable[[int], float] | None = None,
+                    lanes: int = 1) -> tuple[float | None, dict]:
     """The cap among `caps_mb` (None: DDP's default) that adds the least to the step: the communication left
     exposed and the compute the hidden part takes (ties: the larger buckets, fewer messages), with its
     `backward_overlap`."""
-    results = [(cap, backward_overlap(grad_s, grad_bytes, comm_time, cap, comm_cpu)) for cap in caps_mb]
+    results = [(cap, backward_overlap(grad_s, grad_bytes, comm_time, cap, comm_cpu, lanes)) for cap in caps_mb]
     return min(results, key=lambda r: (round(r[1]["comm_exposed_s"] + r[1]["compute_stolen_s"], 12),
                                        len(r[1]["buckets"])))

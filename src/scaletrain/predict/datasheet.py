@@ -90,16 +90,16 @@ def op_bytes(op: Op, precision: str) -> tuple[float, float]:
 def op_cost(op: Op, hw: Hardware, precision: str) -> M.OpCost:
     grads = [4 * n for n in op.param_numels]
     if op.kind == "view":
-        return M.OpCost(0.0, 0.0, grads, "none", "memory")
+        return M.OpCost(0.0, 0.0, grads, "none", "memory", kind=op.kind)
     group = GROUP.get(op.kind, "memory")
     peak = conv_precision(hw, precision, op.kind) if group == "compute" else precision
     fwd_bytes, bwd_bytes = op_bytes(op, precision)
     bwd_flops = op.flops * (2 if op.needs_input_grad else 1)
     fwd = roofline_time(op.flops, fwd_bytes, hw, peak)
     if op.backward_only:  # a sum of gradients in backward: one element-wise add
-        return M.OpCost(0.0, fwd, grads, "roofline", group)
+        return M.OpCost(0.0, fwd, grads, "roofline", group, kind=op.kind)
     bwd = roofline_time(bwd_flops, bwd_bytes, hw, peak, kernels=2 if group == "compute" else 1)
-    return M.OpCost(fwd, bwd, grads, "roofline", group)
+    return M.OpCost(fwd, bwd, grads, "roofline", group, kind=op.kind)
 
 
 class DatasheetPredictor:

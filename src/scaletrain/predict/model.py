@@ -98,6 +98,7 @@ class OpCost:
     group: str = "compute"  # kinds.GROUP: which of the loop's factors applies
     name: str = ""  # the workload op's (its fx node's) name: where a strategy's share of the model ends
     cold_bytes: tuple[float, float] = (0.0, 0.0)  # (forward, backward) bytes a step brings it cold (predict/l2.py)
+    kind: str = ""  # kinds.KINDS (or "view"): the order its gradients arrive in (perf/buckets.backward_order)
 
 
 @dataclass

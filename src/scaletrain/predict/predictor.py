@@ -522,7 +522,7 @@ class Predictor:
         for op in workload.ops:
             grads = [4 * n for n in op.param_numels]
             if op.kind == "view":
-                costs.append(M.OpCost(0.0, 0.0, grads, "none", "memory"))
+                costs.append(M.OpCost(0.0, 0.0, grads, "none", "memory", kind=op.kind))
                 continue
             # a calibration made before average pooling was its own kind (2026-11-26) prices it as max pooling
             kind = "pool" if op.kind == "avgpool" and not lt.has("avgpool") else op.kind
@@ -530,9 +530,10 @@ class Predictor:
             fwd, bwd = self.in_chain(fwd, bwd, threads)
             fetched = cold(op)
             if op.backward_only:  # a sum of gradients: one element-wise add each, in backward
-                costs.append(M.OpCost(0.0, k * fwd, grads, source, GROUP[op.kind], cold_bytes=(0.0, fetched[0])))
+                costs.append(M.OpCost(0.0, k * fwd, grads, source, GROUP[op.kind], cold_bytes=(0.0, fetched[0]),
+                                      kind=op.kind))
                 continue
-            costs.append(M.OpCost(k * fwd, k * bwd, grads, source, GROUP[op.kind], cold_bytes=fetched))
+            costs.append(M.OpCost(k * fwd, k * bwd, grads, source, GROUP[op.kind], cold_bytes=fetched, kind=op.kind))
         return costs
 
     def _cold_bytes(self, precision: str, threads: int):

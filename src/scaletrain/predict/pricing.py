@@ -120,10 +120,11 @@ def strategy_of(name: str):
     return strategy_class(name)
 
 
-def ddp_buckets(pr: Pricing, fit: str) -> Cost:
-    """DDP's gradient buckets (perf/buckets.py): each reduced as soon as backward has filled it, one at a time,
-    at the `fit` collective's alpha-beta over the trainers; what outlasts backward is exposed, and what hides
-    behind it takes its CPU from backward where the cores are full (`Pricing.comm_cpu`)."""
+def ddp_buckets(pr: Pricing, fit: str, lanes: int = 1) -> Cost:
+    """DDP's gradient buckets (perf/buckets.py): each reduced as soon as backward has filled it, `lanes` of them
+    at once at most (perf/buckets.reductions), at the `fit` collective's alpha-beta over the trainers; what
+    outlasts backward is exposed, and what hides behind it takes its CPU from backward where the cores are full
+    (`Pricing.comm_cpu`)."""
     s = pr.setting
     grads = pr.grads
     if s.trainers < 2 or not grads:
@@ -132,11 +133,12 @@ def ddp_buckets(pr: Pricing, fit: str) -> Cost:
     # reduced bucket copied back after the last reduction (exposed); none where the basis has no timing of it
     laws = (None, None) if "ddp_copies" in pr.without else (pr.host_law("copy_in_s"), pr.host_law("copy_out_s"))
     copy_in, copy_out = (law(len(grads), sum(grads) // 4) * pr.stretch if law is not None else 0.0 for law in laws)
-    # gradients in the order backward produces them: ops in reverse, each op's parameters in reverse
+    # gradients in the order backward produces them: ops in reverse, each op's as autograd accumulates them
     ready, sizes, elapsed = [], [], 0.0
+    autocast = s.precision != "fp32"
     for op in reversed(pr.ops):
         elapsed += pr.loop.op_s(op, "backward") * pr.stretch
-        for g in reversed(op.grad_bytes):
+        for g in buckets.backward_order(op.kind, op.grad_bytes, autocast):
             ready.append(elapsed)
             sizes.append(g)
     bwd = pr.phases["backward"] + copy_in
@@ -147,8 +149,8 @@ def ddp_buckets(pr: Pricing, fit: str) -> Cost:
     else:
         comm_time = reduce_seconds(s, pr.link(fit), codec_seconds(pr))
     cpu = pr.comm_cpu(hooked or fit)
-    result = buckets.backward_overlap(ready, sizes, comm_time, s.bucket_cap_mb, cpu)
-    best_cap, best = buckets.best_bucket_cap(ready, sizes, comm_time, BUCKET_CAPS_MB, cpu)
+    result = buckets.backward_overlap(ready, sizes, comm_time, s.bucket_cap_mb, cpu, lanes)
+    best_cap, best = buckets.best_bucket_cap(ready, sizes, comm_time, BUCKET_CAPS_MB, cpu, lanes)
     residual = pr.residual_s
     comm = {"bytes_per_step": sum(wire.ddp_bytes(b // 4, s.trainers, s.compress) for b in result["bucket_bytes"]),
             "buckets": len(result["buckets"]), "comm_total_s": result["comm_total_s"],
