@@ -132,3 +132,6 @@ def test_gloo_lanes_let_a_bucket_start_beside_the_one_before_it():
     two = backward_overlap([1.0, 1.0], [2 * MIB, 1], comm, None, lanes=2)
     assert len(one["buckets"]) == len(two["buckets"]) == 2
     assert one["comm_exposed_s"] == pytest.approx(3.0 + 1.0) and two["comm_exposed_s"] == pytest.approx(3.0)
+    # where the cores are busy the latency's own CPU work (here 0.75 of its 1.0 s) cannot pass beside: only 0.25 does
+    busy = backward_overlap([1.0, 1.0], [2 * MIB, 1], comm, None, lambda n: 0.75 + n / MIB / 4, lanes=2)
+    assert busy["comm_exposed_s"] == pytest.approx(3.0 + 0.75)

@@ -102,13 +102,16 @@ def backward_overlap(grad_s: Sequence[float], grad_bytes: Sequence[int], comm_ti
     computation (cumulative, in backward's order), `grad_bytes[i]` its bytes, `comm_time(bytes)` a bucket's
     reduction time (e.g. the alpha-beta model; `comm_time(0)` its latency), `comm_cpu(bytes)` the compute it
     takes from backward while it overlaps it (None: none), `lanes` the reductions that may be in flight at once
-    (`reductions`). Returns the buckets, their reductions, `overlap` and `compute_stolen_s`."""
+    (`reductions`: of a bucket's latency only what is not its CPU's work, `comm_cpu(0)`, passes beside the
+    reduction before it, where the cores it would run on are busy). Returns the buckets, their reductions,
+    `overlap` and `compute_stolen_s`."""
     if len(grad_s) != len(grad_bytes):
         raise ValueError("grad_s and grad_bytes must list the same gradients")
     buckets = assign_buckets(grad_bytes, bucket_cap_mb)
     ready = [max(grad_s[i] for i in b) for b in buckets]
     sizes = [sum(grad_bytes[i] for i in b) for b in buckets]
-    intervals = reductions(ready, [comm_time(n) for n in sizes], lanes, comm_time(0) if lanes > 1 else 0.0)
+    beside = max(0.0, comm_time(0) - (comm_cpu(0) if comm_cpu is not None else 0.0)) if lanes > 1 else 0.0
+    intervals = reductions(ready, [comm_time(n) for n in sizes], lanes, beside)
     backward_s = max(grad_s, default=0.0)
     stolen = 0.0
     if comm_cpu is not None:
