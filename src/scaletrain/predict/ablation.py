@@ -20,7 +20,7 @@ PHASES = {"loop_factors": COMPUTE, "group_factors": COMPUTE, "group_bound": COMP
           "comm_residual": ("comm_exposed",), "comm_slope": ("comm_exposed",),
           "skew_floor": ("comm_exposed",), "comm_range": ("comm_exposed",), "loader_handoff": ("data_wait",),
           "worker_sharing": ("data_wait", "forward"), "ddp_copies": ("backward", "comm_exposed"),
-          "overlap_cpu": ("backward", "comm_exposed")}
+          "overlap_cpu": ("backward", "comm_exposed"), "shared_latency": ("comm_exposed",)}
 """The phases each correction prices: its own error is theirs (their sum against the measured sum)."""
 
 

@@ -65,6 +65,9 @@ CORRECTIONS = {
                   "(exposed), by the calibration's host-work law (off: 0)",
     "overlap_cpu": "a bucket reduced beside backward takes its collective's CPU seconds from backward where the "
                    "ranks' threads fill the cores (off: hidden is free)",
+    "shared_latency": "another DDP hook's exchange (the ring, a compressor) between computing ranks at the all-reduce's "
+                      "latency, which the residual was measured beyond, and its own bytes' rate (off: its idle fit's "
+                      "latency too)",
 }
 """Every correction the calibration basis stacks on the ops' isolated times, by name: `Predictor(...,
 without=...)` leaves the named ones out, so that benchmarks/corrections.py shows what each one is worth on

@@ -77,6 +77,19 @@ class Pricing:
         key = self.setting.strategy_class.host_key
         return get(key, column, self.setting.rank_threads, match) if get is not None and key else None
 
+    def exchange_link(self, kind: str) -> tuple[float, float]:
+        """`kind`'s alpha-beta as a DDP hook's exchange pays it between computing ranks: its own bytes' rate, and,
+        where a residual is priced, the all-reduce's latency. The residual is what the reference runs' exposed
+        all-reduce took beyond the all-reduce's own price; a collective whose idle fit has a shorter latency (the
+        ring: 0.43 ms against 0.88, commbench between idle ranks) does not keep it between computing ranks, where
+        that wait holds it: 16 pairs of ring and all-reduce runs (LeNet-5, the MLP; batch 32 / 64; fp32 / bf16, two
+        exhaustive plans each) measured the ring's exposed wait a median 0.0 ms from the all-reduce's (-0.6..+0.4),
+        where the idle fits priced it 0.9-1.1 ms shorter (`shared_latency`)."""
+        alpha, beta = self.link(kind)
+        if kind != "allreduce" and "shared_latency" not in self.without and self.residual_s > 0:
+            alpha = self.link("allreduce")[0]
+        return alpha, beta
+
     def skew_s(self) -> float:
         """What one collective between ranks that compute between collectives waits beyond an idle one: for the
         rank whose compute ran longer (the halo fit's latency beyond the idle point-to-point's: commbench's
@@ -145,9 +158,9 @@ def ddp_buckets(pr: Pricing, fit: str, lanes: int = 1) -> Cost:
     ready = [r * bwd / elapsed for r in ready] if elapsed > 0 else ready
     hooked = measured_codec(pr) if fit == "allreduce" else None
     if hooked:  # the compressed bucket's exchange as its hook ran it in the calibration, on the bucket's fp32 bytes
-        comm_time = reduce_seconds(replace(s, compress=None), pr.link(hooked))
+        comm_time = reduce_seconds(replace(s, compress=None), pr.exchange_link(hooked))
     else:
-        comm_time = reduce_seconds(s, pr.link(fit), codec_seconds(pr))
+        comm_time = reduce_seconds(s, pr.exchange_link(fit), codec_seconds(pr))
     cpu = pr.comm_cpu(hooked or fit)
     result = buckets.backward_overlap(ready, sizes, comm_time, s.bucket_cap_mb, cpu, lanes)
     best_cap, best = buckets.best_bucket_cap(ready, sizes, comm_time, BUCKET_CAPS_MB, cpu, lanes)
